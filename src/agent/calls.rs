@@ -1,0 +1,283 @@
+//! One turn's tool calls: validate, decide, ask, run, record — and answer every
+//! `tool_use` exactly once, in order, in one user message.
+//!
+//! Consecutive read-only calls run concurrently; everything else runs one by one
+//! in the model's order, so a read that follows a write sees the write.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::Value;
+
+use super::TaskEnv;
+use crate::approval::ApprovalRequest;
+use crate::config::Loaded;
+use crate::events::{Event, EventError};
+use crate::llm::Block;
+use crate::policy::{self, Subject, Tier};
+use crate::tools::{self, RunContext, ToolInput, ToolName, ToolResult};
+
+/// A `tool_use` block's fields: id, name, input.
+pub type ToolUse = (String, String, Value);
+
+/// A call that passed every check and will run.
+struct Runnable {
+    index: usize,
+    id: String,
+    tool: ToolName,
+    input: ToolInput,
+}
+
+/// Whether `tool` is offered to the model under this config and policy.
+pub fn advertised(loaded: &Loaded, tool: ToolName) -> bool {
+    let enabled = loaded
+        .config
+        .tools
+        .enabled
+        .as_ref()
+        .is_none_or(|list| list.iter().any(|n| n == tool.as_str()));
+    enabled && !policy::denied_outright(&loaded.policy, tool)
+}
+
+async fn finished(
+    env: &TaskEnv,
+    task_id: &str,
+    id: &str,
+    tool: &str,
+    result: &ToolResult,
+    started: Instant,
+    output_file: Option<String>,
+) -> Result<(), EventError> {
+    env.events
+        .record(
+            Some(task_id),
+            Event::ToolFinished {
+                tool_use_id: id.to_string(),
+                tool: tool.to_string(),
+                exit_code: result.exit_code,
+                duration_ms: started.elapsed().as_millis() as u64,
+                output_bytes: result.output_bytes,
+                truncated: result.truncated,
+                is_error: result.is_error,
+                output_file,
+            },
+        )
+        .await
+        .map(|_| ())
+}
+
+/// Answers every call with `message`, unexecuted (limits, cut responses).
+pub async fn answer_unexecuted(
+    env: &TaskEnv,
+    task_id: &str,
+    uses: &[ToolUse],
+    message: &str,
+) -> Result<Vec<Block>, EventError> {
+    let mut blocks = Vec::with_capacity(uses.len());
+    for (id, name, input) in uses {
+        let started = Instant::now();
+        env.events
+            .record(
+                Some(task_id),
+                Event::ToolRequested {
+                    tool_use_id: id.clone(),
+                    tool: name.clone(),
+                    input: input.clone(),
+                },
+            )
+            .await?;
+        let result = ToolResult::error(message);
+        finished(env, task_id, id, name, &result, started, None).await?;
+        blocks.push(Block::tool_result(id, &result.content, true));
+    }
+    Ok(blocks)
+}
+
+/// Checks one call against validation, limits, policy and approval. `Ok(None)`
+/// means it may run; `Ok(Some(result))` is its (error) answer.
+async fn admit(
+    env: &TaskEnv,
+    task_id: &str,
+    loaded: &Loaded,
+    index: usize,
+    (id, name, input): &ToolUse,
+) -> Result<Result<(ToolName, ToolInput), ToolResult>, EventError> {
+    let max_calls = loaded.config.loop_.max_tool_calls_per_turn as usize;
+    if index >= max_calls {
+        return Ok(Err(ToolResult::error(format!(
+            "not executed: at most {max_calls} tool calls run per turn; request this call \
+             again in your next turn"
+        ))));
+    }
+    let Some(tool) = ToolName::parse(name).filter(|t| advertised(loaded, *t)) else {
+        let available: Vec<&str> = ToolName::ALL
+            .into_iter()
+            .filter(|t| advertised(loaded, *t))
+            .map(ToolName::as_str)
+            .collect();
+        return Ok(Err(ToolResult::error(format!(
+            "unknown tool {name:?}; the tools available are: {}",
+            available.join(", ")
+        ))));
+    };
+    let parsed = match ToolInput::parse(tool, input) {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            return Ok(Err(ToolResult::error(format!(
+                "invalid input for {name}: {e}. Call {name} again with input matching its schema."
+            ))));
+        }
+    };
+    let subject = tools::policy_subject(&parsed, loaded);
+    let decision = policy::decide(
+        &loaded.policy,
+        Subject {
+            tool,
+            arg: subject.as_deref(),
+        },
+    );
+    env.events
+        .record(
+            Some(task_id),
+            Event::PolicyDecision {
+                tool_use_id: id.clone(),
+                tool: name.clone(),
+                tier: decision.tier.as_str().into(),
+                rule: decision.rule_label(),
+                subject: subject.clone(),
+            },
+        )
+        .await?;
+    match decision.tier {
+        Tier::Allow => Ok(Ok((tool, parsed))),
+        Tier::Deny => Ok(Err(ToolResult::error(format!(
+            "denied by policy (rule `{}`): this call will not run. Do not retry it; use another \
+             approach within the policy, or tell the user what you need.",
+            decision.rule_label()
+        )))),
+        Tier::Ask => {
+            let req = ApprovalRequest {
+                approval_id: format!("ap-{:012x}", fastrand::u64(..) >> 16),
+                task_id: task_id.to_string(),
+                tool_use_id: id.clone(),
+                tool: name.clone(),
+                input: input.clone(),
+                rule: decision.rule_label(),
+            };
+            env.events
+                .record(
+                    Some(task_id),
+                    Event::ApprovalRequested {
+                        approval_id: req.approval_id.clone(),
+                        tool_use_id: id.clone(),
+                        tool: name.clone(),
+                        rule: req.rule.clone(),
+                    },
+                )
+                .await?;
+            let answer = env.approver.ask(&req).await;
+            env.events
+                .record(
+                    Some(task_id),
+                    Event::ApprovalResolved {
+                        approval_id: req.approval_id.clone(),
+                        decision: answer.decision.into(),
+                        by: answer.by.clone(),
+                        reason: answer.reason.clone(),
+                    },
+                )
+                .await?;
+            if answer.approved {
+                return Ok(Ok((tool, parsed)));
+            }
+            let why = answer.reason.map(|r| format!(": {r}")).unwrap_or_default();
+            Ok(Err(ToolResult::error(format!(
+                "the call was not approved ({} by {}){why}. Do not retry it unchanged; \
+                 continue without it or explain what you need.",
+                answer.decision, answer.by
+            ))))
+        }
+    }
+}
+
+/// Validates, decides and runs every call of one turn; returns the `tool_result`
+/// blocks in the calls' order.
+pub async fn execute_calls(
+    env: &TaskEnv,
+    task_id: &str,
+    loaded: Arc<Loaded>,
+    uses: &[ToolUse],
+) -> Result<Vec<Block>, EventError> {
+    let mut results: Vec<Option<(ToolResult, Option<String>)>> = vec![None; uses.len()];
+    let mut starts = Vec::with_capacity(uses.len());
+    let mut runnable = Vec::new();
+    for (index, call) in uses.iter().enumerate() {
+        starts.push(Instant::now());
+        env.events
+            .record(
+                Some(task_id),
+                Event::ToolRequested {
+                    tool_use_id: call.0.clone(),
+                    tool: call.1.clone(),
+                    input: call.2.clone(),
+                },
+            )
+            .await?;
+        match admit(env, task_id, &loaded, index, call).await? {
+            Ok((tool, input)) => runnable.push(Runnable {
+                index,
+                id: call.0.clone(),
+                tool,
+                input,
+            }),
+            Err(result) => {
+                finished(env, task_id, &call.0, &call.1, &result, starts[index], None).await?;
+                results[index] = Some((result, None));
+            }
+        }
+    }
+    let ctx = RunContext {
+        executor: env.executor.clone(),
+        loaded: loaded.clone(),
+        output_dir: Some(loaded.paths.transcripts.join(task_id)),
+        cancel: env.cancel.clone(),
+    };
+    // Batches: a run of consecutive read-only calls, or one other call.
+    let mut i = 0;
+    while i < runnable.len() {
+        let mut end = i + 1;
+        if runnable[i].tool.is_read_only() {
+            while end < runnable.len() && runnable[end].tool.is_read_only() {
+                end += 1;
+            }
+        }
+        let batch = &runnable[i..end];
+        let outputs =
+            futures::future::join_all(batch.iter().map(|r| tools::run(&r.id, &r.input, &ctx)))
+                .await;
+        for (r, (result, file)) in batch.iter().zip(outputs) {
+            let file = file.map(|f| loaded.paths.display(&f));
+            finished(
+                env,
+                task_id,
+                &r.id,
+                r.tool.as_str(),
+                &result,
+                starts[r.index],
+                file.clone(),
+            )
+            .await?;
+            results[r.index] = Some((result, file));
+        }
+        i = end;
+    }
+    Ok(uses
+        .iter()
+        .zip(results)
+        .map(|((id, _, _), r)| {
+            let (result, _) =
+                r.unwrap_or_else(|| (ToolResult::error("internal error: no result"), None));
+            Block::tool_result(id, &result.content, result.is_error)
+        })
+        .collect())
+}

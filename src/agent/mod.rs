@@ -1,0 +1,397 @@
+//! The turn loop: send system + tools + the whole history, run the tool calls the
+//! model asks for, send every result back in one user message, repeat until the
+//! model ends its turn or a limit stops the task (SPEC §6).
+//!
+//! The loop owns the history and its invariants (every `tool_use` answered exactly
+//! once, in order; the assistant message appended exactly as received). It never
+//! touches the filesystem for a tool: calls go through [`calls`] to the executor.
+
+mod calls;
+mod stop;
+mod transcript;
+
+pub use calls::advertised;
+pub use stop::StopReason;
+pub use transcript::{Transcript, TurnRecord};
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::approval::Approver;
+use crate::config::{ConfigSource, Loaded};
+use crate::events::{Event, EventError, EventLog};
+use crate::exec::Executor;
+use crate::llm::{
+    AnthropicClient, Attempt, Block, LlmError, Message, Request, Role, ToolChoice, Usage,
+};
+use crate::tools::ToolName;
+
+/// Text appended to the last request when the turn limit is reached.
+pub const SUMMARY_REQUEST: &str = "The turn limit for this task has been reached, so no more \
+tools can run. Summarise what you found so far and what remains to be done.";
+
+/// What a task runs with.
+pub struct TaskEnv {
+    /// Config and policy in force; read afresh every turn.
+    pub config: Arc<dyn ConfigSource>,
+    /// The model client.
+    pub client: AnthropicClient,
+    /// The audit log.
+    pub events: EventLog,
+    /// Spawns tool processes.
+    pub executor: Executor,
+    /// Answers `ask` calls.
+    pub approver: Arc<dyn Approver>,
+    /// Cancels the task.
+    pub cancel: CancellationToken,
+}
+
+/// A task to run.
+#[derive(Debug, Clone)]
+pub struct TaskSpec {
+    /// Its id.
+    pub task_id: String,
+    /// The prompt.
+    pub prompt: String,
+    /// Overrides `loop.max_turns`.
+    pub max_turns: Option<u32>,
+    /// `cli` or `api`.
+    pub source: String,
+}
+
+/// How a task ended.
+#[derive(Debug, Clone)]
+pub struct TaskOutcome {
+    /// Why it stopped.
+    pub stop_reason: StopReason,
+    /// The answer (the last assistant message's text).
+    pub answer: String,
+    /// Model requests made.
+    pub turns: u32,
+    /// Tokens summed.
+    pub usage: Usage,
+    /// The error, when stop_reason is `error`.
+    pub error: Option<String>,
+}
+
+/// A new task id: time-ordered and unique enough for one root.
+pub fn new_task_id() -> String {
+    let now = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
+    format!("t-{now}-{:06x}", fastrand::u32(..0x100_0000))
+}
+
+/// Canonical signature of a turn's tool calls, order ignored.
+fn call_signature(uses: &[calls::ToolUse]) -> String {
+    let mut parts: Vec<String> = uses
+        .iter()
+        .map(|(_, name, input)| format!("{name}\u{0}{}", canonical(input)))
+        .collect();
+    parts.sort();
+    parts.join("\u{1}")
+}
+
+/// JSON with object keys sorted, so equal inputs compare equal.
+fn canonical(v: &Value) -> String {
+    match v {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            let inner: Vec<String> = keys
+                .iter()
+                .map(|k| format!("{}:{}", json!(k), canonical(&map[*k])))
+                .collect();
+            format!("{{{}}}", inner.join(","))
+        }
+        Value::Array(items) => {
+            format!(
+                "[{}]",
+                items.iter().map(canonical).collect::<Vec<_>>().join(",")
+            )
+        }
+        other => other.to_string(),
+    }
+}
+
+fn build_request(loaded: &Loaded, messages: &[Message], summary: bool) -> Request {
+    let api = &loaded.config.api;
+    let tools = ToolName::ALL
+        .into_iter()
+        .filter(|t| advertised(loaded, *t))
+        .map(ToolName::definition)
+        .collect();
+    Request {
+        model: api.model.clone(),
+        max_tokens: api.max_tokens,
+        system: vec![json!({"type": "text", "text": loaded.system_prompt})],
+        tools,
+        messages: messages.to_vec(),
+        tool_choice: summary.then_some(ToolChoice::None),
+        thinking: api
+            .thinking_budget_tokens
+            .map(|b| json!({"type": "enabled", "budget_tokens": b})),
+    }
+}
+
+/// Mutable state of a running task.
+struct Run<'a> {
+    env: &'a TaskEnv,
+    spec: &'a TaskSpec,
+    transcript: Transcript,
+    usage: Usage,
+    turn: u32,
+    started: Instant,
+}
+
+impl Run<'_> {
+    fn save(&self) {
+        let dir = self.env.config.current().paths.transcripts.clone();
+        if let Err(e) = self.transcript.save(&dir) {
+            tracing::error!("cannot save transcript {}: {e}", self.spec.task_id);
+        }
+    }
+
+    fn record(&self, event: Event) -> impl Future<Output = Result<u64, EventError>> + '_ {
+        self.env.events.record(Some(&self.spec.task_id), event)
+    }
+
+    /// Appends a user message with the given blocks.
+    fn push_user(&mut self, blocks: Vec<Block>) {
+        self.transcript.messages.push(Message::user(blocks));
+    }
+
+    async fn unexecuted(&mut self, uses: &[calls::ToolUse], why: &str) -> Result<(), EventError> {
+        let blocks = calls::answer_unexecuted(self.env, &self.spec.task_id, uses, why).await?;
+        self.push_user(blocks);
+        Ok(())
+    }
+
+    /// The loop proper. `Err` is an internal error (the audit log failed).
+    async fn turns(&mut self) -> Result<(StopReason, Option<String>), EventError> {
+        let mut last_signature: Option<String> = None;
+        let mut repeats = 0u32;
+        loop {
+            let loaded = self.env.config.current();
+            let limits = &loaded.config.loop_;
+            let max_turns = self.spec.max_turns.unwrap_or(limits.max_turns);
+            self.turn += 1;
+            let after_tools = self.transcript.messages.last().is_some_and(|m| {
+                m.role == Role::User && m.content.iter().any(|b| b.kind() == "tool_result")
+            });
+            let summary = self.turn >= max_turns && after_tools;
+            if summary {
+                if let Some(last) = self.transcript.messages.last_mut() {
+                    last.content.push(Block::text(SUMMARY_REQUEST));
+                }
+            }
+            let request = build_request(&loaded, &self.transcript.messages, summary);
+            self.record(Event::ModelRequest {
+                turn: self.turn,
+                messages: request.messages.len(),
+                tools_disabled: summary,
+            })
+            .await?;
+            let sent = Instant::now();
+            let attempt = Attempt {
+                events: &self.env.events,
+                task_id: &self.spec.task_id,
+                turn: self.turn,
+                cancel: &self.env.cancel,
+            };
+            let response = match self.env.client.send(&request, attempt).await {
+                Ok(r) => r,
+                Err(LlmError::Cancelled) => return Ok((StopReason::Cancelled, None)),
+                Err(LlmError::Events(e)) => return Err(e),
+                Err(e) => return Ok((StopReason::Error, Some(e.to_string()))),
+            };
+            let latency_ms = sent.elapsed().as_millis() as u64;
+            let model_stop = response.stop_reason.clone().unwrap_or_default();
+            self.record(Event::ModelResponse {
+                turn: self.turn,
+                stop_reason: model_stop.clone(),
+                usage: response.usage,
+                latency_ms,
+            })
+            .await?;
+            self.usage.add(&response.usage);
+            self.transcript.usage = self.usage;
+            self.transcript.turns.push(TurnRecord {
+                turn: self.turn,
+                stop_reason: model_stop.clone(),
+                usage: response.usage,
+                latency_ms,
+            });
+            let message = Message {
+                role: Role::Assistant,
+                content: response.content,
+            };
+            let uses = message.tool_uses();
+            self.transcript.messages.push(message);
+            self.save();
+            match model_stop.as_str() {
+                "max_tokens" => {
+                    if !uses.is_empty() {
+                        let why = "not executed: the response was cut off by max_tokens, so this \
+                                   call may be incomplete";
+                        self.unexecuted(&uses, why).await?;
+                    }
+                    return Ok((StopReason::MaxTokens, None));
+                }
+                "refusal" => return Ok((StopReason::Refusal, None)),
+                "pause_turn" => {
+                    if self.turn >= max_turns {
+                        return Ok((StopReason::MaxTurns, None));
+                    }
+                    continue;
+                }
+                _ if uses.is_empty() => {
+                    let reason = if summary {
+                        StopReason::MaxTurns
+                    } else {
+                        StopReason::EndTurn
+                    };
+                    return Ok((reason, None));
+                }
+                _ => {}
+            }
+            if self.usage.total() >= limits.token_budget {
+                let why = format!(
+                    "not executed: the task's token budget ({} tokens) is used up; the task \
+                     stops here",
+                    limits.token_budget
+                );
+                self.unexecuted(&uses, &why).await?;
+                return Ok((StopReason::TokenBudget, None));
+            }
+            let signature = call_signature(&uses);
+            repeats = if last_signature.as_ref() == Some(&signature) {
+                repeats + 1
+            } else {
+                1
+            };
+            last_signature = Some(signature);
+            if repeats >= limits.no_progress_repeats {
+                let why = format!(
+                    "not executed: the same tool calls were requested {repeats} turns in a row \
+                     without progress; the task stops here"
+                );
+                self.unexecuted(&uses, &why).await?;
+                return Ok((StopReason::NoProgress, None));
+            }
+            if summary || self.turn >= max_turns {
+                self.unexecuted(&uses, "not executed: the task's turn limit was reached")
+                    .await?;
+                return Ok((StopReason::MaxTurns, None));
+            }
+            let blocks =
+                calls::execute_calls(self.env, &self.spec.task_id, loaded.clone(), &uses).await?;
+            self.push_user(blocks);
+            self.save();
+            if self.env.cancel.is_cancelled() {
+                return Ok((StopReason::Cancelled, None));
+            }
+        }
+    }
+}
+
+/// Runs one task to its end, recording everything. The transcript is saved after
+/// every turn and at the end, whatever the ending.
+pub async fn run_task(env: &TaskEnv, spec: &TaskSpec) -> Result<TaskOutcome, EventError> {
+    let loaded = env.config.current();
+    let created = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let mut run = Run {
+        env,
+        spec,
+        transcript: Transcript {
+            task_id: spec.task_id.clone(),
+            model: loaded.config.api.model.clone(),
+            created,
+            status: "running".into(),
+            stop_reason: None,
+            answer: None,
+            error: None,
+            usage: Usage::default(),
+            messages: vec![Message::user(vec![Block::text(spec.prompt.clone())])],
+            turns: Vec::new(),
+        },
+        usage: Usage::default(),
+        turn: 0,
+        started: Instant::now(),
+    };
+    run.record(Event::TaskStarted {
+        prompt: spec.prompt.clone(),
+        model: loaded.config.api.model.clone(),
+        source: spec.source.clone(),
+    })
+    .await?;
+    run.save();
+    let (stop_reason, error) = match run.turns().await {
+        Ok(r) => r,
+        Err(e) => {
+            // The audit log failed: nothing more may happen unrecorded.
+            run.transcript.status = "finished".into();
+            run.transcript.stop_reason = Some(StopReason::Error.as_str().into());
+            run.transcript.error = Some(e.to_string());
+            run.save();
+            return Err(e);
+        }
+    };
+    let answer = run
+        .transcript
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.role == Role::Assistant)
+        .map(Message::text)
+        .unwrap_or_default();
+    run.transcript.status = "finished".into();
+    run.transcript.stop_reason = Some(stop_reason.as_str().into());
+    run.transcript.answer = Some(answer.clone());
+    run.transcript.error = error.clone();
+    run.save();
+    run.record(Event::TaskFinished {
+        stop_reason: stop_reason.as_str().into(),
+        turns: run.turn,
+        usage: run.usage,
+        duration_ms: run.started.elapsed().as_millis() as u64,
+        error: error.clone(),
+    })
+    .await?;
+    Ok(TaskOutcome {
+        stop_reason,
+        answer,
+        turns: run.turn,
+        usage: run.usage,
+        error,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signature_ignores_order_and_key_order() {
+        let a = vec![
+            (
+                "1".into(),
+                "read_file".into(),
+                json!({"path": "a", "limit": 2}),
+            ),
+            ("2".into(), "list_dir".into(), json!({})),
+        ];
+        let b = vec![
+            ("9".into(), "list_dir".into(), json!({})),
+            (
+                "8".into(),
+                "read_file".into(),
+                json!({"limit": 2, "path": "a"}),
+            ),
+        ];
+        assert_eq!(call_signature(&a), call_signature(&b));
+        let c = vec![("1".into(), "read_file".into(), json!({"path": "b"}))];
+        assert_ne!(call_signature(&a), call_signature(&c));
+    }
+}

@@ -1,0 +1,69 @@
+//! `transcripts/<task_id>.json`: the task's exact API messages and per-turn record,
+//! rewritten atomically (temp file + rename) after every turn so a crash leaves the
+//! last complete turn.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::llm::{Message, Usage};
+
+/// One model request's record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnRecord {
+    /// Request number, from 1.
+    pub turn: u32,
+    /// The model's stop reason.
+    pub stop_reason: String,
+    /// Tokens of this request.
+    pub usage: Usage,
+    /// Time to the full response.
+    pub latency_ms: u64,
+}
+
+/// The whole transcript file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Transcript {
+    /// Task id.
+    pub task_id: String,
+    /// Model of the task.
+    pub model: String,
+    /// When the task was created (RFC 3339).
+    pub created: String,
+    /// `running` or `finished`.
+    pub status: String,
+    /// The task's stop reason, once finished.
+    pub stop_reason: Option<String>,
+    /// The answer, once finished.
+    pub answer: Option<String>,
+    /// The error, when stop_reason is `error`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Tokens summed over the task.
+    pub usage: Usage,
+    /// The exact API messages.
+    pub messages: Vec<Message>,
+    /// One record per model request.
+    pub turns: Vec<TurnRecord>,
+}
+
+impl Transcript {
+    /// Path of a task's transcript in `dir`.
+    pub fn path(dir: &Path, task_id: &str) -> PathBuf {
+        dir.join(format!("{task_id}.json"))
+    }
+
+    /// Writes the transcript atomically into `dir`.
+    pub fn save(&self, dir: &Path) -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        let path = Transcript::path(dir, &self.task_id);
+        let tmp = dir.join(format!(".{}.json.tmp", self.task_id));
+        let bytes = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(&bytes)?;
+        f.sync_data()?;
+        drop(f);
+        std::fs::rename(&tmp, &path)
+    }
+}

@@ -1,0 +1,45 @@
+//! Command-line interface: the clap types of every subcommand.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// harnessd runs LLM agent tasks with confined tools, live policy and a complete
+/// audit log.
+#[derive(Debug, Parser)]
+#[command(name = "harnessd", version, about)]
+pub struct Cli {
+    /// The root directory (config/, policies/, workspace/, transcripts/).
+    #[arg(long, global = true, env = "HARNESSD_ROOT", default_value = ".")]
+    pub root: PathBuf,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run one task in-process: answer on stdout, progress on stderr.
+    Run {
+        /// Approve every ask-tier call without asking.
+        #[arg(long)]
+        yes: bool,
+        /// Override loop.max_turns for this task.
+        #[arg(long)]
+        max_turns: Option<u32>,
+        /// The task.
+        task: String,
+    },
+    /// Validate both files and print the effective settings.
+    Check {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write a root with the default files.
+    Init {
+        /// Where (default: the current directory).
+        dir: Option<PathBuf>,
+    },
+}

@@ -1,0 +1,162 @@
+//! `harnessd check`: validate both files and print the effective settings, the
+//! tier of every tool, and what the sandbox enforces here.
+
+use std::io::Write;
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use super::EXIT_CONFIG;
+use crate::agent::advertised;
+use crate::config::{ApiKey, Loaded};
+use crate::policy::{self, Subject};
+use crate::tools::ToolName;
+
+fn tool_tiers(loaded: &Loaded) -> Vec<Value> {
+    let p = &loaded.policy;
+    ToolName::ALL
+        .into_iter()
+        .map(|tool| {
+            let d = policy::decide(p, Subject { tool, arg: None });
+            let patterns: Vec<String> = [("deny", &p.deny), ("ask", &p.ask), ("allow", &p.allow)]
+                .iter()
+                .flat_map(|(tier, rules)| {
+                    rules
+                        .iter()
+                        .filter(|r| r.tool == tool && r.text.contains('('))
+                        .map(move |r| format!("{tier} {}", r.text))
+                })
+                .collect();
+            json!({
+                "tool": tool.as_str(),
+                "advertised": advertised(loaded, tool),
+                "tier": d.tier.as_str(),
+                "rule": d.rule_label(),
+                "patterns": patterns,
+            })
+        })
+        .collect()
+}
+
+/// What confines a tool process today.
+fn enforcement() -> Value {
+    json!({
+        "child_process": true,
+        "environment": "allow-list (PATH, LANG, HOME, TERM)",
+        "process_group_kill": true,
+        "timeout": true,
+        "output_bound": true,
+        "landlock": false,
+        "seccomp": false,
+        "privilege_drop": false,
+        "rlimits": false,
+    })
+}
+
+/// Runs `check`.
+pub fn run(
+    root: &Path,
+    json_out: bool,
+    env: impl Fn(&str) -> Option<String>,
+) -> anyhow::Result<i32> {
+    let loaded = match crate::config::load(root) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(EXIT_CONFIG);
+        }
+    };
+    let key_warning = ApiKey::load(&loaded, env).err().map(|e| e.to_string());
+    let report = json!({
+        "root": loaded.paths.root.display().to_string(),
+        "config": {"file": crate::config::CONFIG_FILE, "sha256": loaded.config_sha256},
+        "settings": {"file": loaded.paths.display(&loaded.paths.settings), "sha256": loaded.settings_sha256},
+        "api": {
+            "base_url": loaded.config.api.base_url,
+            "model": loaded.config.api.model,
+            "max_tokens": loaded.config.api.max_tokens,
+            "key": key_warning.clone().unwrap_or_else(|| "present".into()),
+        },
+        "loop": loaded.config.loop_,
+        "paths": loaded.config.paths,
+        "tools": tool_tiers(&loaded),
+        "allowed_paths": loaded.policy.settings.allowed_paths,
+        "output": loaded.policy.settings.output,
+        "sandbox": loaded.policy.settings.sandbox,
+        "enforced": enforcement(),
+    });
+    let mut out = std::io::stdout().lock();
+    if json_out {
+        writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+        return Ok(0);
+    }
+    if let Some(w) = key_warning {
+        eprintln!("warning: {w} (check does not need it; run does)");
+    }
+    writeln!(
+        out,
+        "ok: {} and {} are valid",
+        report["config"]["file"].as_str().unwrap_or(""),
+        report["settings"]["file"].as_str().unwrap_or("")
+    )?;
+    writeln!(out, "root       {}", loaded.paths.root.display())?;
+    writeln!(
+        out,
+        "model      {} at {}",
+        loaded.config.api.model, loaded.config.api.base_url
+    )?;
+    let l = &loaded.config.loop_;
+    writeln!(
+        out,
+        "loop       max_turns {} · token_budget {} · max_tool_calls_per_turn {} · no_progress_repeats {}",
+        l.max_turns, l.token_budget, l.max_tool_calls_per_turn, l.no_progress_repeats
+    )?;
+    writeln!(
+        out,
+        "tools      (tier without a pattern; pattern rules below)"
+    )?;
+    for t in tool_tiers(&loaded) {
+        let shown = if t["advertised"] == true {
+            ""
+        } else {
+            " (not advertised)"
+        };
+        writeln!(
+            out,
+            "  {:<11} {:<5} by {}{shown}",
+            t["tool"].as_str().unwrap_or(""),
+            t["tier"].as_str().unwrap_or(""),
+            t["rule"].as_str().unwrap_or("")
+        )?;
+        for p in t["patterns"].as_array().into_iter().flatten() {
+            writeln!(out, "              {}", p.as_str().unwrap_or(""))?;
+        }
+    }
+    let s = &loaded.policy.settings;
+    writeln!(out, "read       {}", s.allowed_paths.read.join(", "))?;
+    writeln!(out, "write      {}", s.allowed_paths.write.join(", "))?;
+    writeln!(out, "output     max_chars {}", s.output.max_chars)?;
+    let sb = &s.sandbox;
+    writeln!(
+        out,
+        "sandbox    network {} · timeout {} s · cpu {} s · memory {} MiB · processes {} · file {} MiB · open files {} · user {} · require {:?}",
+        sb.network,
+        sb.timeout_secs,
+        sb.cpu_secs,
+        sb.memory_mb,
+        sb.max_processes,
+        sb.max_file_mb,
+        sb.max_open_files,
+        sb.user,
+        sb.require
+    )?;
+    writeln!(
+        out,
+        "enforced   child process, allow-listed environment, whole-group kill on timeout, bounded output"
+    )?;
+    writeln!(
+        out,
+        "           not yet: Landlock, seccomp, privilege drop, rlimits (sandbox issue)"
+    )?;
+    Ok(0)
+}

@@ -1,0 +1,10 @@
+//! One module per subcommand. Each returns the process exit code; only `main`
+//! exits.
+
+pub mod check;
+pub mod init;
+pub mod progress;
+pub mod run;
+
+/// Exit code of a usage or config error.
+pub const EXIT_CONFIG: i32 = 2;

@@ -1,0 +1,125 @@
+//! The readable progress trail of `harnessd run` on stderr, drawn from the events
+//! as they are written (so it shows exactly what the record holds).
+
+use std::io::Write;
+
+use serde_json::Value;
+
+fn short(v: &Value, max: usize) -> String {
+    let s = match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let s = s.replace('\n', "⏎");
+    if s.chars().count() <= max {
+        return s;
+    }
+    let cut: String = s.chars().take(max).collect();
+    format!("{cut}…")
+}
+
+/// One line for an event, or `None` for events not worth a line.
+pub fn line(ev: &Value, total_tokens: &mut u64) -> Option<String> {
+    let turn = ev["turn"].as_u64().unwrap_or(0);
+    Some(match ev["type"].as_str()? {
+        "model_request" => {
+            let note = if ev["tools_disabled"] == true {
+                " (tools disabled: summary)"
+            } else {
+                ""
+            };
+            format!("[turn {turn}] asking the model{note}")
+        }
+        "model_response" => {
+            let u = &ev["usage"];
+            let n = |k: &str| u[k].as_u64().unwrap_or(0);
+            let this = n("input_tokens")
+                + n("output_tokens")
+                + n("cache_read_input_tokens")
+                + n("cache_creation_input_tokens");
+            *total_tokens += this;
+            format!(
+                "[turn {turn}] {} in {} ms · in {} out {} cache read {} write {} · {} tokens so far",
+                ev["stop_reason"].as_str().unwrap_or("?"),
+                ev["latency_ms"],
+                n("input_tokens"),
+                n("output_tokens"),
+                n("cache_read_input_tokens"),
+                n("cache_creation_input_tokens"),
+                total_tokens
+            )
+        }
+        "model_error" => match ev["retry_in_ms"].as_u64() {
+            Some(ms) => format!(
+                "[turn {turn}] model error (attempt {}): {}; retrying in {ms} ms",
+                ev["attempt"],
+                short(&ev["message"], 200)
+            ),
+            None => format!(
+                "[turn {turn}] model error (attempt {}): {}",
+                ev["attempt"],
+                short(&ev["message"], 200)
+            ),
+        },
+        "tool_requested" => format!(
+            "  → {} {}",
+            short(&ev["tool"], 40),
+            short(&ev["input"], 120)
+        ),
+        "policy_decision" => format!(
+            "    policy: {} by {}",
+            short(&ev["tier"], 10),
+            short(&ev["rule"], 80)
+        ),
+        "approval_resolved" => format!(
+            "    approval: {} by {}",
+            short(&ev["decision"], 10),
+            short(&ev["by"], 20)
+        ),
+        "tool_finished" => {
+            let status = if ev["is_error"] == true {
+                "error"
+            } else {
+                "ok"
+            };
+            let exit = ev["exit_code"]
+                .as_i64()
+                .map(|c| format!(" exit {c}"))
+                .unwrap_or_default();
+            let cut = if ev["truncated"] == true {
+                " (truncated for the model)"
+            } else {
+                ""
+            };
+            format!(
+                "    ← {} {status}{exit} in {} ms, {} bytes{cut}",
+                short(&ev["tool"], 40),
+                ev["duration_ms"],
+                ev["output_bytes"]
+            )
+        }
+        "task_finished" => format!(
+            "[done] {} after {} turns · {} tokens · {} ms",
+            ev["stop_reason"].as_str().unwrap_or("?"),
+            ev["turns"],
+            total_tokens,
+            ev["duration_ms"]
+        ),
+        "events_repaired" => format!(
+            "[log] a torn last line of events.jsonl was moved to {}",
+            short(&ev["torn_file"], 200)
+        ),
+        _ => return None,
+    })
+}
+
+/// Prints lines for events received until the channel closes.
+pub async fn print(mut rx: tokio::sync::mpsc::UnboundedReceiver<Value>) {
+    let mut total = 0u64;
+    while let Some(ev) = rx.recv().await {
+        if let Some(l) = line(&ev, &mut total) {
+            let mut err = std::io::stderr().lock();
+            let _ = writeln!(err, "{l}");
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! `harnessd run "TASK"`: one task in-process. Answer on stdout, progress on
+//! stderr, exit code from the stop reason (SPEC §8).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use super::EXIT_CONFIG;
+use crate::agent::{TaskEnv, TaskSpec, new_task_id, run_task};
+use crate::approval::TerminalApprover;
+use crate::config::{ApiKey, CONFIG_FILE, Loaded};
+use crate::events::{Event, EventLog};
+use crate::exec::Executor;
+use crate::llm::AnthropicClient;
+
+/// Options of `run`.
+#[derive(Debug)]
+pub struct RunOptions {
+    /// The root.
+    pub root: PathBuf,
+    /// The task.
+    pub task: String,
+    /// Approve every ask-tier call.
+    pub yes: bool,
+    /// Override loop.max_turns.
+    pub max_turns: Option<u32>,
+    /// The helper binary (this executable).
+    pub helper: PathBuf,
+}
+
+async fn record_config(events: &EventLog, loaded: &Loaded) -> anyhow::Result<()> {
+    for (file, sha256) in [
+        (CONFIG_FILE.to_string(), &loaded.config_sha256),
+        (
+            loaded.paths.display(&loaded.paths.settings),
+            &loaded.settings_sha256,
+        ),
+    ] {
+        events
+            .record(
+                None,
+                Event::ConfigLoaded {
+                    file,
+                    sha256: sha256.clone(),
+                },
+            )
+            .await?;
+    }
+    Ok(())
+}
+
+fn config_error(e: impl std::fmt::Display) -> i32 {
+    eprintln!("error: {e}");
+    EXIT_CONFIG
+}
+
+/// Runs `run` on a fresh tokio runtime; returns the exit code.
+pub fn run(opts: RunOptions, env: impl Fn(&str) -> Option<String>) -> anyhow::Result<i32> {
+    if opts.max_turns == Some(0) {
+        return Ok(config_error("--max-turns must be at least 1"));
+    }
+    let loaded = match crate::config::load(&opts.root) {
+        Ok(l) => Arc::new(l),
+        Err(e) => return Ok(config_error(e)),
+    };
+    let key = match ApiKey::load(&loaded, env) {
+        Ok(k) => k,
+        Err(e) => return Ok(config_error(e)),
+    };
+    let client = AnthropicClient::new(&loaded.config.api, key)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(run_async(opts, loaded, client))
+}
+
+async fn run_async(
+    opts: RunOptions,
+    loaded: Arc<Loaded>,
+    client: AnthropicClient,
+) -> anyhow::Result<i32> {
+    let (tap_tx, tap_rx) = tokio::sync::mpsc::unbounded_channel();
+    let printer = tokio::spawn(super::progress::print(tap_rx));
+    let (events, repair) = EventLog::open(&loaded.paths.events, Some(tap_tx))?;
+    if let Some(r) = repair {
+        events
+            .record(
+                None,
+                Event::EventsRepaired {
+                    torn_file: loaded.paths.display(&r.torn_file),
+                    bytes: r.bytes,
+                },
+            )
+            .await?;
+    }
+    record_config(&events, &loaded).await?;
+    let cancel = CancellationToken::new();
+    let interrupted = cancel.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            interrupted.cancel();
+        }
+    });
+    let env = TaskEnv {
+        config: Arc::new(loaded.clone()),
+        client,
+        events,
+        executor: Executor::new(opts.helper.clone()),
+        approver: Arc::new(TerminalApprover::new(opts.yes)),
+        cancel,
+    };
+    let spec = TaskSpec {
+        task_id: new_task_id(),
+        prompt: opts.task,
+        max_turns: opts.max_turns,
+        source: "cli".into(),
+    };
+    let outcome = run_task(&env, &spec).await;
+    drop(env);
+    let _ = printer.await;
+    let outcome = outcome?;
+    let transcript = crate::agent::Transcript::path(&loaded.paths.transcripts, &spec.task_id);
+    eprintln!("transcript: {}", display(&loaded, &transcript));
+    if let Some(e) = &outcome.error {
+        eprintln!("error: {e}");
+    }
+    let mut out = std::io::stdout().lock();
+    if !outcome.answer.is_empty() {
+        writeln!(out, "{}", outcome.answer)?;
+    }
+    out.flush()?;
+    Ok(outcome.stop_reason.exit_code())
+}
+
+fn display(loaded: &Loaded, path: &Path) -> String {
+    loaded.paths.display(path)
+}

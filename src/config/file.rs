@@ -1,0 +1,308 @@
+//! `config/config.toml`: API, model, loop limits, paths and daemon settings.
+//!
+//! Parsed in two stages: serde with every default and unknown keys rejected, then
+//! [`Config::validate`] for what types cannot say (limits above zero, known provider).
+//! This module owns the shape of the file; it does not read environment variables.
+
+use serde::{Deserialize, Serialize};
+
+use super::error::{ConfigError, find_key};
+
+/// The whole of `config/config.toml`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// The model endpoint and request parameters.
+    pub api: ApiConfig,
+    /// Limits of the agent loop.
+    #[serde(rename = "loop")]
+    pub loop_: LoopConfig,
+    /// Which tools are advertised.
+    pub tools: ToolsConfig,
+    /// Where the other files live, relative to the root.
+    pub paths: PathsConfig,
+    /// Settings of `harnessd serve`.
+    pub daemon: DaemonConfig,
+}
+
+/// `[api]`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApiConfig {
+    /// Wire protocol of the endpoint; only `anthropic` exists.
+    pub provider: String,
+    /// Base URL of the Messages API.
+    pub base_url: String,
+    /// Name of the environment variable holding the key.
+    pub api_key_env: String,
+    /// A file holding the key instead of the environment variable.
+    pub api_key_file: Option<String>,
+    /// Model id for new requests.
+    pub model: String,
+    /// `max_tokens` of each request.
+    pub max_tokens: u32,
+    /// Timeout of one HTTP request.
+    pub timeout_secs: u64,
+    /// Retries after the first attempt.
+    pub max_retries: u32,
+    /// Replaces the built-in system prompt.
+    pub system_prompt_file: Option<String>,
+    /// Enables extended thinking with this budget.
+    pub thinking_budget_tokens: Option<u32>,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        ApiConfig {
+            provider: "anthropic".into(),
+            base_url: "https://api.anthropic.com".into(),
+            api_key_env: "ANTHROPIC_API_KEY".into(),
+            api_key_file: None,
+            model: "claude-sonnet-4-5".into(),
+            max_tokens: 4096,
+            timeout_secs: 120,
+            max_retries: 4,
+            system_prompt_file: None,
+            thinking_budget_tokens: None,
+        }
+    }
+}
+
+/// `[loop]`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LoopConfig {
+    /// Model requests per task.
+    pub max_turns: u32,
+    /// Input + output tokens summed over a task.
+    pub token_budget: u64,
+    /// Tool calls executed per turn; the rest are answered unexecuted.
+    pub max_tool_calls_per_turn: u32,
+    /// Identical tool-call sets in a row that stop the task.
+    pub no_progress_repeats: u32,
+}
+
+impl Default for LoopConfig {
+    fn default() -> Self {
+        LoopConfig {
+            max_turns: 12,
+            token_budget: 200_000,
+            max_tool_calls_per_turn: 8,
+            no_progress_repeats: 3,
+        }
+    }
+}
+
+/// `[tools]`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ToolsConfig {
+    /// Tools advertised to the model; `None` means every built-in tool.
+    pub enabled: Option<Vec<String>>,
+}
+
+/// `[paths]`, each relative to the root unless absolute.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PathsConfig {
+    /// The policy file.
+    pub settings: String,
+    /// Working directory of tools.
+    pub workspace: String,
+    /// Directory of transcripts and full tool outputs.
+    pub transcripts: String,
+    /// The audit log.
+    pub events: String,
+}
+
+impl Default for PathsConfig {
+    fn default() -> Self {
+        PathsConfig {
+            settings: "policies/settings.json".into(),
+            workspace: "workspace".into(),
+            transcripts: "transcripts".into(),
+            events: "transcripts/events.jsonl".into(),
+        }
+    }
+}
+
+/// `[daemon]`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct DaemonConfig {
+    /// Control API socket.
+    pub socket: String,
+    /// Tasks running at once.
+    pub max_concurrent_tasks: u32,
+    /// Seconds before an unanswered approval becomes a denial.
+    pub approval_timeout_secs: u64,
+    /// Seconds running tasks get on SIGTERM.
+    pub shutdown_grace_secs: u64,
+}
+
+impl Default for DaemonConfig {
+    fn default() -> Self {
+        DaemonConfig {
+            socket: "run/harnessd.sock".into(),
+            max_concurrent_tasks: 4,
+            approval_timeout_secs: 600,
+            shutdown_grace_secs: 10,
+        }
+    }
+}
+
+impl Config {
+    /// Parses and validates the text of a config file; `file` names it in errors.
+    pub fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
+        let de = toml::Deserializer::parse(text).map_err(|e| toml_error(text, file, "", &e))?;
+        let config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
+            let key = e.path().to_string();
+            toml_error(text, file, &key, e.inner())
+        })?;
+        config.validate(text, file)?;
+        Ok(config)
+    }
+
+    fn validate(&self, text: &str, file: &str) -> Result<(), ConfigError> {
+        let bad = |key: &str, message: String| {
+            Err(ConfigError::invalid(
+                file,
+                find_key(text, key),
+                key,
+                message,
+            ))
+        };
+        if self.api.provider != "anthropic" {
+            return bad(
+                "api.provider",
+                format!(
+                    "unknown provider {:?}; the only one is \"anthropic\"",
+                    self.api.provider
+                ),
+            );
+        }
+        if !(self.api.base_url.starts_with("http://") || self.api.base_url.starts_with("https://"))
+        {
+            return bad(
+                "api.base_url",
+                format!("{:?} is not an http(s) URL", self.api.base_url),
+            );
+        }
+        let positive: [(&str, u64); 9] = [
+            ("api.max_tokens", self.api.max_tokens.into()),
+            ("api.timeout_secs", self.api.timeout_secs),
+            ("loop.max_turns", self.loop_.max_turns.into()),
+            ("loop.token_budget", self.loop_.token_budget),
+            (
+                "loop.max_tool_calls_per_turn",
+                self.loop_.max_tool_calls_per_turn.into(),
+            ),
+            (
+                "loop.no_progress_repeats",
+                self.loop_.no_progress_repeats.into(),
+            ),
+            (
+                "daemon.max_concurrent_tasks",
+                self.daemon.max_concurrent_tasks.into(),
+            ),
+            (
+                "daemon.approval_timeout_secs",
+                self.daemon.approval_timeout_secs,
+            ),
+            (
+                "daemon.shutdown_grace_secs",
+                self.daemon.shutdown_grace_secs,
+            ),
+        ];
+        for (key, value) in positive {
+            if value == 0 {
+                return bad(key, "must be greater than 0".into());
+            }
+        }
+        if let Some(budget) = self.api.thinking_budget_tokens {
+            if budget < 1024 || budget >= self.api.max_tokens {
+                return bad(
+                    "api.thinking_budget_tokens",
+                    format!(
+                        "{budget} must be at least 1024 and below api.max_tokens ({})",
+                        self.api.max_tokens
+                    ),
+                );
+            }
+        }
+        if self.api.api_key_env.is_empty() {
+            return bad(
+                "api.api_key_env",
+                "must name an environment variable".into(),
+            );
+        }
+        if let Some(enabled) = &self.tools.enabled {
+            for (i, name) in enabled.iter().enumerate() {
+                if crate::tools::ToolName::parse(name).is_none() {
+                    return bad(
+                        &format!("tools.enabled[{i}]"),
+                        format!(
+                            "unknown tool {name:?}; known tools: {}",
+                            crate::tools::ToolName::ALL_NAMES.join(", ")
+                        ),
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn toml_error(text: &str, file: &str, key: &str, e: &toml::de::Error) -> ConfigError {
+    let location = e
+        .span()
+        .map(|s| super::error::Location::of_offset(text, s.start));
+    // toml's message repeats the source excerpt over several lines; keep its first
+    // sentence, which says what is wrong.
+    let message = e
+        .message()
+        .lines()
+        .next()
+        .unwrap_or("invalid TOML")
+        .to_string();
+    ConfigError::invalid(file, location, key, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_file_parses_to_the_defaults() {
+        let text = include_str!("../../config/config.toml");
+        let parsed = Config::parse(text, "config/config.toml").expect("shipped config parses");
+        assert_eq!(parsed, Config::default());
+    }
+
+    #[test]
+    fn unknown_key_names_key_line_and_column() {
+        let text = "[loop]\nmax_turns = 3\nmax_turnz = 4\n";
+        let err = Config::parse(text, "c.toml").expect_err("unknown key");
+        let s = err.to_string();
+        assert!(s.starts_with("c.toml:3:1"), "{s}");
+        assert!(s.contains("max_turnz"), "{s}");
+    }
+
+    #[test]
+    fn wrong_type_names_the_key() {
+        let text = "[api]\nmax_tokens = \"lots\"\n";
+        let s = Config::parse(text, "c.toml").expect_err("type").to_string();
+        assert!(s.contains("c.toml:2:"), "{s}");
+        assert!(s.contains("api.max_tokens"), "{s}");
+    }
+
+    #[test]
+    fn zero_limit_is_rejected_with_its_line() {
+        let text = "[loop]\nmax_turns = 0\n";
+        let s = Config::parse(text, "c.toml").expect_err("zero").to_string();
+        assert_eq!(
+            s,
+            "c.toml:2:1: key `loop.max_turns`: must be greater than 0"
+        );
+    }
+}

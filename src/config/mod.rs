@@ -1,0 +1,197 @@
+//! Configuration: the two operator-edited files of a root, parsed and validated.
+//!
+//! `config/config.toml` ([`Config`]) and `policies/settings.json` ([`Settings`],
+//! compiled into a [`Policy`]) are read together into a [`Loaded`] snapshot. Nothing
+//! else in harnessd reads these files. Errors name the file, line, column and key.
+
+mod error;
+mod file;
+mod key;
+mod settings;
+
+pub use error::{ConfigError, Invalid, Location, find_key};
+pub use file::{ApiConfig, Config, DaemonConfig, LoopConfig, PathsConfig, ToolsConfig};
+pub use key::ApiKey;
+pub use settings::{
+    AllowedPaths, OutputSettings, Policy, SandboxRequire, SandboxSettings, Settings, ToolTiers,
+};
+
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+/// Path of the config file inside a root.
+pub const CONFIG_FILE: &str = "config/config.toml";
+
+/// The shipped `config/config.toml`, written by `harnessd init`.
+pub const DEFAULT_CONFIG: &str = include_str!("../../config/config.toml");
+/// The shipped `policies/settings.json`, written by `harnessd init`.
+pub const DEFAULT_SETTINGS: &str = include_str!("../../policies/settings.json");
+
+/// Absolute paths derived from a root and its config.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Paths {
+    /// The root directory, canonical.
+    pub root: PathBuf,
+    /// `config/config.toml`.
+    pub config: PathBuf,
+    /// The settings file.
+    pub settings: PathBuf,
+    /// Working directory of tools.
+    pub workspace: PathBuf,
+    /// Transcripts directory.
+    pub transcripts: PathBuf,
+    /// The audit log.
+    pub events: PathBuf,
+}
+
+impl Paths {
+    /// Shows `path` relative to the root when it is inside it.
+    pub fn display(&self, path: &Path) -> String {
+        path.strip_prefix(&self.root)
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| path.display().to_string())
+    }
+}
+
+/// One consistent snapshot of both files.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// Resolved paths.
+    pub paths: Paths,
+    /// `config/config.toml`.
+    pub config: Config,
+    /// `policies/settings.json`, compiled.
+    pub policy: Policy,
+    /// sha256 of the config file's bytes.
+    pub config_sha256: String,
+    /// sha256 of the settings file's bytes.
+    pub settings_sha256: String,
+    /// The system prompt: `api.system_prompt_file`'s content or the built-in one.
+    pub system_prompt: String,
+}
+
+/// The built-in system prompt.
+pub const DEFAULT_SYSTEM_PROMPT: &str = "You are harnessd, an agent that completes tasks for an \
+operations team by using tools. Tools run in a sandbox whose working directory is the \
+workspace; relative paths are resolved against it. Some calls need a human's approval or are \
+refused by policy: when a call is refused, do not retry it unchanged. Prefer reading files \
+with read_file and list_dir over shell commands. When you have the answer, reply with it \
+directly and concisely, without calling more tools.";
+
+/// Where tasks get the config and policy in force. A fixed snapshot for `run`;
+/// hot reload swaps what `current` returns.
+pub trait ConfigSource: Send + Sync {
+    /// The snapshot in force now.
+    fn current(&self) -> std::sync::Arc<Loaded>;
+}
+
+impl ConfigSource for std::sync::Arc<Loaded> {
+    fn current(&self) -> std::sync::Arc<Loaded> {
+        self.clone()
+    }
+}
+
+/// Resolves `p` against `root` unless it is absolute.
+pub fn resolve(root: &Path, p: &str) -> PathBuf {
+    let p = Path::new(p);
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        root.join(p)
+    }
+}
+
+/// Lowercase hex sha256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn read(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Reads and validates both files of the root at `root`.
+pub fn load(root: &Path) -> Result<Loaded, ConfigError> {
+    let root = root.canonicalize().map_err(|source| ConfigError::Read {
+        path: root.to_path_buf(),
+        source,
+    })?;
+    let config_path = root.join(CONFIG_FILE);
+    let config_text = read(&config_path)?;
+    let config = Config::parse(&config_text, CONFIG_FILE)?;
+    let settings_path = resolve(&root, &config.paths.settings);
+    let settings_text = read(&settings_path)?;
+    let settings_name = config.paths.settings.clone();
+    let policy = Settings::parse(&settings_text, &settings_name)?;
+    let paths = Paths {
+        config: config_path,
+        settings: settings_path,
+        workspace: resolve(&root, &config.paths.workspace),
+        transcripts: resolve(&root, &config.paths.transcripts),
+        events: resolve(&root, &config.paths.events),
+        root,
+    };
+    if !paths.workspace.is_dir() {
+        let loc = find_key(&config_text, "paths.workspace");
+        return Err(ConfigError::invalid(
+            CONFIG_FILE,
+            loc,
+            "paths.workspace",
+            format!(
+                "{} is not a directory; create it",
+                paths.workspace.display()
+            ),
+        ));
+    }
+    let system_prompt = match &config.api.system_prompt_file {
+        None => DEFAULT_SYSTEM_PROMPT.to_string(),
+        Some(file) => {
+            let path = resolve(&paths.root, file);
+            std::fs::read_to_string(&path).map_err(|e| {
+                ConfigError::invalid(
+                    CONFIG_FILE,
+                    find_key(&config_text, "api.system_prompt_file"),
+                    "api.system_prompt_file",
+                    format!("cannot read {}: {e}", path.display()),
+                )
+            })?
+        }
+    };
+    Ok(Loaded {
+        system_prompt,
+        paths,
+        config,
+        policy,
+        config_sha256: sha256_hex(config_text.as_bytes()),
+        settings_sha256: sha256_hex(settings_text.as_bytes()),
+    })
+}
+
+/// Writes a root with the default files into `dir`, keeping any file that exists.
+/// Returns the files written.
+pub fn init(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut written = Vec::new();
+    for sub in ["config", "policies", "workspace", "transcripts"] {
+        std::fs::create_dir_all(dir.join(sub))?;
+    }
+    let files = [
+        (CONFIG_FILE, DEFAULT_CONFIG),
+        ("policies/settings.json", DEFAULT_SETTINGS),
+        ("transcripts/.gitignore", "*\n!.gitignore\n"),
+    ];
+    for (rel, content) in files {
+        let path = dir.join(rel);
+        if !path.exists() {
+            std::fs::write(&path, content)?;
+            written.push(path);
+        }
+    }
+    Ok(written)
+}

@@ -1,0 +1,290 @@
+//! `policies/settings.json`: allowed paths, tool tiers, output caps, sandbox limits.
+//!
+//! Parsed with unknown keys rejected (only `"$schema"` is extra), then validated:
+//! every rule must name a real tool and carry a pattern that compiles, so a typo in
+//! a deny rule is an error instead of a rule that silently matches nothing. The
+//! decisions themselves live in [`crate::policy`].
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::error::{ConfigError, find_key};
+use crate::policy::{Rule, Tier};
+
+/// The whole of `policies/settings.json`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct Settings {
+    /// Editors use this to validate the file; harnessd ignores it.
+    #[serde(rename = "$schema", skip_serializing_if = "Option::is_none")]
+    pub schema: Option<String>,
+    /// What a tool process may read and write.
+    pub allowed_paths: AllowedPaths,
+    /// Tool tiers.
+    pub tools: ToolTiers,
+    /// Caps on what the model sees.
+    pub output: OutputSettings,
+    /// Limits of every tool process.
+    pub sandbox: SandboxSettings,
+}
+
+/// `allowed_paths`: paths relative to the root unless absolute.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct AllowedPaths {
+    /// Readable (and executable) trees.
+    pub read: Vec<String>,
+    /// Writable trees (also readable).
+    pub write: Vec<String>,
+}
+
+impl Default for AllowedPaths {
+    fn default() -> Self {
+        let read = [
+            "workspace",
+            "/usr",
+            "/bin",
+            "/lib",
+            "/lib64",
+            "/etc/ld.so.cache",
+            "/etc/alternatives",
+            "/etc/localtime",
+            "/dev/null",
+            "/dev/urandom",
+            "/dev/zero",
+        ];
+        AllowedPaths {
+            read: read.iter().map(|s| s.to_string()).collect(),
+            write: vec!["workspace".into(), "/dev/null".into()],
+        }
+    }
+}
+
+/// `tools`: which calls run, ask a human, or are refused.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ToolTiers {
+    /// Tier of a call no rule matches.
+    pub default: Tier,
+    /// Rules whose calls run without asking.
+    pub allow: Vec<String>,
+    /// Rules whose calls need a human's approval.
+    pub ask: Vec<String>,
+    /// Rules whose calls are refused.
+    pub deny: Vec<String>,
+}
+
+impl Default for ToolTiers {
+    fn default() -> Self {
+        let v = |items: &[&str]| items.iter().map(|s| s.to_string()).collect();
+        ToolTiers {
+            default: Tier::Ask,
+            allow: v(&[
+                "read_file",
+                "list_dir",
+                "get_time",
+                "run_bash(ls *)",
+                "run_bash(git status*)",
+            ]),
+            ask: v(&["write_file", "edit_file", "run_bash", "run_python"]),
+            deny: v(&["run_bash(rm -rf *)", "read_file(workspace/secrets/*)"]),
+        }
+    }
+}
+
+/// `output`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct OutputSettings {
+    /// Characters of one tool result the model sees, marker not counted.
+    pub max_chars: usize,
+}
+
+impl Default for OutputSettings {
+    fn default() -> Self {
+        OutputSettings { max_chars: 8000 }
+    }
+}
+
+/// Whether a weaker sandbox than configured may run tools.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxRequire {
+    /// Refuse to run tools if any layer cannot be enforced.
+    Full,
+    /// Run with what the kernel offers and say so in every `tool_finished`.
+    BestEffort,
+}
+
+/// `sandbox`: limits applied to every tool process.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct SandboxSettings {
+    /// Whether tool processes may use the network.
+    pub network: bool,
+    /// Wall-clock seconds before the whole process tree is killed.
+    pub timeout_secs: u64,
+    /// CPU seconds (RLIMIT_CPU).
+    pub cpu_secs: u64,
+    /// Address space in MiB.
+    pub memory_mb: u64,
+    /// Processes of the sandbox user.
+    pub max_processes: u64,
+    /// Largest file a tool may write, in MiB.
+    pub max_file_mb: u64,
+    /// Open descriptors per process.
+    pub max_open_files: u64,
+    /// Account tools run as when harnessd runs as root.
+    pub user: String,
+    /// `full` or `best_effort`.
+    pub require: SandboxRequire,
+}
+
+impl Default for SandboxSettings {
+    fn default() -> Self {
+        SandboxSettings {
+            network: false,
+            timeout_secs: 30,
+            cpu_secs: 60,
+            memory_mb: 1024,
+            max_processes: 64,
+            max_file_mb: 256,
+            max_open_files: 256,
+            user: "nobody".into(),
+            require: SandboxRequire::Full,
+        }
+    }
+}
+
+/// Settings plus their compiled rules, ready for [`crate::policy::decide`].
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// The file as written.
+    pub settings: Settings,
+    /// Compiled `tools.deny`, in file order.
+    pub deny: Vec<Rule>,
+    /// Compiled `tools.ask`.
+    pub ask: Vec<Rule>,
+    /// Compiled `tools.allow`.
+    pub allow: Vec<Rule>,
+}
+
+impl Settings {
+    /// Parses and validates the text of a settings file; `file` names it in errors.
+    pub fn parse(text: &str, file: &str) -> Result<Policy, ConfigError> {
+        let mut de = serde_json::Deserializer::from_str(text);
+        let settings: Settings = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+            let key = e.path().to_string();
+            let inner = e.inner();
+            let location = (inner.line() > 0).then(|| super::error::Location {
+                line: inner.line(),
+                column: inner.column(),
+            });
+            // serde_json appends " at line L column C"; we report those separately.
+            let message = inner.to_string();
+            let message = message
+                .split(" at line ")
+                .next()
+                .unwrap_or(&message)
+                .to_string();
+            let key = if key == "." { String::new() } else { key };
+            ConfigError::invalid(file, location, key, message)
+        })?;
+        settings.compile(text, file)
+    }
+
+    fn compile(self, text: &str, file: &str) -> Result<Policy, ConfigError> {
+        let bad = |key: String, message: String| {
+            ConfigError::invalid(file, find_key(text, &key), key, message)
+        };
+        let limits = [
+            ("output.max_chars", self.output.max_chars as u64),
+            ("sandbox.timeout_secs", self.sandbox.timeout_secs),
+            ("sandbox.cpu_secs", self.sandbox.cpu_secs),
+            ("sandbox.memory_mb", self.sandbox.memory_mb),
+            ("sandbox.max_processes", self.sandbox.max_processes),
+            ("sandbox.max_file_mb", self.sandbox.max_file_mb),
+            ("sandbox.max_open_files", self.sandbox.max_open_files),
+        ];
+        for (key, value) in limits {
+            if value == 0 {
+                return Err(bad(key.into(), "must be greater than 0".into()));
+            }
+        }
+        if self.sandbox.user.is_empty() {
+            return Err(bad("sandbox.user".into(), "must name an account".into()));
+        }
+        for (list, paths) in [
+            ("allowed_paths.read", &self.allowed_paths.read),
+            ("allowed_paths.write", &self.allowed_paths.write),
+        ] {
+            for (i, p) in paths.iter().enumerate() {
+                if p.is_empty() {
+                    return Err(bad(format!("{list}[{i}]"), "empty path".into()));
+                }
+            }
+        }
+        let compile = |tier: &str, rules: &[String]| -> Result<Vec<Rule>, ConfigError> {
+            rules
+                .iter()
+                .enumerate()
+                .map(|(i, r)| Rule::parse(r).map_err(|m| bad(format!("tools.{tier}[{i}]"), m)))
+                .collect()
+        };
+        let deny = compile("deny", &self.tools.deny)?;
+        let ask = compile("ask", &self.tools.ask)?;
+        let allow = compile("allow", &self.tools.allow)?;
+        Ok(Policy {
+            settings: self,
+            deny,
+            ask,
+            allow,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_file_parses_to_the_defaults() {
+        let text = include_str!("../../policies/settings.json");
+        let policy = Settings::parse(text, "policies/settings.json").expect("parses");
+        let mut expected = Settings::default();
+        expected.schema = policy.settings.schema.clone();
+        assert_eq!(policy.settings, expected);
+    }
+
+    #[test]
+    fn unknown_key_names_key_and_line() {
+        let text = "{\n  \"output\": { \"max_chars\": 10, \"maxchars\": 3 }\n}";
+        let s = Settings::parse(text, "s.json")
+            .expect_err("unknown")
+            .to_string();
+        assert!(s.starts_with("s.json:2:"), "{s}");
+        assert!(
+            s.contains("output.maxchars") || s.contains("`maxchars`"),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn rule_naming_no_tool_is_an_error() {
+        let text = "{\"tools\": {\"deny\": [\"read_fiel(workspace/x)\"]}}";
+        let s = Settings::parse(text, "s.json")
+            .expect_err("typo")
+            .to_string();
+        assert!(s.contains("tools.deny[0]"), "{s}");
+        assert!(s.contains("read_fiel"), "{s}");
+    }
+
+    #[test]
+    fn bad_tier_is_an_error() {
+        let text = "{\"tools\": {\"default\": \"maybe\"}}";
+        let s = Settings::parse(text, "s.json")
+            .expect_err("tier")
+            .to_string();
+        assert!(s.contains("tools.default"), "{s}");
+    }
+}

@@ -1,0 +1,168 @@
+//! The event types of `events.jsonl` (SPEC §7). Each serialises with a `type` tag;
+//! the writer adds `seq`, `ts` and `task_id`.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::llm::Usage;
+
+/// One auditable event.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    /// The daemon started.
+    DaemonStarted {
+        /// harnessd's version.
+        version: String,
+        /// Its pid.
+        pid: u32,
+        /// The kernel's Landlock ABI (0: none).
+        landlock_abi: u32,
+        /// What the sandbox enforces, item by item.
+        enforced: Value,
+    },
+    /// The daemon is stopping.
+    DaemonStopping {
+        /// Why.
+        reason: String,
+    },
+    /// A config file was loaded (at start, or a reload whose content changed).
+    ConfigLoaded {
+        /// File, relative to the root.
+        file: String,
+        /// sha256 of its bytes.
+        sha256: String,
+    },
+    /// A config file was rejected; the previous version stays in force.
+    ConfigRejected {
+        /// File, relative to the root.
+        file: String,
+        /// The error, with line and column.
+        error: String,
+    },
+    /// A partial last line of events.jsonl was moved aside at start.
+    EventsRepaired {
+        /// Where the partial line went.
+        torn_file: String,
+        /// Its length.
+        bytes: u64,
+    },
+    /// A task began.
+    TaskStarted {
+        /// The prompt.
+        prompt: String,
+        /// The model.
+        model: String,
+        /// `cli` or `api`.
+        source: String,
+    },
+    /// A model request is about to be sent.
+    ModelRequest {
+        /// Request number in the task, from 1.
+        turn: u32,
+        /// Messages in the request.
+        messages: usize,
+        /// Whether tools were disabled (the max_turns summary request).
+        tools_disabled: bool,
+    },
+    /// A model response arrived.
+    ModelResponse {
+        /// Request number.
+        turn: u32,
+        /// The model's stop reason.
+        stop_reason: String,
+        /// Tokens of this request.
+        usage: Usage,
+        /// Time from sending to the full response.
+        latency_ms: u64,
+    },
+    /// One attempt of a model request failed.
+    ModelError {
+        /// Request number.
+        turn: u32,
+        /// HTTP status, if there was a response.
+        status: Option<u16>,
+        /// Attempt number, from 1.
+        attempt: u32,
+        /// Wait before the next attempt; absent when it will not be retried.
+        retry_in_ms: Option<u64>,
+        /// What went wrong.
+        message: String,
+    },
+    /// The model asked for a tool call.
+    ToolRequested {
+        /// The call's id.
+        tool_use_id: String,
+        /// Tool name as the model wrote it.
+        tool: String,
+        /// Input as the model wrote it.
+        input: Value,
+    },
+    /// Policy decided a call.
+    PolicyDecision {
+        /// The call's id.
+        tool_use_id: String,
+        /// Tool name.
+        tool: String,
+        /// `allow`, `ask` or `deny`.
+        tier: String,
+        /// The rule that decided, or `default`.
+        rule: String,
+        /// The argument matched (normalised path or command).
+        subject: Option<String>,
+    },
+    /// A human is asked to approve a call.
+    ApprovalRequested {
+        /// Approval id.
+        approval_id: String,
+        /// The call's id.
+        tool_use_id: String,
+        /// Tool name.
+        tool: String,
+        /// The rule that asked.
+        rule: String,
+    },
+    /// An approval was answered.
+    ApprovalResolved {
+        /// Approval id.
+        approval_id: String,
+        /// `approved`, `denied` or `timeout`.
+        decision: String,
+        /// `tty`, `flag`, `uid:N` or `timeout`.
+        by: String,
+        /// Reason given, if any.
+        reason: Option<String>,
+    },
+    /// A tool call ended (ran, or was answered without running).
+    ToolFinished {
+        /// The call's id.
+        tool_use_id: String,
+        /// Tool name.
+        tool: String,
+        /// Exit code of the process, when it exited.
+        exit_code: Option<i32>,
+        /// Wall-clock time.
+        duration_ms: u64,
+        /// Output bytes produced.
+        output_bytes: u64,
+        /// Whether the model saw a cut version.
+        truncated: bool,
+        /// Whether the result is an error.
+        is_error: bool,
+        /// Full output file, relative to the root, when one was kept.
+        output_file: Option<String>,
+    },
+    /// A task ended.
+    TaskFinished {
+        /// Why.
+        stop_reason: String,
+        /// Model requests made.
+        turns: u32,
+        /// Tokens summed over the task.
+        usage: Usage,
+        /// Wall-clock time.
+        duration_ms: u64,
+        /// The error, when stop_reason is `error`.
+        error: Option<String>,
+    },
+}

@@ -1,0 +1,203 @@
+//! The audit log, `events.jsonl`: one writer thread owns the file; everyone else
+//! holds an [`EventLog`] handle and sends it events. [`EventLog::record`] returns
+//! only after the line was written, so "recorded before it happens" is a fact.
+//!
+//! Each line carries `seq` (strictly increasing across the file and across runs),
+//! `ts` (RFC 3339 UTC, milliseconds), `type` and `task_id` where a task is concerned.
+//! String fields longer than [`MAX_FIELD_CHARS`] are cut in the middle. Diagnostics
+//! never go here; they go through `tracing`.
+
+mod file;
+mod kinds;
+
+pub use file::{EventError, Repair};
+pub use kinds::Event;
+
+use std::path::Path;
+use std::sync::mpsc as std_mpsc;
+
+use serde_json::{Map, Value};
+use tokio::sync::{mpsc, oneshot};
+
+use file::LogFile;
+
+/// Longest string field kept whole in an event.
+pub const MAX_FIELD_CHARS: usize = 4096;
+
+struct Command {
+    body: Map<String, Value>,
+    /// Receives the seq once the line is written; dropped unanswered if the writer
+    /// died.
+    ack: oneshot::Sender<Result<u64, EventError>>,
+}
+
+/// A handle to the log. Cheap to clone; the writer thread ends when every handle
+/// is dropped.
+#[derive(Clone)]
+pub struct EventLog {
+    /// Sent to by every handle, received by the writer thread.
+    tx: std_mpsc::Sender<Command>,
+    /// Copies of every written line go here (the `run` progress trail); dropping the
+    /// receiver just stops the copies.
+    tap: Option<mpsc::UnboundedSender<Value>>,
+}
+
+impl EventLog {
+    /// Opens `path` (repairing a torn last line) and starts the writer thread.
+    pub fn open(
+        path: &Path,
+        tap: Option<mpsc::UnboundedSender<Value>>,
+    ) -> Result<(EventLog, Option<Repair>), EventError> {
+        let (mut log, repair) = LogFile::open(path)?;
+        let (tx, rx) = std_mpsc::channel::<Command>();
+        let tap_for_writer = tap.clone();
+        std::thread::Builder::new()
+            .name("events-writer".into())
+            .spawn(move || {
+                while let Ok(cmd) = rx.recv() {
+                    let ts =
+                        chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+                    let result = log.append(ts.clone(), cmd.body.clone());
+                    if let (Ok(seq), Some(tap)) = (&result, &tap_for_writer) {
+                        let mut line = Map::new();
+                        line.insert("seq".into(), (*seq).into());
+                        line.insert("ts".into(), ts.into());
+                        line.extend(cmd.body);
+                        let _ = tap.send(Value::Object(line));
+                    }
+                    let _ = cmd.ack.send(result);
+                }
+            })
+            .map_err(|source| EventError::Io {
+                op: "start writer thread for",
+                path: path.to_path_buf(),
+                source,
+            })?;
+        Ok((EventLog { tx, tap }, repair))
+    }
+
+    /// Writes one event and waits until it is on disk; returns its seq.
+    pub async fn record(&self, task_id: Option<&str>, event: Event) -> Result<u64, EventError> {
+        let (ack, done) = oneshot::channel();
+        self.tx
+            .send(Command {
+                body: body(task_id, &event),
+                ack,
+            })
+            .map_err(|_| EventError::Closed)?;
+        done.await.map_err(|_| EventError::Closed)?
+    }
+
+    /// Whether a tap is attached.
+    pub fn has_tap(&self) -> bool {
+        self.tap.is_some()
+    }
+}
+
+/// The event as a JSON object: `type`, then `task_id`, then its fields, strings cut.
+fn body(task_id: Option<&str>, event: &Event) -> Map<String, Value> {
+    let mut value = serde_json::to_value(event).unwrap_or_else(
+        |e| serde_json::json!({"type": "internal_error", "message": e.to_string()}),
+    );
+    cap_strings(&mut value);
+    let mut out = Map::new();
+    if let Value::Object(fields) = value {
+        let mut fields = fields.into_iter();
+        if let Some((k, v)) = fields.next() {
+            out.insert(k, v);
+        }
+        if let Some(id) = task_id {
+            out.insert("task_id".into(), id.into());
+        }
+        out.extend(fields);
+    }
+    out
+}
+
+/// Cuts every string longer than [`MAX_FIELD_CHARS`], at any depth.
+pub fn cap_strings(value: &mut Value) {
+    match value {
+        Value::String(s) if s.len() > MAX_FIELD_CHARS => {
+            let (cut, truncated) = crate::text::truncate_middle(s, MAX_FIELD_CHARS, 0);
+            if truncated {
+                *s = cut;
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(cap_strings),
+        Value::Object(map) => map.values_mut().for_each(cap_strings),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_log(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("harnessd-ev-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir.join("events.jsonl")
+    }
+
+    fn stop(reason: &str) -> Event {
+        Event::DaemonStopping {
+            reason: reason.into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn seq_continues_across_opens_and_repairs_torn_line() {
+        let path = temp_log("seq");
+        {
+            let (log, repair) = EventLog::open(&path, None).unwrap();
+            assert!(repair.is_none());
+            assert_eq!(log.record(Some("t1"), stop("a")).await.unwrap(), 1);
+            assert_eq!(log.record(None, stop("b")).await.unwrap(), 2);
+        }
+        // A crash mid-write leaves half a line.
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        std::io::Write::write_all(&mut f, b"{\"seq\":3,\"ts\":\"2026").unwrap();
+        let (log, repair) = EventLog::open(&path, None).unwrap();
+        let repair = repair.expect("torn line found");
+        assert_eq!(repair.bytes, 19);
+        assert_eq!(
+            std::fs::read(&repair.torn_file).unwrap(),
+            b"{\"seq\":3,\"ts\":\"2026"
+        );
+        assert_eq!(log.record(None, stop("c")).await.unwrap(), 3);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 3);
+        assert_eq!(lines[0]["task_id"], "t1");
+        assert_eq!(lines[0]["type"], "daemon_stopping");
+        assert!(lines[1].get("task_id").is_none());
+    }
+
+    #[tokio::test]
+    async fn two_handles_on_one_file_share_the_sequence() {
+        let path = temp_log("two");
+        let (a, _) = EventLog::open(&path, None).unwrap();
+        let (b, _) = EventLog::open(&path, None).unwrap();
+        let mut seqs = Vec::new();
+        for i in 0..10 {
+            let log = if i % 2 == 0 { &a } else { &b };
+            seqs.push(log.record(None, stop("x")).await.unwrap());
+        }
+        assert_eq!(seqs, (1..=10).collect::<Vec<u64>>());
+    }
+
+    #[test]
+    fn long_strings_are_capped() {
+        let mut v = serde_json::json!({"a": ["x".repeat(5000)]});
+        cap_strings(&mut v);
+        let s = v["a"][0].as_str().unwrap();
+        assert!(s.contains("[… 904 chars omitted …]"), "{}", &s[2040..2100]);
+    }
+}

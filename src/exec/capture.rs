@@ -1,0 +1,147 @@
+//! Bounded capture of one output stream: the head and tail stay in memory, every
+//! byte goes to a spool file on disk, and a flood past the hard cap kills the tree.
+//! Memory per stream is bounded by `keep` bytes twice, whatever the tool prints.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+/// What was kept of one stream.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Captured {
+    /// The first bytes, up to the keep size.
+    pub head: Vec<u8>,
+    /// The last bytes after `head`, up to the keep size.
+    pub tail: Vec<u8>,
+    /// Every byte the stream produced.
+    pub total: u64,
+    /// The spool file holding every byte, when one was asked for.
+    pub spool: Option<PathBuf>,
+}
+
+impl Captured {
+    /// Bytes neither in `head` nor in `tail`.
+    pub fn omitted(&self) -> u64 {
+        self.total - (self.head.len() + self.tail.len()) as u64
+    }
+
+    /// Head and tail as text (lossy UTF-8), with nothing between them: the caller
+    /// counts [`Captured::omitted`] into its own marker.
+    pub fn text(&self) -> String {
+        let mut bytes = self.head.clone();
+        bytes.extend_from_slice(&self.tail);
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+/// Shared state of a stream being read; the reader thread writes, the executor
+/// takes a snapshot when the process is done.
+pub(crate) struct Sink {
+    keep: usize,
+    head: Vec<u8>,
+    tail: VecDeque<u8>,
+    total: u64,
+    spool: Option<(PathBuf, File)>,
+    spool_error: Option<String>,
+}
+
+impl Sink {
+    pub(crate) fn new(keep: usize, spool: Option<PathBuf>) -> Sink {
+        let spool = spool.and_then(|p| File::create(&p).ok().map(|f| (p, f)));
+        Sink {
+            keep,
+            head: Vec::new(),
+            tail: VecDeque::new(),
+            total: 0,
+            spool,
+            spool_error: None,
+        }
+    }
+
+    fn push(&mut self, chunk: &[u8]) {
+        self.total += chunk.len() as u64;
+        if let Some((path, file)) = &mut self.spool {
+            if let Err(e) = file.write_all(chunk) {
+                self.spool_error = Some(format!("{}: {e}", path.display()));
+                self.spool = None;
+            }
+        }
+        let room = self.keep.saturating_sub(self.head.len());
+        let (to_head, rest) = chunk.split_at(room.min(chunk.len()));
+        self.head.extend_from_slice(to_head);
+        self.tail.extend(rest);
+        let excess = self.tail.len().saturating_sub(self.keep);
+        self.tail.drain(..excess);
+    }
+
+    pub(crate) fn snapshot(&self) -> Captured {
+        Captured {
+            head: self.head.clone(),
+            tail: self.tail.iter().copied().collect(),
+            total: self.total,
+            spool: self.spool.as_ref().map(|(p, _)| p.clone()),
+        }
+    }
+
+    pub(crate) fn spool_error(&self) -> Option<String> {
+        self.spool_error.clone()
+    }
+}
+
+/// Reads `stream` to its end into `sink`; calls `on_flood` once when the total
+/// passes `cap` and stops reading then (the writer is about to be killed).
+pub(crate) fn pump(mut stream: impl Read, sink: Arc<Mutex<Sink>>, cap: u64, on_flood: impl Fn()) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match stream.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        let total = {
+            let Ok(mut s) = sink.lock() else { return };
+            s.push(&buf[..n]);
+            s.total
+        };
+        if total > cap {
+            on_flood();
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_head_and_tail_only() {
+        let sink = Arc::new(Mutex::new(Sink::new(4, None)));
+        pump(&b"0123456789"[..], sink.clone(), u64::MAX, || {});
+        let c = sink.lock().unwrap().snapshot();
+        assert_eq!(c.head, b"0123");
+        assert_eq!(c.tail, b"6789");
+        assert_eq!(c.total, 10);
+        assert_eq!(c.omitted(), 2);
+    }
+
+    #[test]
+    fn short_stream_is_whole() {
+        let sink = Arc::new(Mutex::new(Sink::new(4, None)));
+        pump(&b"abcdef"[..], sink.clone(), u64::MAX, || {});
+        let c = sink.lock().unwrap().snapshot();
+        assert_eq!(c.text(), "abcdef");
+        assert_eq!(c.omitted(), 0);
+    }
+
+    #[test]
+    fn flood_stops_reading() {
+        let sink = Arc::new(Mutex::new(Sink::new(4, None)));
+        let flooded = std::cell::Cell::new(false);
+        let data = vec![b'y'; 300 * 1024];
+        pump(&data[..], sink.clone(), 100, || flooded.set(true));
+        assert!(flooded.get());
+        assert!(sink.lock().unwrap().total < data.len() as u64);
+    }
+}

@@ -1,0 +1,264 @@
+//! The parent side of tool execution, and the only place harnessd spawns processes.
+//!
+//! [`Executor::run`] starts the helper (`harnessd __sandbox-helper`, see
+//! [`crate::sandbox`]) with a cleared, allow-listed environment in its own process
+//! group, hands it the [`Job`] on stdin, reads stdout and stderr with a bound
+//! ([`capture`]), enforces the wall-clock timeout, and kills the whole process group
+//! when the job ends, times out, floods its output or is cancelled. It decides no
+//! policy: what it is given has already been allowed.
+
+pub mod capture;
+
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio_util::sync::CancellationToken;
+use wait_timeout::ChildExt;
+
+pub use capture::Captured;
+use capture::Sink;
+
+use crate::config::SandboxSettings;
+use crate::sandbox::{HELPER_ARG, Job};
+
+/// Bytes of one stream written to disk before the process tree is killed.
+pub const FLOOD_CAP_BYTES: u64 = 64 * 1024 * 1024;
+
+/// How long to wait for output pipes to close after the process group was killed
+/// (a descendant that left the group may still hold them).
+const DRAIN_GRACE: Duration = Duration::from_secs(2);
+
+/// How the job ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    /// The helper (or the program it became) exited with this code.
+    Exited(i32),
+    /// It was killed by this signal (not by us).
+    Signaled(i32),
+    /// The timeout passed; the tree was killed.
+    TimedOut,
+    /// Output passed [`FLOOD_CAP_BYTES`]; the tree was killed.
+    Flooded,
+    /// The task was cancelled; the tree was killed.
+    Cancelled,
+    /// The helper could not be started.
+    SpawnFailed(String),
+}
+
+/// What one job produced.
+#[derive(Debug, Clone)]
+pub struct ExecOutcome {
+    /// How it ended.
+    pub ending: Ending,
+    /// Its standard output.
+    pub stdout: Captured,
+    /// Its standard error.
+    pub stderr: Captured,
+    /// Wall-clock time from spawn to the end.
+    pub duration: Duration,
+    /// Problems keeping the full output (e.g. a spool file that could not be written).
+    pub notes: Vec<String>,
+}
+
+/// One job to run.
+#[derive(Debug)]
+pub struct ExecRequest<'a> {
+    /// What to do.
+    pub job: &'a Job,
+    /// Working directory (and HOME) of the process.
+    pub workspace: &'a Path,
+    /// The policy's sandbox section, for the helper's confinement.
+    pub sandbox: &'a SandboxSettings,
+    /// Wall-clock limit.
+    pub timeout: Duration,
+    /// Where to spool full output: `<prefix>.stdout.part` and `<prefix>.stderr.part`.
+    pub spool_prefix: Option<PathBuf>,
+    /// Bytes of head and of tail kept in memory per stream.
+    pub keep_bytes: usize,
+    /// Cancels the job: the tree is killed within about 50 ms.
+    pub cancel: &'a CancellationToken,
+}
+
+/// Spawns helpers. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Executor {
+    helper: PathBuf,
+}
+
+impl Executor {
+    /// An executor that re-executes `helper` (normally `std::env::current_exe()`).
+    pub fn new(helper: PathBuf) -> Executor {
+        Executor { helper }
+    }
+
+    /// Runs one job to its end. Blocking: call it from a blocking thread.
+    pub fn run(&self, req: &ExecRequest<'_>) -> ExecOutcome {
+        let started = Instant::now();
+        let spool = |suffix: &str| {
+            req.spool_prefix.as_ref().map(|p| {
+                let mut s = p.clone().into_os_string();
+                s.push(suffix);
+                PathBuf::from(s)
+            })
+        };
+        let sinks = [
+            Arc::new(Mutex::new(Sink::new(req.keep_bytes, spool(".stdout.part")))),
+            Arc::new(Mutex::new(Sink::new(req.keep_bytes, spool(".stderr.part")))),
+        ];
+        let mut child = match self.spawn(req) {
+            Ok(child) => child,
+            Err(e) => {
+                return ExecOutcome {
+                    ending: Ending::SpawnFailed(format!(
+                        "cannot start {}: {e}",
+                        self.helper.display()
+                    )),
+                    stdout: Captured::default(),
+                    stderr: Captured::default(),
+                    duration: started.elapsed(),
+                    notes: Vec::new(),
+                };
+            }
+        };
+        // The child is its own process group leader (process_group(0)), so its pid
+        // names the group.
+        let pgid = Pid::from_raw(child.id() as i32);
+        let flooded = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let pipes: [Option<Box<dyn std::io::Read + Send>>; 2] = [
+            child
+                .stdout
+                .take()
+                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+            child
+                .stderr
+                .take()
+                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+        ];
+        let mut readers = 0;
+        for (pipe, sink) in pipes.into_iter().zip(sinks.iter()) {
+            let Some(pipe) = pipe else { continue };
+            let (sink, flooded, done_tx) = (sink.clone(), flooded.clone(), done_tx.clone());
+            readers += 1;
+            std::thread::spawn(move || {
+                capture::pump(pipe, sink, FLOOD_CAP_BYTES, || {
+                    flooded.store(true, std::sync::atomic::Ordering::SeqCst);
+                    let _ = killpg(pgid, Signal::SIGKILL);
+                });
+                let _ = done_tx.send(());
+            });
+        }
+        drop(done_tx);
+        let ending = wait(&mut child, req, &flooded);
+        // Whatever the ending, nothing the job started may outlive it: background
+        // jobs left in the group would also hold our pipes open.
+        let _ = killpg(pgid, Signal::SIGKILL);
+        let _ = child.wait();
+        let deadline = Instant::now() + DRAIN_GRACE;
+        let mut notes = Vec::new();
+        for _ in 0..readers {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if done_rx.recv_timeout(left).is_err() {
+                notes.push(
+                    "output pipes were still held open by a process that left the tool's \
+                     process group; output after this point is not recorded"
+                        .to_string(),
+                );
+                break;
+            }
+        }
+        let [stdout, stderr] = sinks.map(|s| match s.lock() {
+            Ok(s) => {
+                if let Some(e) = s.spool_error() {
+                    notes.push(format!("full output not kept: {e}"));
+                }
+                s.snapshot()
+            }
+            Err(_) => Captured::default(),
+        });
+        ExecOutcome {
+            ending,
+            stdout,
+            stderr,
+            duration: started.elapsed(),
+            notes,
+        }
+    }
+
+    fn spawn(&self, req: &ExecRequest<'_>) -> std::io::Result<Child> {
+        let job = serde_json::to_vec(req.job).map_err(std::io::Error::other)?;
+        let mut child = Command::new(&self.helper)
+            .arg(HELPER_ARG)
+            .env_clear()
+            .envs(tool_environment(req.workspace))
+            .current_dir(req.workspace)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()?;
+        if let Some(mut stdin) = child.stdin.take() {
+            // The helper reads the whole job before it prints anything, so this
+            // cannot deadlock against a full stdout pipe.
+            if let Err(e) = stdin.write_all(&job) {
+                let _ = killpg(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
+                let _ = child.wait();
+                return Err(e);
+            }
+        }
+        Ok(child)
+    }
+}
+
+fn wait(
+    child: &mut Child,
+    req: &ExecRequest<'_>,
+    flooded: &std::sync::atomic::AtomicBool,
+) -> Ending {
+    let deadline = Instant::now() + req.timeout;
+    // Short slices so cancellation is noticed; an exit is noticed at once.
+    let slice = Duration::from_millis(50);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ending::TimedOut;
+        }
+        match child.wait_timeout(left.min(slice)) {
+            Ok(Some(status)) => {
+                if flooded.load(std::sync::atomic::Ordering::SeqCst) {
+                    return Ending::Flooded;
+                }
+                use std::os::unix::process::ExitStatusExt;
+                return match (status.code(), status.signal()) {
+                    (Some(code), _) => Ending::Exited(code),
+                    (None, Some(sig)) => Ending::Signaled(sig),
+                    (None, None) => Ending::Exited(-1),
+                };
+            }
+            Ok(None) => {
+                if req.cancel.is_cancelled() {
+                    return Ending::Cancelled;
+                }
+            }
+            Err(e) => return Ending::SpawnFailed(format!("cannot wait for the tool: {e}")),
+        }
+    }
+}
+
+/// The whole environment of a tool process: an allow-list, never the daemon's, so
+/// the API key and anything else in the daemon's environment cannot leak.
+pub fn tool_environment(workspace: &Path) -> Vec<(String, String)> {
+    vec![
+        ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
+        ("LANG".into(), "C.UTF-8".into()),
+        ("HOME".into(), workspace.display().to_string()),
+        ("TERM".into(), "dumb".into()),
+        ("PYTHONDONTWRITEBYTECODE".into(), "1".into()),
+    ]
+}

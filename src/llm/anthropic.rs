@@ -1,0 +1,364 @@
+//! The Anthropic Messages API over reqwest (rustls): one request, retried exactly
+//! as SPEC §3 says, each failed attempt recorded as a `model_error` event before
+//! the wait. Prompt-cache breakpoints are placed here, on the last tool definition,
+//! the system prompt and the newest message, so they move forward every turn.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::wire::{Request, Response, Role};
+use crate::config::{ApiConfig, ApiKey};
+use crate::events::{Event, EventError, EventLog};
+
+const ANTHROPIC_VERSION: &str = "2023-06-01";
+const BACKOFF_BASE: Duration = Duration::from_millis(500);
+const BACKOFF_CAP: Duration = Duration::from_secs(30);
+const RETRY_AFTER_CAP: Duration = Duration::from_secs(60);
+/// Statuses worth another attempt.
+const RETRYABLE: [u16; 7] = [408, 429, 500, 502, 503, 504, 529];
+
+/// Why a model request failed for good.
+#[derive(Debug, thiserror::Error)]
+pub enum LlmError {
+    /// The API answered with an error status (after retries if retryable).
+    #[error("model API returned HTTP {status}: {message}")]
+    Status {
+        /// HTTP status.
+        status: u16,
+        /// The API's own error message.
+        message: String,
+    },
+    /// No response: connection failure or timeout, after retries.
+    #[error("model API request failed: {0}")]
+    Transport(String),
+    /// A 2xx response whose body is not a Messages API response.
+    #[error("model API returned a malformed response body: {0}")]
+    Malformed(String),
+    /// The task was cancelled while waiting.
+    #[error("cancelled")]
+    Cancelled,
+    /// The attempt could not be recorded.
+    #[error(transparent)]
+    Events(#[from] EventError),
+    /// The client could not be built.
+    #[error("cannot build the HTTP client: {0}")]
+    Client(String),
+}
+
+/// Context of one request, for its `model_error` events.
+pub struct Attempt<'a> {
+    /// The audit log.
+    pub events: &'a EventLog,
+    /// The task.
+    pub task_id: &'a str,
+    /// The request's turn number.
+    pub turn: u32,
+    /// Cancels the request and any wait between attempts.
+    pub cancel: &'a CancellationToken,
+}
+
+/// A failed attempt.
+struct Failure {
+    status: Option<u16>,
+    message: String,
+    retryable: bool,
+    retry_after: Option<Duration>,
+}
+
+/// Client of the Messages API.
+#[derive(Debug, Clone)]
+pub struct AnthropicClient {
+    http: reqwest::Client,
+    url: String,
+    key: ApiKey,
+    max_retries: u32,
+}
+
+impl AnthropicClient {
+    /// Builds a client from `[api]` and the key.
+    pub fn new(api: &ApiConfig, key: ApiKey) -> Result<AnthropicClient, LlmError> {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(api.timeout_secs))
+            .connect_timeout(Duration::from_secs(api.timeout_secs.min(10)))
+            .build()
+            .map_err(|e| LlmError::Client(e.to_string()))?;
+        Ok(AnthropicClient {
+            http,
+            url: format!("{}/v1/messages", api.base_url.trim_end_matches('/')),
+            key,
+            max_retries: api.max_retries,
+        })
+    }
+
+    /// Sends `req`, retrying per policy; returns the parsed response.
+    pub async fn send(&self, req: &Request, ctx: Attempt<'_>) -> Result<Response, LlmError> {
+        let body = request_body(req);
+        let mut attempt: u32 = 0;
+        loop {
+            attempt += 1;
+            let result = tokio::select! {
+                r = self.attempt_once(&body) => r,
+                () = ctx.cancel.cancelled() => return Err(LlmError::Cancelled),
+            };
+            let failure = match result {
+                Ok(resp) => return Ok(resp),
+                Err(Ok(failure)) => failure,
+                Err(Err(permanent)) => {
+                    ctx.events
+                        .record(
+                            Some(ctx.task_id),
+                            Event::ModelError {
+                                turn: ctx.turn,
+                                status: None,
+                                attempt,
+                                retry_in_ms: None,
+                                message: permanent.to_string(),
+                            },
+                        )
+                        .await?;
+                    return Err(permanent);
+                }
+            };
+            let retry = failure.retryable && attempt <= self.max_retries;
+            let wait = retry.then(|| {
+                failure
+                    .retry_after
+                    .map(|d| d.min(RETRY_AFTER_CAP))
+                    .unwrap_or_else(|| backoff(attempt - 1))
+            });
+            ctx.events
+                .record(
+                    Some(ctx.task_id),
+                    Event::ModelError {
+                        turn: ctx.turn,
+                        status: failure.status,
+                        attempt,
+                        retry_in_ms: wait.map(|w| w.as_millis() as u64),
+                        message: failure.message.clone(),
+                    },
+                )
+                .await?;
+            let Some(wait) = wait else {
+                return Err(match failure.status {
+                    Some(status) => LlmError::Status {
+                        status,
+                        message: failure.message,
+                    },
+                    None => LlmError::Transport(failure.message),
+                });
+            };
+            tracing::warn!(
+                "model request failed (attempt {attempt}): {}; retrying in {} ms",
+                failure.message,
+                wait.as_millis()
+            );
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = ctx.cancel.cancelled() => return Err(LlmError::Cancelled),
+            }
+        }
+    }
+
+    /// One HTTP exchange. `Err(Ok(_))` may be retried; `Err(Err(_))` may not.
+    async fn attempt_once(&self, body: &Value) -> Result<Response, Result<Failure, LlmError>> {
+        let sent = self
+            .http
+            .post(&self.url)
+            .header("x-api-key", self.key.expose())
+            .header("anthropic-version", ANTHROPIC_VERSION)
+            .header("content-type", "application/json")
+            .json(body)
+            .send()
+            .await;
+        let resp = match sent {
+            Ok(resp) => resp,
+            Err(e) => {
+                return Err(Ok(Failure {
+                    status: None,
+                    message: transport_message(&e),
+                    retryable: true,
+                    retry_after: None,
+                }));
+            }
+        };
+        let status = resp.status().as_u16();
+        let retry_after = resp
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(Duration::from_secs_f64);
+        let bytes = match resp.bytes().await {
+            Ok(b) => b,
+            Err(e) => {
+                return Err(Ok(Failure {
+                    status: Some(status),
+                    message: format!("reading the response body: {}", transport_message(&e)),
+                    retryable: true,
+                    retry_after,
+                }));
+            }
+        };
+        if (200..300).contains(&status) {
+            return parse_response(&bytes).map_err(Err);
+        }
+        let message = api_error_message(&bytes);
+        if RETRYABLE.contains(&status) {
+            Err(Ok(Failure {
+                status: Some(status),
+                message,
+                retryable: true,
+                retry_after,
+            }))
+        } else {
+            Err(Ok(Failure {
+                status: Some(status),
+                message,
+                retryable: false,
+                retry_after: None,
+            }))
+        }
+    }
+}
+
+fn transport_message(e: &reqwest::Error) -> String {
+    let mut msg = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        source = s.source();
+    }
+    if e.is_timeout() {
+        msg.push_str(" (timed out; see api.timeout_secs)");
+    }
+    msg
+}
+
+/// 500 ms × 2ⁿ, capped at 30 s, with full jitter.
+fn backoff(n: u32) -> Duration {
+    let ceiling = BACKOFF_BASE
+        .saturating_mul(2u32.saturating_pow(n))
+        .min(BACKOFF_CAP);
+    ceiling.mul_f64(fastrand::f64())
+}
+
+/// The API's own error message (`{"error": {"message": …}}`), or the body's start.
+fn api_error_message(bytes: &[u8]) -> String {
+    let parsed: Option<Value> = serde_json::from_slice(bytes).ok();
+    if let Some(err) = parsed.as_ref().and_then(|v| v.get("error")) {
+        let kind = err.get("type").and_then(Value::as_str).unwrap_or("error");
+        let message = err.get("message").and_then(Value::as_str).unwrap_or("");
+        return format!("{kind}: {message}");
+    }
+    let text = String::from_utf8_lossy(bytes);
+    crate::text::truncate_middle(text.trim(), 300, 0).0
+}
+
+fn parse_response(bytes: &[u8]) -> Result<Response, LlmError> {
+    let resp: Response = serde_json::from_slice(bytes).map_err(|e| {
+        let text = String::from_utf8_lossy(bytes);
+        let start = crate::text::truncate_middle(&text, 200, 0).0;
+        LlmError::Malformed(format!("{e}; body: {start}"))
+    })?;
+    if resp.role != Role::Assistant {
+        return Err(LlmError::Malformed("role is not \"assistant\"".into()));
+    }
+    Ok(resp)
+}
+
+/// The JSON body, with cache breakpoints on tools, system and the newest message.
+pub(crate) fn request_body(req: &Request) -> Value {
+    let mut body = serde_json::to_value(req).unwrap_or_else(|_| json!({}));
+    let ephemeral = json!({"type": "ephemeral"});
+    if let Some(last) = body
+        .get_mut("tools")
+        .and_then(Value::as_array_mut)
+        .and_then(|t| t.last_mut())
+    {
+        last["cache_control"] = ephemeral.clone();
+    }
+    if let Some(last) = body
+        .get_mut("system")
+        .and_then(Value::as_array_mut)
+        .and_then(|s| s.last_mut())
+    {
+        last["cache_control"] = ephemeral.clone();
+    }
+    // The newest block that may carry a breakpoint (thinking blocks may not).
+    if let Some(block) = body
+        .get_mut("messages")
+        .and_then(Value::as_array_mut)
+        .and_then(|m| m.last_mut())
+        .and_then(|m| m.get_mut("content"))
+        .and_then(Value::as_array_mut)
+        .and_then(|c| {
+            c.iter_mut().rev().find(|b| {
+                !matches!(
+                    b.get("type").and_then(Value::as_str),
+                    Some("thinking" | "redacted_thinking")
+                )
+            })
+        })
+    {
+        block["cache_control"] = ephemeral;
+    }
+    body
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::{Block, Message};
+
+    #[test]
+    fn backoff_is_bounded() {
+        for n in 0..20 {
+            let d = backoff(n);
+            assert!(d <= BACKOFF_CAP);
+            assert!(d <= BACKOFF_BASE * 2u32.saturating_pow(n));
+        }
+    }
+
+    #[test]
+    fn breakpoints_on_tools_system_and_newest_message() {
+        let req = Request {
+            model: "m".into(),
+            max_tokens: 10,
+            system: vec![json!({"type": "text", "text": "s"})],
+            tools: vec![json!({"name": "a"}), json!({"name": "b"})],
+            messages: vec![
+                Message::user(vec![Block::text("one")]),
+                Message::user(vec![
+                    Block::tool_result("x", "r", false),
+                    Block::text("two"),
+                ]),
+            ],
+            tool_choice: None,
+            thinking: None,
+        };
+        let body = request_body(&req);
+        assert!(body["tools"][0].get("cache_control").is_none());
+        assert_eq!(body["tools"][1]["cache_control"]["type"], "ephemeral");
+        assert_eq!(body["system"][0]["cache_control"]["type"], "ephemeral");
+        assert!(
+            body["messages"][0]["content"][0]
+                .get("cache_control")
+                .is_none()
+        );
+        assert_eq!(
+            body["messages"][1]["content"][1]["cache_control"]["type"],
+            "ephemeral"
+        );
+        assert!(req.messages[1].content[1].0.get("cache_control").is_none());
+    }
+
+    #[test]
+    fn api_error_message_is_surfaced() {
+        let m = api_error_message(br#"{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: too big"}}"#);
+        assert_eq!(m, "invalid_request_error: max_tokens: too big");
+    }
+}

@@ -1,0 +1,238 @@
+//! Anthropic Messages API wire types.
+//!
+//! Content blocks are kept as the raw JSON the API sent ([`Block`]), so a block type
+//! harnessd does not know — or a field it does not model, or a thinking block's
+//! signature — goes back byte for byte. [`KnownBlock`] is the typed view used to
+//! act on a block; it is never what is sent.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+/// One content block, exactly as received or built.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Block(pub Value);
+
+/// The typed view of the block kinds harnessd acts on.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum KnownBlock {
+    /// Text from the model or the user.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// The model asks for a tool call.
+    ToolUse {
+        /// Id the result must quote.
+        id: String,
+        /// Tool name.
+        name: String,
+        /// Tool input (any JSON; validated later).
+        #[serde(default)]
+        input: Value,
+    },
+    /// A tool's result, sent by harnessd.
+    ToolResult {
+        /// The `tool_use` id answered.
+        tool_use_id: String,
+    },
+    /// Extended thinking; echoed back verbatim with its signature.
+    Thinking {
+        /// The thinking text.
+        thinking: String,
+    },
+    /// Redacted thinking; echoed back verbatim.
+    RedactedThinking {
+        /// Opaque data.
+        data: String,
+    },
+}
+
+impl Block {
+    /// A text block.
+    pub fn text(text: impl Into<String>) -> Block {
+        Block(json!({"type": "text", "text": text.into()}))
+    }
+
+    /// A `tool_result` block with text content.
+    pub fn tool_result(tool_use_id: &str, content: &str, is_error: bool) -> Block {
+        let mut obj = Map::new();
+        obj.insert("type".into(), "tool_result".into());
+        obj.insert("tool_use_id".into(), tool_use_id.into());
+        obj.insert("content".into(), content.into());
+        if is_error {
+            obj.insert("is_error".into(), true.into());
+        }
+        Block(Value::Object(obj))
+    }
+
+    /// The typed view, or `None` for a block type harnessd does not act on.
+    pub fn known(&self) -> Option<KnownBlock> {
+        KnownBlock::deserialize(&self.0).ok()
+    }
+
+    /// The block's `type` field.
+    pub fn kind(&self) -> &str {
+        self.0.get("type").and_then(Value::as_str).unwrap_or("")
+    }
+}
+
+/// Who wrote a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// The user (prompts and tool results).
+    User,
+    /// The model.
+    Assistant,
+}
+
+/// One message of the history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    /// Author.
+    pub role: Role,
+    /// Content blocks.
+    pub content: Vec<Block>,
+}
+
+impl Message {
+    /// A user message.
+    pub fn user(content: Vec<Block>) -> Message {
+        Message {
+            role: Role::User,
+            content,
+        }
+    }
+
+    /// The `tool_use` blocks of the message, in order: (id, name, input).
+    pub fn tool_uses(&self) -> Vec<(String, String, Value)> {
+        self.content
+            .iter()
+            .filter_map(|b| match b.known() {
+                Some(KnownBlock::ToolUse { id, name, input }) => Some((id, name, input)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The message's text blocks joined.
+    pub fn text(&self) -> String {
+        let texts: Vec<String> = self
+            .content
+            .iter()
+            .filter_map(|b| match b.known() {
+                Some(KnownBlock::Text { text }) => Some(text),
+                _ => None,
+            })
+            .collect();
+        texts.join("\n")
+    }
+}
+
+/// Token counts of one response, or summed over a task.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Uncached input tokens.
+    #[serde(default)]
+    pub input_tokens: u64,
+    /// Output tokens.
+    #[serde(default)]
+    pub output_tokens: u64,
+    /// Input tokens written to the prompt cache.
+    #[serde(default)]
+    pub cache_creation_input_tokens: u64,
+    /// Input tokens read from the prompt cache.
+    #[serde(default)]
+    pub cache_read_input_tokens: u64,
+}
+
+impl Usage {
+    /// Adds `other` into `self`.
+    pub fn add(&mut self, other: &Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cache_creation_input_tokens += other.cache_creation_input_tokens;
+        self.cache_read_input_tokens += other.cache_read_input_tokens;
+    }
+
+    /// Input (cached or not) plus output: what `loop.token_budget` counts.
+    pub fn total(&self) -> u64 {
+        self.input_tokens
+            + self.output_tokens
+            + self.cache_creation_input_tokens
+            + self.cache_read_input_tokens
+    }
+}
+
+/// A successful Messages API response (the fields harnessd uses).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Response {
+    /// Must be `assistant`.
+    pub role: Role,
+    /// The assistant's content, kept raw.
+    pub content: Vec<Block>,
+    /// Why the model stopped: `end_turn`, `tool_use`, `max_tokens`, `pause_turn`,
+    /// `refusal`, `stop_sequence`, or a value a newer API adds.
+    #[serde(default)]
+    pub stop_reason: Option<String>,
+    /// Tokens of this request.
+    #[serde(default)]
+    pub usage: Usage,
+}
+
+/// Tool choice of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ToolChoice {
+    /// The model decides.
+    Auto,
+    /// The model may not call tools.
+    None,
+}
+
+/// One Messages API request.
+#[derive(Debug, Clone, Serialize)]
+pub struct Request {
+    /// Model id.
+    pub model: String,
+    /// Output cap.
+    pub max_tokens: u32,
+    /// System prompt blocks.
+    pub system: Vec<Value>,
+    /// Tool definitions.
+    pub tools: Vec<Value>,
+    /// The history.
+    pub messages: Vec<Message>,
+    /// Set only when tools are disabled for the summary request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<ToolChoice>,
+    /// Extended thinking, when enabled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<Value>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_blocks_and_fields_survive_a_round_trip() {
+        let raw = r#"{"role":"assistant","content":[{"type":"thinking","thinking":"hm","signature":"c2ln=="},{"type":"server_tool_use","id":"s1","name":"web_search","input":{"q":"x"}},{"type":"text","text":"hi","citations":[{"a":1}]}],"stop_reason":"end_turn","usage":{"input_tokens":5,"output_tokens":2}}"#;
+        let resp: Response = serde_json::from_str(raw).unwrap();
+        let msg = Message {
+            role: resp.role,
+            content: resp.content,
+        };
+        let back = serde_json::to_value(&msg).unwrap();
+        let orig: Value = serde_json::from_str(raw).unwrap();
+        assert_eq!(back["content"], orig["content"]);
+        assert_eq!(
+            serde_json::to_string(&back["content"]).unwrap(),
+            serde_json::to_string(&orig["content"]).unwrap()
+        );
+        assert_eq!(msg.text(), "hi");
+        assert_eq!(msg.content[1].known(), None);
+    }
+}

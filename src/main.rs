@@ -1,0 +1,54 @@
+//! The `harnessd` binary: parse the command line, set up logging, run one command,
+//! map its outcome to an exit code. Nothing else.
+
+use clap::Parser;
+
+use harnessd::cli::{Cli, Command};
+use harnessd::commands;
+
+fn main() {
+    // The sandbox helper is this binary re-executed; it must start fast and touch
+    // nothing else, so it is dispatched before clap, logging or tokio.
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(harnessd::sandbox::HELPER_ARG))
+    {
+        std::process::exit(harnessd::sandbox::helper_main());
+    }
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("HARNESSD_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let env = |name: &str| std::env::var(name).ok();
+    let result = match cli.command {
+        Command::Run {
+            yes,
+            max_turns,
+            task,
+        } => match std::env::current_exe() {
+            Ok(helper) => commands::run::run(
+                commands::run::RunOptions {
+                    root: cli.root,
+                    task,
+                    yes,
+                    max_turns,
+                    helper,
+                },
+                env,
+            ),
+            Err(e) => Err(anyhow::anyhow!("cannot find the harnessd executable: {e}")),
+        },
+        Command::Check { json } => commands::check::run(&cli.root, json, env),
+        Command::Init { dir } => commands::init::run(&dir.unwrap_or(cli.root)),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}
