@@ -181,10 +181,8 @@ impl Run<'_> {
                 m.role == Role::User && m.content.iter().any(|b| b.kind() == "tool_result")
             });
             let summary = self.turn >= max_turns && after_tools;
-            if summary {
-                if let Some(last) = self.transcript.messages.last_mut() {
-                    last.content.push(Block::text(SUMMARY_REQUEST));
-                }
+            if summary && let Some(last) = self.transcript.messages.last_mut() {
+                last.content.push(Block::text(SUMMARY_REQUEST));
             }
             let request = build_request(&loaded, &self.transcript.messages, summary);
             self.record(Event::ModelRequest {

@@ -219,16 +219,16 @@ impl Config {
                 return bad(key, "must be greater than 0".into());
             }
         }
-        if let Some(budget) = self.api.thinking_budget_tokens {
-            if budget < 1024 || budget >= self.api.max_tokens {
-                return bad(
-                    "api.thinking_budget_tokens",
-                    format!(
-                        "{budget} must be at least 1024 and below api.max_tokens ({})",
-                        self.api.max_tokens
-                    ),
-                );
-            }
+        if let Some(budget) = self.api.thinking_budget_tokens
+            && (budget < 1024 || budget >= self.api.max_tokens)
+        {
+            return bad(
+                "api.thinking_budget_tokens",
+                format!(
+                    "{budget} must be at least 1024 and below api.max_tokens ({})",
+                    self.api.max_tokens
+                ),
+            );
         }
         if self.api.api_key_env.is_empty() {
             return bad(

@@ -28,6 +28,9 @@ pub const DEFAULT_CONFIG: &str = include_str!("../../config/config.toml");
 /// The shipped `policies/settings.json`, written by `harnessd init`.
 pub const DEFAULT_SETTINGS: &str = include_str!("../../policies/settings.json");
 
+/// The sample data file `harnessd init` puts in the workspace.
+pub const SAMPLE_SCORES: &str = include_str!("../../workspace/scores.csv");
+
 /// Absolute paths derived from a root and its config.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Paths {
@@ -185,6 +188,7 @@ pub fn init(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
         (CONFIG_FILE, DEFAULT_CONFIG),
         ("policies/settings.json", DEFAULT_SETTINGS),
         ("transcripts/.gitignore", "*\n!.gitignore\n"),
+        ("workspace/scores.csv", SAMPLE_SCORES),
     ];
     for (rel, content) in files {
         let path = dir.join(rel);

@@ -251,8 +251,10 @@ mod tests {
     fn shipped_file_parses_to_the_defaults() {
         let text = include_str!("../../policies/settings.json");
         let policy = Settings::parse(text, "policies/settings.json").expect("parses");
-        let mut expected = Settings::default();
-        expected.schema = policy.settings.schema.clone();
+        let expected = Settings {
+            schema: policy.settings.schema.clone(),
+            ..Default::default()
+        };
         assert_eq!(policy.settings, expected);
     }
 

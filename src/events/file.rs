@@ -73,7 +73,7 @@ impl LogFile {
             next_seq: 1,
             known_len: u64::MAX,
         };
-        let repair = log.with_lock(|file, path| repair(file, path))?;
+        let repair = log.with_lock(repair)?;
         Ok((log, repair))
     }
 

@@ -62,11 +62,11 @@ impl Sink {
 
     fn push(&mut self, chunk: &[u8]) {
         self.total += chunk.len() as u64;
-        if let Some((path, file)) = &mut self.spool {
-            if let Err(e) = file.write_all(chunk) {
-                self.spool_error = Some(format!("{}: {e}", path.display()));
-                self.spool = None;
-            }
+        if let Some((path, file)) = &mut self.spool
+            && let Err(e) = file.write_all(chunk)
+        {
+            self.spool_error = Some(format!("{}: {e}", path.display()));
+            self.spool = None;
         }
         let room = self.keep.saturating_sub(self.head.len());
         let (to_head, rest) = chunk.split_at(room.min(chunk.len()));

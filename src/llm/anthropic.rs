@@ -288,21 +288,15 @@ pub(crate) fn request_body(req: &Request) -> Value {
     {
         last["cache_control"] = ephemeral.clone();
     }
-    // The newest block that may carry a breakpoint (thinking blocks may not).
+    // The newest user block: assistant messages are resent exactly as received
+    // (a pause_turn continuation), so the breakpoint never goes on one.
     if let Some(block) = body
         .get_mut("messages")
         .and_then(Value::as_array_mut)
-        .and_then(|m| m.last_mut())
+        .and_then(|m| m.iter_mut().rev().find(|m| m["role"] == "user"))
         .and_then(|m| m.get_mut("content"))
         .and_then(Value::as_array_mut)
-        .and_then(|c| {
-            c.iter_mut().rev().find(|b| {
-                !matches!(
-                    b.get("type").and_then(Value::as_str),
-                    Some("thinking" | "redacted_thinking")
-                )
-            })
-        })
+        .and_then(|c| c.last_mut())
     {
         block["cache_control"] = ephemeral;
     }

@@ -124,10 +124,10 @@ pub fn render_result(
     }
     let (mut content, truncated) = truncate_middle(&view, max_chars, omitted);
     content.push_str(&notes);
-    if let Some(path) = out_file {
-        if let Err(e) = write_full(path, &header, is_command, outcome) {
-            tracing::warn!("cannot keep full tool output at {}: {e}", path.display());
-        }
+    if let Some(path) = out_file
+        && let Err(e) = write_full(path, &header, is_command, outcome)
+    {
+        tracing::warn!("cannot keep full tool output at {}: {e}", path.display());
     }
     ToolResult {
         content,

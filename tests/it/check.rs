@@ -1,0 +1,152 @@
+//! `harnessd check` and `harnessd init`: good files, and bad ones named precisely.
+
+use crate::common::{TestRoot, stderr, stdout};
+
+fn root() -> TestRoot {
+    TestRoot::new("http://127.0.0.1:9")
+}
+
+#[test]
+fn repository_root_and_fresh_init_pass_check() {
+    let out = std::process::Command::new(crate::common::bin())
+        .args(["check", "--root", env!("CARGO_MANIFEST_DIR")])
+        .env_remove("ANTHROPIC_API_KEY")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("run_bash"));
+    assert!(
+        stderr(&out).contains("warning"),
+        "absent key is warned about"
+    );
+    let r = root();
+    let out = r.run(&["check", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tools = report["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 7);
+    assert_eq!(tools[0]["tool"], "read_file");
+    assert_eq!(tools[0]["tier"], "allow");
+}
+
+#[test]
+fn malformed_toml_names_file_line_and_column() {
+    let r = root();
+    let path = r.dir.join("config/config.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replace("max_turns = 12", "max_turns = = 12")).unwrap();
+    let out = r.run(&["check"]);
+    assert_eq!(out.status.code(), Some(2));
+    let line = text
+        .lines()
+        .position(|l| l.starts_with("max_turns"))
+        .unwrap()
+        + 1;
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("config/config.toml:{line}:")),
+        "{err}"
+    );
+}
+
+#[test]
+fn unknown_key_in_config_is_named_with_its_line() {
+    let r = root();
+    r.set_config("loop", "max_turn", "5");
+    let out = r.run(&["check"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("config/config.toml:") && err.contains("max_turn"),
+        "{err}"
+    );
+}
+
+#[test]
+fn invalid_limit_is_rejected_with_key() {
+    let r = root();
+    r.set_config("loop", "max_turns", "0");
+    let out = r.run(&["check"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("key `loop.max_turns`: must be greater than 0"),
+        "{}",
+        stderr(&out)
+    );
+    let out = r.run(&["run", "x"]);
+    assert_eq!(out.status.code(), Some(2), "run refuses a bad config too");
+}
+
+#[test]
+fn malformed_json_names_file_line_and_column() {
+    let r = root();
+    let path = r.dir.join("policies/settings.json");
+    std::fs::write(
+        &path,
+        "{\n  \"output\": {\n    \"max_chars\": 10,\n  }\n}\n",
+    )
+    .unwrap();
+    let out = r.run(&["check"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("policies/settings.json:4:3"), "{err}");
+}
+
+#[test]
+fn unknown_key_and_bad_rule_in_settings_are_named() {
+    let r = root();
+    r.edit_settings(|s| s["sandbox"]["netwrok"] = serde_json::json!(true));
+    let out = r.run(&["check"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("policies/settings.json:") && err.contains("netwrok"),
+        "{err}"
+    );
+
+    let r = root();
+    r.edit_settings(|s| s["tools"]["deny"] = serde_json::json!(["run_bsh(rm *)"]));
+    let out = r.run(&["check"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("tools.deny[0]") && err.contains("run_bsh"),
+        "{err}"
+    );
+}
+
+#[test]
+fn missing_files_are_a_config_error_that_says_so() {
+    let r = root();
+    std::fs::remove_file(r.dir.join("policies/settings.json")).unwrap();
+    let out = r.run(&["check"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("settings.json") && err.contains("harnessd init"),
+        "{err}"
+    );
+    let empty = r.dir.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let out = std::process::Command::new(crate::common::bin())
+        .args(["check", "--root"])
+        .arg(&empty)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("config/config.toml"));
+}
+
+#[test]
+fn init_keeps_existing_files() {
+    let r = root();
+    let path = r.dir.join("config/config.toml");
+    let custom = std::fs::read_to_string(&path).unwrap();
+    let out = std::process::Command::new(crate::common::bin())
+        .arg("init")
+        .arg(&r.dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), custom);
+}

@@ -1,0 +1,183 @@
+//! Fixtures: a temporary root wired to a fake API, and a runner for the real binary.
+
+pub mod fake_api;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+pub use fake_api::{FakeApi, Reply};
+
+/// The key every test passes; it must never show up in any record.
+pub const SECRET_KEY: &str = "sk-ant-test-9f8e7d6c5b4a-DO-NOT-LEAK";
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_harnessd")
+}
+
+/// A root in a fresh temporary directory, removed on drop.
+pub struct TestRoot {
+    pub dir: PathBuf,
+}
+
+impl Drop for TestRoot {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+static COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+impl TestRoot {
+    /// `harnessd init` into a new directory, with config pointed at `api_url`.
+    pub fn new(api_url: &str) -> TestRoot {
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let dir = std::env::temp_dir().join(format!("harnessd-it-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = Command::new(bin()).arg("init").arg(&dir).output().unwrap();
+        assert!(
+            out.status.success(),
+            "init failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let root = TestRoot { dir };
+        root.set_config("api", "base_url", &format!("{api_url:?}"));
+        root.set_config("api", "max_retries", "1");
+        root
+    }
+
+    /// Sets `key = value` (TOML literal) in `[section]` of config.toml.
+    pub fn set_config(&self, section: &str, key: &str, value: &str) {
+        let path = self.dir.join("config/config.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut out = Vec::new();
+        let mut current = String::new();
+        let mut done = false;
+        for line in text.lines() {
+            let trimmed = line.trim();
+            if trimmed.starts_with('[') {
+                if current == section && !done {
+                    out.push(format!("{key} = {value}"));
+                    done = true;
+                }
+                current = trimmed.trim_matches(|c| c == '[' || c == ']').to_string();
+            }
+            if current == section && trimmed.split('=').next().map(str::trim) == Some(key) {
+                out.push(format!("{key} = {value}"));
+                done = true;
+                continue;
+            }
+            out.push(line.to_string());
+        }
+        if !done {
+            if current != section {
+                out.push(format!("[{section}]"));
+            }
+            out.push(format!("{key} = {value}"));
+        }
+        std::fs::write(&path, out.join("\n") + "\n").unwrap();
+    }
+
+    /// Edits settings.json through a closure on its JSON value.
+    pub fn edit_settings(&self, f: impl FnOnce(&mut Value)) {
+        let path = self.dir.join("policies/settings.json");
+        let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        f(&mut v);
+        std::fs::write(&path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    }
+
+    pub fn workspace(&self) -> PathBuf {
+        self.dir.join("workspace")
+    }
+
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(bin());
+        cmd.arg("--root").arg(&self.dir).args(args);
+        cmd.env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("ANTHROPIC_API_KEY", SECRET_KEY)
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// Runs `harnessd --root <dir> ARGS` to the end.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+
+    /// Every line of events.jsonl, parsed (panics on a line that does not parse).
+    pub fn events(&self) -> Vec<Value> {
+        let text =
+            std::fs::read_to_string(self.dir.join("transcripts/events.jsonl")).unwrap_or_default();
+        text.lines()
+            .map(|l| {
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("bad event line {l:?}: {e}"))
+            })
+            .collect()
+    }
+
+    pub fn events_of(&self, kind: &str) -> Vec<Value> {
+        self.events()
+            .into_iter()
+            .filter(|e| e["type"] == kind)
+            .collect()
+    }
+
+    /// The one transcript of the root.
+    pub fn transcript(&self) -> Value {
+        let dir = self.dir.join("transcripts");
+        let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "json"))
+            .collect();
+        assert_eq!(files.len(), 1, "expected one transcript, found {files:?}");
+        serde_json::from_str(&std::fs::read_to_string(&files[0]).unwrap()).unwrap()
+    }
+
+    /// Every file under the root's transcripts dir, as text, with its path.
+    pub fn all_records(&self) -> Vec<(PathBuf, String)> {
+        let mut out = Vec::new();
+        walk(&self.dir.join("transcripts"), &mut out);
+        out
+    }
+}
+
+fn walk(dir: &Path, out: &mut Vec<(PathBuf, String)>) {
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = entry.path();
+        if p.is_dir() {
+            walk(&p, out);
+        } else {
+            out.push((
+                p.clone(),
+                String::from_utf8_lossy(&std::fs::read(&p).unwrap()).into_owned(),
+            ));
+        }
+    }
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The tool_result blocks of a request's last message.
+pub fn last_results(body: &Value) -> Vec<Value> {
+    body["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .and_then(|m| m["content"].as_array())
+        .map(|c| {
+            c.iter()
+                .filter(|b| b["type"] == "tool_result")
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default()
+}

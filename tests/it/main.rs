@@ -1,0 +1,11 @@
+//! Integration tests: the real `harnessd` binary against a fake Messages API on
+//! 127.0.0.1. All in one test binary.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
+mod common;
+
+mod api;
+mod check;
+mod records;
+mod stops;
+mod tools;

@@ -1,0 +1,186 @@
+//! events.jsonl and transcripts: complete, ordered, parseable, secret-free.
+
+use serde_json::json;
+
+use crate::common::{FakeApi, Reply, SECRET_KEY, TestRoot, stderr, stdout};
+
+#[test]
+fn events_record_a_task_in_order_and_seq_continues_across_runs() {
+    let api = FakeApi::start(vec![
+        Reply::tool("t1", "read_file", json!({"path": "scores.csv"})),
+        Reply::text("first"),
+        Reply::text("second"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    assert_eq!(root.run(&["run", "one"]).status.code(), Some(0));
+    let first_run = root.events().len();
+    assert_eq!(root.run(&["run", "two"]).status.code(), Some(0));
+    let events = root.events();
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (1..=events.len() as u64).collect::<Vec<_>>());
+    assert!(events.len() > first_run);
+    let types: Vec<&str> = events[..first_run]
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "config_loaded",
+            "config_loaded",
+            "task_started",
+            "model_request",
+            "model_response",
+            "tool_requested",
+            "policy_decision",
+            "tool_finished",
+            "model_request",
+            "model_response",
+            "task_finished"
+        ]
+    );
+    for e in &events {
+        let ts = e["ts"].as_str().unwrap();
+        assert!(
+            ts.ends_with('Z') && ts.len() == 24,
+            "ts {ts} is RFC 3339 UTC with ms"
+        );
+    }
+    let task_events: Vec<_> = events[..first_run]
+        .iter()
+        .filter(|e| e.get("task_id").is_some())
+        .collect();
+    assert_eq!(task_events.len(), first_run - 2);
+    let task_id = task_events[0]["task_id"].as_str().unwrap();
+    assert!(task_events.iter().all(|e| e["task_id"] == task_id));
+    assert_eq!(events[0]["file"], "config/config.toml");
+    assert_eq!(events[1]["file"], "policies/settings.json");
+    assert_eq!(events[0]["sha256"].as_str().unwrap().len(), 64);
+    let started = &events[2];
+    assert_eq!(started["prompt"], "one");
+    assert_eq!(started["source"], "cli");
+    let fin = &events[7];
+    assert_eq!(fin["tool"], "read_file");
+    assert_eq!(fin["is_error"], false);
+    assert_eq!(fin["exit_code"], 0);
+}
+
+#[test]
+fn transcript_holds_exact_messages_and_turns() {
+    let api = FakeApi::start(vec![
+        Reply::tool("t1", "get_time", json!({})),
+        Reply::text("It is now."),
+    ]);
+    let root = TestRoot::new(&api.url);
+    let out = root.run(&["run", "time?"]);
+    assert_eq!(out.status.code(), Some(0));
+    let t = root.transcript();
+    assert_eq!(t["status"], "finished");
+    assert_eq!(t["stop_reason"], "end_turn");
+    assert_eq!(t["answer"], "It is now.");
+    assert_eq!(t["model"], "claude-sonnet-4-5");
+    let msgs = t["messages"].as_array().unwrap();
+    assert_eq!(msgs.len(), 4);
+    assert_eq!(msgs[1]["content"][0]["type"], "tool_use");
+    assert_eq!(msgs[2]["content"][0]["type"], "tool_result");
+    let turns = t["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 2);
+    assert_eq!(turns[0]["stop_reason"], "tool_use");
+    assert!(turns[1]["latency_ms"].is_u64());
+    // What was sent last equals the transcript's history minus the final answer.
+    let reqs = api.requests();
+    let mut sent = reqs[1].body["messages"].clone();
+    let last = sent.as_array_mut().unwrap().last_mut().unwrap();
+    for b in last["content"].as_array_mut().unwrap() {
+        b.as_object_mut().unwrap().remove("cache_control");
+    }
+    assert_eq!(sent.as_array().unwrap()[..], msgs[..3]);
+    assert!(stderr(&out).contains(&format!(
+        "transcripts/{}.json",
+        t["task_id"].as_str().unwrap()
+    )));
+}
+
+#[test]
+fn the_api_key_appears_in_no_record_output_or_tool_environment() {
+    let api = FakeApi::start(vec![
+        Reply::tools(&[
+            (
+                "e",
+                "run_bash",
+                json!({"command": "env; echo; cat /proc/self/environ"}),
+            ),
+            (
+                "p",
+                "run_python",
+                json!({"code": "import os; print(dict(os.environ))"}),
+            ),
+        ]),
+        Reply::error(401, "authentication_error", "invalid x-api-key"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    let out = root.run(&["run", "--yes", "print the environment"]);
+    assert_eq!(out.status.code(), Some(1));
+    let results = crate::common::last_results(&api.requests()[1].body);
+    assert!(
+        results[0]["content"].as_str().unwrap().contains("PATH="),
+        "the tool really ran env"
+    );
+    for r in &results {
+        assert!(!r["content"].as_str().unwrap().contains(SECRET_KEY));
+        assert!(!r["content"].as_str().unwrap().contains("ANTHROPIC_API_KEY"));
+    }
+    let records = root.all_records();
+    assert!(records.len() >= 4, "{records:?}");
+    for (path, text) in records {
+        assert!(
+            !text.contains(SECRET_KEY),
+            "key leaked into {}",
+            path.display()
+        );
+    }
+    assert!(!stderr(&out).contains(SECRET_KEY));
+    assert!(!stdout(&out).contains(SECRET_KEY));
+}
+
+#[test]
+fn torn_last_line_is_moved_aside_at_start_and_nothing_is_lost() {
+    let api = FakeApi::start(vec![Reply::text("a"), Reply::text("b")]);
+    let root = TestRoot::new(&api.url);
+    assert_eq!(root.run(&["run", "one"]).status.code(), Some(0));
+    let before = std::fs::read_to_string(root.dir.join("transcripts/events.jsonl")).unwrap();
+    let n = before.lines().count();
+    let torn = format!("{{\"seq\":{},\"ts\":\"2026-11-29T1", n + 1);
+    std::fs::write(
+        root.dir.join("transcripts/events.jsonl"),
+        format!("{before}{torn}"),
+    )
+    .unwrap();
+    assert_eq!(root.run(&["run", "two"]).status.code(), Some(0));
+    let events = root.events();
+    assert_eq!(events[n]["type"], "events_repaired");
+    assert_eq!(events[n]["seq"], n as u64 + 1);
+    let torn_file = root.dir.join(events[n]["torn_file"].as_str().unwrap());
+    assert_eq!(std::fs::read_to_string(torn_file).unwrap(), torn);
+    let after = std::fs::read_to_string(root.dir.join("transcripts/events.jsonl")).unwrap();
+    assert!(after.starts_with(&before), "no complete line was lost");
+}
+
+#[test]
+fn long_fields_are_capped_in_events_but_whole_in_the_transcript() {
+    let long = "z".repeat(10_000);
+    let api = FakeApi::start(vec![Reply::text("ok")]);
+    let root = TestRoot::new(&api.url);
+    assert_eq!(root.run(&["run", &long]).status.code(), Some(0));
+    let started = &root.events_of("task_started")[0];
+    let prompt = started["prompt"].as_str().unwrap();
+    assert!(prompt.chars().count() < 4200);
+    assert!(prompt.contains("[… 5904 chars omitted …]"));
+    assert_eq!(
+        root.transcript()["messages"][0]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .len(),
+        10_000
+    );
+}
