@@ -227,7 +227,6 @@ impl Run<'_> {
             };
             let uses = message.tool_uses();
             self.transcript.messages.push(message);
-            self.save();
             match model_stop.as_str() {
                 "max_tokens" => {
                     if !uses.is_empty() {

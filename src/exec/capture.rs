@@ -1,6 +1,8 @@
-//! Bounded capture of one output stream: the head and tail stay in memory, every
-//! byte goes to a spool file on disk, and a flood past the hard cap kills the tree.
-//! Memory per stream is bounded by `keep` bytes twice, whatever the tool prints.
+//! Bounded capture of one output stream: the head and tail stay in memory, and once
+//! the stream outgrows them every byte goes to a spool file on disk (created only
+//! then, so the common small output costs no file), and a flood past the hard cap
+//! kills the tree. Memory per stream is bounded by `keep` bytes twice, whatever the
+//! tool prints.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -17,7 +19,7 @@ pub struct Captured {
     pub tail: Vec<u8>,
     /// Every byte the stream produced.
     pub total: u64,
-    /// The spool file holding every byte, when one was asked for.
+    /// The spool file holding every byte, when the stream outgrew memory.
     pub spool: Option<PathBuf>,
 }
 
@@ -27,12 +29,18 @@ impl Captured {
         self.total - (self.head.len() + self.tail.len()) as u64
     }
 
-    /// Head and tail as text (lossy UTF-8), with nothing between them: the caller
-    /// counts [`Captured::omitted`] into its own marker.
-    pub fn text(&self) -> String {
+    /// Head and tail, with nothing between them: the whole stream when
+    /// [`Captured::omitted`] is 0.
+    pub fn bytes(&self) -> Vec<u8> {
         let mut bytes = self.head.clone();
         bytes.extend_from_slice(&self.tail);
-        String::from_utf8_lossy(&bytes).into_owned()
+        bytes
+    }
+
+    /// [`Captured::bytes`] as text (lossy UTF-8); the caller counts
+    /// [`Captured::omitted`] into its own marker.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.bytes()).into_owned()
     }
 }
 
@@ -43,29 +51,52 @@ pub(crate) struct Sink {
     head: Vec<u8>,
     tail: VecDeque<u8>,
     total: u64,
-    spool: Option<(PathBuf, File)>,
+    /// Where to spill once memory is not enough.
+    spool_path: Option<PathBuf>,
+    spool: Option<File>,
     spool_error: Option<String>,
 }
 
 impl Sink {
     pub(crate) fn new(keep: usize, spool: Option<PathBuf>) -> Sink {
-        let spool = spool.and_then(|p| File::create(&p).ok().map(|f| (p, f)));
         Sink {
             keep,
             head: Vec::new(),
             tail: VecDeque::new(),
             total: 0,
-            spool,
+            spool_path: spool,
+            spool: None,
             spool_error: None,
         }
     }
 
+    /// Starts the spool file with what memory holds so far.
+    fn open_spool(&mut self) -> std::io::Result<()> {
+        let Some(path) = &self.spool_path else {
+            return Ok(());
+        };
+        let mut file = File::create(path)?;
+        file.write_all(&self.head)?;
+        let (a, b) = self.tail.as_slices();
+        file.write_all(a)?;
+        file.write_all(b)?;
+        self.spool = Some(file);
+        Ok(())
+    }
+
     fn push(&mut self, chunk: &[u8]) {
+        let outgrows = self.total + chunk.len() as u64 > 2 * self.keep as u64;
+        if outgrows && self.spool.is_none() && self.spool_error.is_none() {
+            if let Err(e) = self.open_spool() {
+                self.spool_error = Some(format!("{}: {e}", self.spool_path_display()));
+                self.spool_path = None;
+            }
+        }
         self.total += chunk.len() as u64;
-        if let Some((path, file)) = &mut self.spool
+        if let Some(file) = &mut self.spool
             && let Err(e) = file.write_all(chunk)
         {
-            self.spool_error = Some(format!("{}: {e}", path.display()));
+            self.spool_error = Some(format!("{}: {e}", self.spool_path_display()));
             self.spool = None;
         }
         let room = self.keep.saturating_sub(self.head.len());
@@ -76,12 +107,23 @@ impl Sink {
         self.tail.drain(..excess);
     }
 
+    fn spool_path_display(&self) -> String {
+        self.spool_path
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    }
+
     pub(crate) fn snapshot(&self) -> Captured {
         Captured {
             head: self.head.clone(),
             tail: self.tail.iter().copied().collect(),
             total: self.total,
-            spool: self.spool.as_ref().map(|(p, _)| p.clone()),
+            spool: self
+                .spool
+                .as_ref()
+                .and(self.spool_path.as_ref())
+                .cloned(),
         }
     }
 
@@ -133,6 +175,24 @@ mod tests {
         let c = sink.lock().unwrap().snapshot();
         assert_eq!(c.text(), "abcdef");
         assert_eq!(c.omitted(), 0);
+    }
+
+    #[test]
+    fn spool_is_created_only_when_memory_is_outgrown() {
+        let dir = std::env::temp_dir().join(format!("harnessd-spool-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let small = dir.join("small");
+        let sink = Arc::new(Mutex::new(Sink::new(4, Some(small.clone()))));
+        pump(&b"12345678"[..], sink.clone(), u64::MAX, || {});
+        assert!(!small.exists());
+        assert_eq!(sink.lock().unwrap().snapshot().spool, None);
+        let big = dir.join("big");
+        let sink = Arc::new(Mutex::new(Sink::new(4, Some(big.clone()))));
+        pump(std::io::Cursor::new(b"0123456789abcdef".to_vec()), sink.clone(), u64::MAX, || {});
+        let c = sink.lock().unwrap().snapshot();
+        assert_eq!(c.spool.as_deref(), Some(big.as_path()));
+        assert_eq!(std::fs::read(&big).unwrap(), b"0123456789abcdef");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

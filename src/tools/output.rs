@@ -157,7 +157,7 @@ fn write_full(path: &Path, header: &str, is_command: bool, o: &ExecOutcome) -> s
                 std::io::copy(&mut File::open(spool)?, &mut out)?;
                 let _ = std::fs::remove_file(spool);
             }
-            None => out.write_all(c.text().as_bytes())?,
+            None => out.write_all(&c.bytes())?,
         }
     }
     out.flush()

@@ -1,0 +1,103 @@
+//! Benchmark of the loop's own overhead (issue 2's figures), against the fake API
+//! with zero latency:
+//!
+//! - the gap between a response arriving and the next request leaving, over a
+//!   50-turn task whose every turn runs `run_bash("echo hi")` in a child process
+//!   (median, p90, and turn 5 against turn 50);
+//! - time from process start to the first request;
+//! - peak RSS of `harnessd run`.
+//!
+//! Run: `cargo bench --bench turn_gap` (prints the figures; asserts nothing).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
+#[allow(dead_code)]
+#[path = "../tests/it/common/fake_api.rs"]
+mod fake_api;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fake_api::{FakeApi, Reply};
+use serde_json::json;
+
+const TURNS: usize = 50;
+
+fn setup(api_url: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("harnessd-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let bin = env!("CARGO_BIN_EXE_harnessd");
+    assert!(Command::new(bin).arg("init").arg(&dir).output().unwrap().status.success());
+    let config = dir.join("config/config.toml");
+    let text = std::fs::read_to_string(&config).unwrap()
+        .replace("https://api.anthropic.com", api_url)
+        .replace("max_turns = 12", &format!("max_turns = {}", TURNS + 1))
+        .replace("no_progress_repeats = 3", "no_progress_repeats = 1000")
+        .replace("token_budget = 200000", "token_budget = 100000000");
+    std::fs::write(&config, text).unwrap();
+    let settings = dir.join("policies/settings.json");
+    let text = std::fs::read_to_string(&settings).unwrap().replace("\"run_bash(ls *)\"", "\"run_bash(echo *)\"");
+    std::fs::write(&settings, text).unwrap();
+    dir
+}
+
+fn median(v: &mut [Duration]) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn main() {
+    // BENCH_TOOL=get_time measures the loop without a child process, for comparison.
+    let in_process = std::env::var("BENCH_TOOL").is_ok_and(|t| t == "get_time");
+    let mut script: Vec<Reply> = (0..TURNS)
+        .map(|i| {
+            let id = format!("toolu_{i:03}");
+            if in_process {
+                Reply::tool(&id, "get_time", json!({}))
+            } else {
+                Reply::tool(&id, "run_bash", json!({"command": "echo hi"}))
+            }
+        })
+        .collect();
+    script.push(Reply::text("done"));
+    let api = FakeApi::start(script);
+    let root = setup(&api.url);
+    let started = Instant::now();
+    let child = Command::new(env!("CARGO_BIN_EXE_harnessd"))
+        .arg("--root")
+        .arg(&root)
+        .args(["run", "say hi fifty times"])
+        .env("ANTHROPIC_API_KEY", "bench-key")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut status = 0;
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    let total = started.elapsed();
+    let requests = api.requests();
+    let replied = api.replied_at();
+    assert_eq!(requests.len(), TURNS + 1, "exit status {status}");
+    let first_request = requests[0].received_at - started;
+    let gaps: Vec<Duration> = (0..TURNS).map(|i| requests[i + 1].received_at - replied[i]).collect();
+    let mut sorted = gaps.clone();
+    let med = median(&mut sorted);
+    let p90 = sorted[sorted.len() * 9 / 10];
+    let early: Vec<Duration> = gaps[2..8].to_vec();
+    let late: Vec<Duration> = gaps[TURNS - 6..].to_vec();
+    let tool = if in_process { "get_time()" } else { "run_bash(\"echo hi\")" };
+    println!("turn_gap: {TURNS} turns of {tool} against a zero-latency fake API");
+    println!("  gap response→next request: median {:.2} ms, p90 {:.2} ms, min {:.2} ms, max {:.2} ms",
+        ms(med), ms(p90), ms(sorted[0]), ms(*sorted.last().unwrap()));
+    println!("  gap at turns 3-8 median {:.2} ms; turns {}-{} median {:.2} ms (turn 5: {:.2} ms, turn 50: {:.2} ms)",
+        ms(median(&mut early.clone())), TURNS - 5, TURNS, ms(median(&mut late.clone())), ms(gaps[4]), ms(gaps[TURNS - 1]));
+    println!("  process start → first request: {:.2} ms", ms(first_request));
+    println!("  peak RSS of harnessd run: {:.1} MiB", usage.ru_maxrss as f64 / 1024.0);
+    println!("  whole task: {:.1} ms", ms(total));
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
