@@ -26,16 +26,27 @@ fn setup(api_url: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("harnessd-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let bin = env!("CARGO_BIN_EXE_harnessd");
-    assert!(Command::new(bin).arg("init").arg(&dir).output().unwrap().status.success());
+    assert!(
+        Command::new(bin)
+            .arg("init")
+            .arg(&dir)
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
     let config = dir.join("config/config.toml");
-    let text = std::fs::read_to_string(&config).unwrap()
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
         .replace("https://api.anthropic.com", api_url)
         .replace("max_turns = 12", &format!("max_turns = {}", TURNS + 1))
         .replace("no_progress_repeats = 3", "no_progress_repeats = 1000")
         .replace("token_budget = 200000", "token_budget = 100000000");
     std::fs::write(&config, text).unwrap();
     let settings = dir.join("policies/settings.json");
-    let text = std::fs::read_to_string(&settings).unwrap().replace("\"run_bash(ls *)\"", "\"run_bash(echo *)\"");
+    let text = std::fs::read_to_string(&settings)
+        .unwrap()
+        .replace("\"run_bash(ls *)\"", "\"run_bash(echo *)\"");
     std::fs::write(&settings, text).unwrap();
     dir
 }
@@ -80,20 +91,44 @@ fn main() {
     let replied = api.replied_at();
     assert_eq!(requests.len(), TURNS + 1, "exit status {status}");
     let first_request = requests[0].received_at - started;
-    let gaps: Vec<Duration> = (0..TURNS).map(|i| requests[i + 1].received_at - replied[i]).collect();
+    let gaps: Vec<Duration> = (0..TURNS)
+        .map(|i| requests[i + 1].received_at - replied[i])
+        .collect();
     let mut sorted = gaps.clone();
     let med = median(&mut sorted);
     let p90 = sorted[sorted.len() * 9 / 10];
     let early: Vec<Duration> = gaps[2..8].to_vec();
     let late: Vec<Duration> = gaps[TURNS - 6..].to_vec();
-    let tool = if in_process { "get_time()" } else { "run_bash(\"echo hi\")" };
+    let tool = if in_process {
+        "get_time()"
+    } else {
+        "run_bash(\"echo hi\")"
+    };
     println!("turn_gap: {TURNS} turns of {tool} against a zero-latency fake API");
-    println!("  gap response→next request: median {:.2} ms, p90 {:.2} ms, min {:.2} ms, max {:.2} ms",
-        ms(med), ms(p90), ms(sorted[0]), ms(*sorted.last().unwrap()));
-    println!("  gap at turns 3-8 median {:.2} ms; turns {}-{} median {:.2} ms (turn 5: {:.2} ms, turn 50: {:.2} ms)",
-        ms(median(&mut early.clone())), TURNS - 5, TURNS, ms(median(&mut late.clone())), ms(gaps[4]), ms(gaps[TURNS - 1]));
-    println!("  process start → first request: {:.2} ms", ms(first_request));
-    println!("  peak RSS of harnessd run: {:.1} MiB", usage.ru_maxrss as f64 / 1024.0);
+    println!(
+        "  gap response→next request: median {:.2} ms, p90 {:.2} ms, min {:.2} ms, max {:.2} ms",
+        ms(med),
+        ms(p90),
+        ms(sorted[0]),
+        ms(*sorted.last().unwrap())
+    );
+    println!(
+        "  gap at turns 3-8 median {:.2} ms; turns {}-{} median {:.2} ms (turn 5: {:.2} ms, turn 50: {:.2} ms)",
+        ms(median(&mut early.clone())),
+        TURNS - 5,
+        TURNS,
+        ms(median(&mut late.clone())),
+        ms(gaps[4]),
+        ms(gaps[TURNS - 1])
+    );
+    println!(
+        "  process start → first request: {:.2} ms",
+        ms(first_request)
+    );
+    println!(
+        "  peak RSS of harnessd run: {:.1} MiB",
+        usage.ru_maxrss as f64 / 1024.0
+    );
     println!("  whole task: {:.1} ms", ms(total));
     let _ = std::fs::remove_dir_all(&root);
 }

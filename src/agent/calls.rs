@@ -45,7 +45,7 @@ async fn finished(
     id: &str,
     tool: &str,
     result: &ToolResult,
-    started: Instant,
+    duration: std::time::Duration,
     output_file: Option<String>,
 ) -> Result<(), EventError> {
     env.events
@@ -55,7 +55,7 @@ async fn finished(
                 tool_use_id: id.to_string(),
                 tool: tool.to_string(),
                 exit_code: result.exit_code,
-                duration_ms: started.elapsed().as_millis() as u64,
+                duration_ms: duration.as_millis() as u64,
                 output_bytes: result.output_bytes,
                 truncated: result.truncated,
                 is_error: result.is_error,
@@ -87,7 +87,7 @@ pub async fn answer_unexecuted(
             )
             .await?;
         let result = ToolResult::error(message);
-        finished(env, task_id, id, name, &result, started, None).await?;
+        finished(env, task_id, id, name, &result, started.elapsed(), None).await?;
         blocks.push(Block::tool_result(id, &result.content, true));
     }
     Ok(blocks)
@@ -231,7 +231,16 @@ pub async fn execute_calls(
                 input,
             }),
             Err(result) => {
-                finished(env, task_id, &call.0, &call.1, &result, starts[index], None).await?;
+                finished(
+                    env,
+                    task_id,
+                    &call.0,
+                    &call.1,
+                    &result,
+                    starts[index].elapsed(),
+                    None,
+                )
+                .await?;
                 results[index] = Some((result, None));
             }
         }
@@ -252,10 +261,14 @@ pub async fn execute_calls(
             }
         }
         let batch = &runnable[i..end];
-        let outputs =
-            futures::future::join_all(batch.iter().map(|r| tools::run(&r.id, &r.input, &ctx)))
-                .await;
-        for (r, (result, file)) in batch.iter().zip(outputs) {
+        // A run call's duration is its execution, not the wait for approval.
+        let outputs = futures::future::join_all(batch.iter().map(|r| async {
+            let started = Instant::now();
+            let (result, file) = tools::run(&r.id, &r.input, &ctx).await;
+            (result, file, started.elapsed())
+        }))
+        .await;
+        for (r, (result, file, duration)) in batch.iter().zip(outputs) {
             let file = file.map(|f| loaded.paths.display(&f));
             finished(
                 env,
@@ -263,7 +276,7 @@ pub async fn execute_calls(
                 &r.id,
                 r.tool.as_str(),
                 &result,
-                starts[r.index],
+                duration,
                 file.clone(),
             )
             .await?;

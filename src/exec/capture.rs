@@ -86,11 +86,13 @@ impl Sink {
 
     fn push(&mut self, chunk: &[u8]) {
         let outgrows = self.total + chunk.len() as u64 > 2 * self.keep as u64;
-        if outgrows && self.spool.is_none() && self.spool_error.is_none() {
-            if let Err(e) = self.open_spool() {
-                self.spool_error = Some(format!("{}: {e}", self.spool_path_display()));
-                self.spool_path = None;
-            }
+        if outgrows
+            && self.spool.is_none()
+            && self.spool_error.is_none()
+            && let Err(e) = self.open_spool()
+        {
+            self.spool_error = Some(format!("{}: {e}", self.spool_path_display()));
+            self.spool_path = None;
         }
         self.total += chunk.len() as u64;
         if let Some(file) = &mut self.spool
@@ -119,11 +121,7 @@ impl Sink {
             head: self.head.clone(),
             tail: self.tail.iter().copied().collect(),
             total: self.total,
-            spool: self
-                .spool
-                .as_ref()
-                .and(self.spool_path.as_ref())
-                .cloned(),
+            spool: self.spool.as_ref().and(self.spool_path.as_ref()).cloned(),
         }
     }
 
@@ -188,7 +186,12 @@ mod tests {
         assert_eq!(sink.lock().unwrap().snapshot().spool, None);
         let big = dir.join("big");
         let sink = Arc::new(Mutex::new(Sink::new(4, Some(big.clone()))));
-        pump(std::io::Cursor::new(b"0123456789abcdef".to_vec()), sink.clone(), u64::MAX, || {});
+        pump(
+            std::io::Cursor::new(b"0123456789abcdef".to_vec()),
+            sink.clone(),
+            u64::MAX,
+            || {},
+        );
         let c = sink.lock().unwrap().snapshot();
         assert_eq!(c.spool.as_deref(), Some(big.as_path()));
         assert_eq!(std::fs::read(&big).unwrap(), b"0123456789abcdef");

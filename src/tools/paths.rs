@@ -7,12 +7,7 @@ use std::path::{Component, Path, PathBuf};
 /// `raw` resolved against the workspace unless absolute. No normalisation: the
 /// kernel resolves what the child process opens.
 pub fn resolve_in_workspace(workspace: &Path, raw: &str) -> PathBuf {
-    let p = Path::new(raw);
-    if p.is_absolute() {
-        p.to_path_buf()
-    } else {
-        workspace.join(p)
-    }
+    crate::config::resolve(workspace, raw)
 }
 
 /// Folds `.`, `..` and repeated separators without touching the filesystem.

@@ -266,7 +266,11 @@ fn permanent_server_error_exits_1_and_keeps_the_transcript() {
 fn wait_for(path: &std::path::Path) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while !path.exists() {
-        assert!(std::time::Instant::now() < deadline, "{} never appeared", path.display());
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
@@ -274,11 +278,20 @@ fn wait_for(path: &std::path::Path) {
 #[test]
 fn interrupt_during_a_tool_kills_it_saves_the_transcript_and_exits_130() {
     let api = FakeApi::start(vec![
-        Reply::tool("long", "run_bash", json!({"command": "sleep 60 & echo $! > sleeper.pid; wait"})),
+        Reply::tool(
+            "long",
+            "run_bash",
+            json!({"command": "sleep 60 & echo $! > sleeper.pid; wait"}),
+        ),
         Reply::text("never asked"),
     ]);
     let root = TestRoot::new(&api.url);
-    let child = root.command(&["run", "--yes", "x"]).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let child = root
+        .command(&["run", "--yes", "x"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     let pid_file = root.workspace().join("sleeper.pid");
     wait_for(&pid_file);
     std::thread::sleep(std::time::Duration::from_millis(100));
@@ -287,14 +300,24 @@ fn interrupt_during_a_tool_kills_it_saves_the_transcript_and_exits_130() {
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
-    let sleeper: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+    let sleeper: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     let stat = std::fs::read_to_string(format!("/proc/{sleeper}/stat")).unwrap_or_default();
-    assert!(stat.is_empty() || stat.contains(") Z"), "the tool's child survived: {stat}");
+    assert!(
+        stat.is_empty() || stat.contains(") Z"),
+        "the tool's child survived: {stat}"
+    );
     assert_eq!(api.requests().len(), 1);
     let t = root.transcript();
     assert_eq!(t["stop_reason"], "cancelled");
     crate::common::fake_api::check_pairing(&t).unwrap();
-    assert_eq!(root.events_of("task_finished")[0]["stop_reason"], "cancelled");
+    assert_eq!(
+        root.events_of("task_finished")[0]["stop_reason"],
+        "cancelled"
+    );
 }
 
 #[test]
@@ -303,7 +326,12 @@ fn interrupt_during_a_model_request_exits_130() {
     slow.delay = std::time::Duration::from_secs(30);
     let api = FakeApi::start(vec![slow]);
     let root = TestRoot::new(&api.url);
-    let child = root.command(&["run", "x"]).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let child = root
+        .command(&["run", "x"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while root.events_of("model_request").is_empty() {
         assert!(std::time::Instant::now() < deadline);

@@ -442,3 +442,61 @@ fn allowed_pattern_runs_without_asking() {
     );
     assert!(root.events_of("approval_requested").is_empty());
 }
+
+#[test]
+fn ask_on_a_terminal_prompts_and_takes_the_answer() {
+    // `script` gives harnessd a pseudo-terminal on stdin; the test types the answer.
+    for (answer, approved) in [("y", true), ("n", false)] {
+        let api = FakeApi::start(vec![
+            Reply::tool(
+                "w",
+                "write_file",
+                json!({"path": "typed.txt", "content": "x"}),
+            ),
+            Reply::text("done"),
+        ]);
+        let root = TestRoot::new(&api.url);
+        let inner = format!(
+            "{} --root {} run x",
+            crate::common::bin(),
+            root.dir.display()
+        );
+        let mut child = std::process::Command::new("script")
+            .args(["-qec", &inner, "/dev/null"])
+            .env("ANTHROPIC_API_KEY", crate::common::SECRET_KEY)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("util-linux `script` is needed for this test");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while root.events_of("approval_requested").is_empty() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no approval was requested"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        use std::io::Write;
+        child
+            .stdin
+            .as_mut()
+            .unwrap()
+            .write_all(format!("{answer}\n").as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let shown = crate::common::stdout(&out);
+        assert!(
+            shown.contains("Approve? [y/N]") && shown.contains("rule write_file"),
+            "{shown}"
+        );
+        assert_eq!(root.workspace().join("typed.txt").exists(), approved);
+        let resolved = &root.events_of("approval_resolved")[0];
+        assert_eq!(resolved["by"], "tty");
+        assert_eq!(
+            resolved["decision"],
+            if approved { "approved" } else { "denied" }
+        );
+    }
+}
