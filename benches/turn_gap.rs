@@ -56,6 +56,7 @@ fn median(v: &mut [Duration]) -> Duration {
     v[v.len() / 2]
 }
 
+#[allow(clippy::zombie_processes)] // reaped by wait4 below
 fn main() {
     // BENCH_TOOL=get_time measures the loop without a child process, for comparison.
     let in_process = std::env::var("BENCH_TOOL").is_ok_and(|t| t == "get_time");
