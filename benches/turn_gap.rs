@@ -20,9 +20,7 @@ use std::time::{Duration, Instant};
 use fake_api::{FakeApi, Reply};
 use serde_json::json;
 
-const TURNS: usize = 50;
-
-fn setup(api_url: &str) -> std::path::PathBuf {
+fn setup(api_url: &str, turns: usize) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("harnessd-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let bin = env!("CARGO_BIN_EXE_harnessd");
@@ -39,7 +37,7 @@ fn setup(api_url: &str) -> std::path::PathBuf {
     let text = std::fs::read_to_string(&config)
         .unwrap()
         .replace("https://api.anthropic.com", api_url)
-        .replace("max_turns = 12", &format!("max_turns = {}", TURNS + 1))
+        .replace("max_turns = 12", &format!("max_turns = {}", turns + 1))
         .replace("no_progress_repeats = 3", "no_progress_repeats = 1000")
         .replace("token_budget = 200000", "token_budget = 100000000");
     std::fs::write(&config, text).unwrap();
@@ -60,7 +58,12 @@ fn median(v: &mut [Duration]) -> Duration {
 fn main() {
     // BENCH_TOOL=get_time measures the loop without a child process, for comparison.
     let in_process = std::env::var("BENCH_TOOL").is_ok_and(|t| t == "get_time");
-    let mut script: Vec<Reply> = (0..TURNS)
+    // BENCH_TURNS changes the task's length (default 50).
+    let turns: usize = std::env::var("BENCH_TURNS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(50);
+    let mut script: Vec<Reply> = (0..turns)
         .map(|i| {
             let id = format!("toolu_{i:03}");
             if in_process {
@@ -72,7 +75,7 @@ fn main() {
         .collect();
     script.push(Reply::text("done"));
     let api = FakeApi::start(script);
-    let root = setup(&api.url);
+    let root = setup(&api.url, turns);
     let started = Instant::now();
     let child = Command::new(env!("CARGO_BIN_EXE_harnessd"))
         .arg("--root")
@@ -90,22 +93,22 @@ fn main() {
     let total = started.elapsed();
     let requests = api.requests();
     let replied = api.replied_at();
-    assert_eq!(requests.len(), TURNS + 1, "exit status {status}");
+    assert_eq!(requests.len(), turns + 1, "exit status {status}");
     let first_request = requests[0].received_at - started;
-    let gaps: Vec<Duration> = (0..TURNS)
+    let gaps: Vec<Duration> = (0..turns)
         .map(|i| requests[i + 1].received_at - replied[i])
         .collect();
     let mut sorted = gaps.clone();
     let med = median(&mut sorted);
     let p90 = sorted[sorted.len() * 9 / 10];
     let early: Vec<Duration> = gaps[2..8].to_vec();
-    let late: Vec<Duration> = gaps[TURNS - 6..].to_vec();
+    let late: Vec<Duration> = gaps[turns - 6..].to_vec();
     let tool = if in_process {
         "get_time()"
     } else {
         "run_bash(\"echo hi\")"
     };
-    println!("turn_gap: {TURNS} turns of {tool} against a zero-latency fake API");
+    println!("turn_gap: {turns} turns of {tool} against a zero-latency fake API");
     println!(
         "  gap response→next request: median {:.2} ms, p90 {:.2} ms, min {:.2} ms, max {:.2} ms",
         ms(med),
@@ -114,13 +117,14 @@ fn main() {
         ms(*sorted.last().unwrap())
     );
     println!(
-        "  gap at turns 3-8 median {:.2} ms; turns {}-{} median {:.2} ms (turn 5: {:.2} ms, turn 50: {:.2} ms)",
+        "  gap at turns 3-8 median {:.2} ms; turns {}-{} median {:.2} ms (turn 5: {:.2} ms, turn {}: {:.2} ms)",
         ms(median(&mut early.clone())),
-        TURNS - 5,
-        TURNS,
+        turns - 5,
+        turns,
         ms(median(&mut late.clone())),
         ms(gaps[4]),
-        ms(gaps[TURNS - 1])
+        turns,
+        ms(gaps[turns - 1])
     );
     println!(
         "  process start → first request: {:.2} ms",

@@ -115,7 +115,7 @@ fn canonical(v: &Value) -> String {
     }
 }
 
-fn build_request(loaded: &Loaded, messages: &[Message], summary: bool) -> Request {
+fn build_request<'a>(loaded: &Loaded, messages: &'a [Message], summary: bool) -> Request<'a> {
     let api = &loaded.config.api;
     let tools = ToolName::ALL
         .into_iter()
@@ -127,7 +127,7 @@ fn build_request(loaded: &Loaded, messages: &[Message], summary: bool) -> Reques
         max_tokens: api.max_tokens,
         system: vec![json!({"type": "text", "text": loaded.system_prompt})],
         tools,
-        messages: messages.to_vec(),
+        messages,
         tool_choice: summary.then_some(ToolChoice::None),
         thinking: api
             .thinking_budget_tokens

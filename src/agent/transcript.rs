@@ -59,7 +59,7 @@ impl Transcript {
         std::fs::create_dir_all(dir)?;
         let path = Transcript::path(dir, &self.task_id);
         let tmp = dir.join(format!(".{}.json.tmp", self.task_id));
-        let bytes = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
+        let bytes = serde_json::to_vec(self).map_err(std::io::Error::other)?;
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(&bytes)?;
         // No fsync: the guarantee is against a crash of harnessd, which the page

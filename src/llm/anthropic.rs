@@ -8,7 +8,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::wire::{Request, Response, Role};
+use serde::Serialize;
+
+use super::wire::{Block, Message, Request, Response, Role, ToolChoice};
 use crate::config::{ApiConfig, ApiKey};
 use crate::events::{Event, EventError, EventLog};
 
@@ -93,8 +95,9 @@ impl AnthropicClient {
     }
 
     /// Sends `req`, retrying per policy; returns the parsed response.
-    pub async fn send(&self, req: &Request, ctx: Attempt<'_>) -> Result<Response, LlmError> {
-        let body = request_body(req);
+    pub async fn send(&self, req: &Request<'_>, ctx: Attempt<'_>) -> Result<Response, LlmError> {
+        let body = request_body(req)
+            .map_err(|e| LlmError::Malformed(format!("cannot serialise the request: {e}")))?;
         let mut attempt: u32 = 0;
         loop {
             attempt += 1;
@@ -162,14 +165,14 @@ impl AnthropicClient {
     }
 
     /// One HTTP exchange. `Err(Ok(_))` may be retried; `Err(Err(_))` may not.
-    async fn attempt_once(&self, body: &Value) -> Result<Response, Result<Failure, LlmError>> {
+    async fn attempt_once(&self, body: &[u8]) -> Result<Response, Result<Failure, LlmError>> {
         let sent = self
             .http
             .post(&self.url)
             .header("x-api-key", self.key.expose())
             .header("anthropic-version", ANTHROPIC_VERSION)
             .header("content-type", "application/json")
-            .json(body)
+            .body(body.to_vec())
             .send()
             .await;
         let resp = match sent {
@@ -270,43 +273,66 @@ fn parse_response(bytes: &[u8]) -> Result<Response, LlmError> {
     Ok(resp)
 }
 
-/// The JSON body, with cache breakpoints on tools, system and the newest message.
-pub(crate) fn request_body(req: &Request) -> Value {
-    let mut body = serde_json::to_value(req).unwrap_or_else(|_| json!({}));
-    let ephemeral = json!({"type": "ephemeral"});
-    if let Some(last) = body
-        .get_mut("tools")
-        .and_then(Value::as_array_mut)
-        .and_then(|t| t.last_mut())
-    {
-        last["cache_control"] = ephemeral.clone();
+/// The request as it goes on the wire: the history borrowed, with the one message
+/// that carries a cache breakpoint replaced by a marked copy.
+#[derive(Serialize)]
+struct WireRequest<'a> {
+    model: &'a str,
+    max_tokens: u32,
+    system: Vec<Value>,
+    tools: Vec<Value>,
+    messages: Vec<&'a Message>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<ToolChoice>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thinking: Option<&'a Value>,
+}
+
+fn mark_last(blocks: &mut [Value]) {
+    if let Some(last) = blocks.last_mut() {
+        last["cache_control"] = json!({"type": "ephemeral"});
     }
-    if let Some(last) = body
-        .get_mut("system")
-        .and_then(Value::as_array_mut)
-        .and_then(|s| s.last_mut())
-    {
-        last["cache_control"] = ephemeral.clone();
-    }
-    // The newest user block: assistant messages are resent exactly as received
-    // (a pause_turn continuation), so the breakpoint never goes on one.
-    if let Some(block) = body
-        .get_mut("messages")
-        .and_then(Value::as_array_mut)
-        .and_then(|m| m.iter_mut().rev().find(|m| m["role"] == "user"))
-        .and_then(|m| m.get_mut("content"))
-        .and_then(Value::as_array_mut)
-        .and_then(|c| c.last_mut())
-    {
-        block["cache_control"] = ephemeral;
-    }
-    body
+}
+
+/// The JSON body, with cache breakpoints on the last tool, the system prompt and
+/// the newest user message (assistant messages are resent exactly as received, so
+/// a pause_turn continuation never carries one). The stored history is untouched.
+pub(crate) fn request_body(req: &Request<'_>) -> Result<Vec<u8>, serde_json::Error> {
+    let mut tools = req.tools.clone();
+    mark_last(&mut tools);
+    let mut system = req.system.clone();
+    mark_last(&mut system);
+    let newest_user = req.messages.iter().rposition(|m| m.role == Role::User);
+    let marked = newest_user.map(|i| {
+        let mut m = req.messages[i].clone();
+        if let Some(Block(last)) = m.content.last_mut() {
+            last["cache_control"] = json!({"type": "ephemeral"});
+        }
+        m
+    });
+    let messages = req
+        .messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| match &marked {
+            Some(marked) if Some(i) == newest_user => marked,
+            _ => m,
+        })
+        .collect();
+    serde_json::to_vec(&WireRequest {
+        model: &req.model,
+        max_tokens: req.max_tokens,
+        system,
+        tools,
+        messages,
+        tool_choice: req.tool_choice,
+        thinking: req.thinking.as_ref(),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::llm::{Block, Message};
 
     #[test]
     fn backoff_is_bounded() {
@@ -319,22 +345,23 @@ mod tests {
 
     #[test]
     fn breakpoints_on_tools_system_and_newest_message() {
+        let messages = vec![
+            Message::user(vec![Block::text("one")]),
+            Message::user(vec![
+                Block::tool_result("x", "r", false),
+                Block::text("two"),
+            ]),
+        ];
         let req = Request {
             model: "m".into(),
             max_tokens: 10,
             system: vec![json!({"type": "text", "text": "s"})],
             tools: vec![json!({"name": "a"}), json!({"name": "b"})],
-            messages: vec![
-                Message::user(vec![Block::text("one")]),
-                Message::user(vec![
-                    Block::tool_result("x", "r", false),
-                    Block::text("two"),
-                ]),
-            ],
+            messages: &messages,
             tool_choice: None,
             thinking: None,
         };
-        let body = request_body(&req);
+        let body: Value = serde_json::from_slice(&request_body(&req).unwrap()).unwrap();
         assert!(body["tools"][0].get("cache_control").is_none());
         assert_eq!(body["tools"][1]["cache_control"]["type"], "ephemeral");
         assert_eq!(body["system"][0]["cache_control"]["type"], "ephemeral");

@@ -192,9 +192,10 @@ pub enum ToolChoice {
     None,
 }
 
-/// One Messages API request.
+/// One Messages API request. It borrows the history: a long task's messages are
+/// serialised once per request, never copied.
 #[derive(Debug, Clone, Serialize)]
-pub struct Request {
+pub struct Request<'a> {
     /// Model id.
     pub model: String,
     /// Output cap.
@@ -204,7 +205,7 @@ pub struct Request {
     /// Tool definitions.
     pub tools: Vec<Value>,
     /// The history.
-    pub messages: Vec<Message>,
+    pub messages: &'a [Message],
     /// Set only when tools are disabled for the summary request.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_choice: Option<ToolChoice>,
