@@ -97,6 +97,13 @@ async fn run_async(
             .await?;
     }
     record_config(&events, &loaded).await?;
+    let sandbox_user = &loaded.policy.settings.sandbox.user;
+    crate::exec::prepare_workspace(&loaded.paths.workspace, sandbox_user).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot prepare the workspace {} for tools running as {sandbox_user}: {e}",
+            loaded.paths.workspace.display()
+        )
+    })?;
     let cancel = CancellationToken::new();
     let interrupted = cancel.clone();
     tokio::spawn(async move {

@@ -8,9 +8,11 @@
 //! policy: what it is given has already been allowed.
 
 pub mod capture;
+mod workspace;
+
+pub use workspace::prepare_workspace;
 
 use std::io::Write;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, mpsc};
@@ -24,11 +26,13 @@ use wait_timeout::ChildExt;
 pub use capture::Captured;
 use capture::Sink;
 
-use crate::config::SandboxSettings;
-use crate::sandbox::{HELPER_ARG, Job};
+use crate::sandbox::{Confinement, HELPER_ARG, HelperRequest, Job};
 
 /// Bytes of one stream written to disk before the process tree is killed.
 pub const FLOOD_CAP_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Temporary directory of tools, inside the workspace (`/tmp` is not allowed).
+pub const TMP_DIR: &str = ".tmp";
 
 /// How long to wait for output pipes to close after the process group was killed
 /// (a descendant that left the group may still hold them).
@@ -73,8 +77,8 @@ pub struct ExecRequest<'a> {
     pub job: &'a Job,
     /// Working directory (and HOME) of the process.
     pub workspace: &'a Path,
-    /// The policy's sandbox section, for the helper's confinement.
-    pub sandbox: &'a SandboxSettings,
+    /// The confinement the helper applies before the job.
+    pub confine: &'a Confinement,
     /// Wall-clock limit.
     pub timeout: Duration,
     /// Where to spool full output: `<prefix>.stdout.part` and `<prefix>.stderr.part`.
@@ -126,8 +130,8 @@ impl Executor {
                 };
             }
         };
-        // The child is its own process group leader (process_group(0)), so its pid
-        // names the group.
+        // The helper makes itself a session (and process group) leader, so its pid
+        // names the group; killing it also kills the PID namespace it supervises.
         let pgid = Pid::from_raw(child.id() as i32);
         let flooded = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (done_tx, done_rx) = mpsc::channel::<()>();
@@ -149,7 +153,7 @@ impl Executor {
             std::thread::spawn(move || {
                 capture::pump(pipe, sink, FLOOD_CAP_BYTES, || {
                     flooded.store(true, std::sync::atomic::Ordering::SeqCst);
-                    let _ = killpg(pgid, Signal::SIGKILL);
+                    kill_tree(pgid);
                 });
                 let _ = done_tx.send(());
             });
@@ -157,8 +161,8 @@ impl Executor {
         drop(done_tx);
         let ending = wait(&mut child, req, &flooded);
         // Whatever the ending, nothing the job started may outlive it: background
-        // jobs left in the group would also hold our pipes open.
-        let _ = killpg(pgid, Signal::SIGKILL);
+        // jobs left behind would also hold our pipes open.
+        kill_tree(pgid);
         let _ = child.wait();
         let deadline = Instant::now() + DRAIN_GRACE;
         let mut notes = Vec::new();
@@ -192,7 +196,11 @@ impl Executor {
     }
 
     fn spawn(&self, req: &ExecRequest<'_>) -> std::io::Result<Child> {
-        let job = serde_json::to_vec(req.job).map_err(std::io::Error::other)?;
+        let job = serde_json::to_vec(&HelperRequest {
+            job: req.job.clone(),
+            confine: req.confine.clone(),
+        })
+        .map_err(std::io::Error::other)?;
         let mut child = Command::new(&self.helper)
             .arg(HELPER_ARG)
             .env_clear()
@@ -201,13 +209,12 @@ impl Executor {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .process_group(0)
             .spawn()?;
         if let Some(mut stdin) = child.stdin.take() {
             // The helper reads the whole job before it prints anything, so this
             // cannot deadlock against a full stdout pipe.
             if let Err(e) = stdin.write_all(&job) {
-                let _ = killpg(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
+                kill_tree(Pid::from_raw(child.id() as i32));
                 let _ = child.wait();
                 return Err(e);
             }
@@ -251,6 +258,14 @@ fn wait(
     }
 }
 
+/// Kills the helper and its process group. The helper supervises the tool's PID
+/// namespace, whose PID 1 has SIGKILL as its parent-death signal: the kernel then
+/// kills every process in the namespace.
+fn kill_tree(helper: Pid) {
+    let _ = killpg(helper, Signal::SIGKILL);
+    let _ = nix::sys::signal::kill(helper, Signal::SIGKILL);
+}
+
 /// The whole environment of a tool process: an allow-list, never the daemon's, so
 /// the API key and anything else in the daemon's environment cannot leak.
 pub fn tool_environment(workspace: &Path) -> Vec<(String, String)> {
@@ -258,6 +273,10 @@ pub fn tool_environment(workspace: &Path) -> Vec<(String, String)> {
         ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
         ("LANG".into(), "C.UTF-8".into()),
         ("HOME".into(), workspace.display().to_string()),
+        (
+            "TMPDIR".into(),
+            workspace.join(TMP_DIR).display().to_string(),
+        ),
         ("TERM".into(), "dumb".into()),
         ("PYTHONDONTWRITEBYTECODE".into(), "1".into()),
     ]

@@ -4,6 +4,64 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::{SandboxRequire, Settings, resolve};
+
+/// One request to the helper: the job and the confinement to apply first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HelperRequest {
+    /// What to do once confined.
+    pub job: Job,
+    /// How to confine.
+    pub confine: Confinement,
+}
+
+/// The confinement of one tool process, resolved by the parent from settings: the
+/// helper applies it and decides nothing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Confinement {
+    /// Absolute paths readable (and executable).
+    pub read: Vec<PathBuf>,
+    /// Absolute paths writable (and readable).
+    pub write: Vec<PathBuf>,
+    /// Whether sockets other than AF_UNIX may be created.
+    pub network: bool,
+    /// RLIMIT_CPU, seconds.
+    pub cpu_secs: u64,
+    /// RLIMIT_AS, MiB.
+    pub memory_mb: u64,
+    /// RLIMIT_NPROC.
+    pub max_processes: u64,
+    /// RLIMIT_FSIZE, MiB.
+    pub max_file_mb: u64,
+    /// RLIMIT_NOFILE.
+    pub max_open_files: u64,
+    /// Account to drop to when the helper starts as root.
+    pub user: String,
+    /// Whether a layer that cannot be enforced refuses the job.
+    pub require: SandboxRequire,
+}
+
+impl Confinement {
+    /// The confinement `settings` asks for, with relative paths resolved against
+    /// `root`.
+    pub fn from_settings(settings: &Settings, root: &std::path::Path) -> Confinement {
+        let paths = |list: &[String]| list.iter().map(|p| resolve(root, p)).collect();
+        let s = &settings.sandbox;
+        Confinement {
+            read: paths(&settings.allowed_paths.read),
+            write: paths(&settings.allowed_paths.write),
+            network: s.network,
+            cpu_secs: s.cpu_secs,
+            memory_mb: s.memory_mb,
+            max_processes: s.max_processes,
+            max_file_mb: s.max_file_mb,
+            max_open_files: s.max_open_files,
+            user: s.user.clone(),
+            require: s.require,
+        }
+    }
+}
+
 /// One unit of work for the helper. Paths are absolute (resolved against the
 /// workspace by the parent); the kernel, not this type, decides what is reachable.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -49,12 +107,22 @@ pub enum Job {
         /// The code.
         code: String,
     },
+    /// Any program with arguments (`harnessd sandbox -- CMD…`).
+    Exec {
+        /// Program and arguments.
+        argv: Vec<String>,
+    },
+    /// Confine, then print a JSON report of what is enforced (for `check`).
+    Probe,
 }
 
 impl Job {
     /// Whether the job's output is a command's (`exit_code`/`stdout`/`stderr`
     /// sections) rather than a file operation's text.
     pub fn is_command(&self) -> bool {
-        matches!(self, Job::Bash { .. } | Job::Python { .. })
+        matches!(
+            self,
+            Job::Bash { .. } | Job::Python { .. } | Job::Exec { .. }
+        )
     }
 }

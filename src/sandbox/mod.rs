@@ -1,21 +1,31 @@
 //! The child side of tool execution: the `harnessd` binary re-executed as
-//! `harnessd __sandbox-helper`, synchronous, no tokio.
+//! `harnessd __sandbox-helper`, synchronous, single-threaded, no tokio.
 //!
-//! The executor writes one [`Job`] as JSON on the helper's stdin. The helper:
-//! 1. reads the job (stdin is then replaced by `/dev/null`, so a tool never reads
-//!    from the daemon);
-//! 2. confines itself — the layers of SPEC §10 go here, between reading the job and
-//!    acting on it, so every tool, file tools included, runs under them;
-//! 3. performs a file job itself, or `exec`s `bash` / `python3` for a command job.
+//! The executor writes one [`HelperRequest`] as JSON on the helper's stdin. The
+//! helper:
+//! 1. reads the request; stdin is then replaced by `/dev/null`, so a tool never
+//!    reads from the daemon;
+//! 2. confines itself with every layer of [`confine`] (session, parent-death signal,
+//!    closed descriptors, PID namespace, rlimits, privilege drop, no_new_privs,
+//!    Landlock, seccomp), refusing the job if `sandbox.require` is `full` and a
+//!    layer cannot be had;
+//! 3. performs a file job itself, or `exec`s `bash`, `python3` or the given program.
 //!
 //! It never decides policy: by the time a job reaches it, the call was allowed.
+//! Building Landlock and seccomp rules allocates, which is why this happens here,
+//! in a fresh single-threaded process, and not in `pre_exec` in the daemon.
 
+mod confine;
 mod files;
 mod job;
+mod landlock;
+mod report;
+mod seccomp;
 
-pub use job::Job;
+pub use job::{Confinement, HelperRequest, Job};
+pub use report::{Layer, Report, landlock_abi};
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
@@ -25,23 +35,42 @@ pub const HELPER_ARG: &str = "__sandbox-helper";
 /// Exit code of the helper when it could not set up or start the job.
 pub const SETUP_FAILED: i32 = 125;
 
-/// Runs the helper and returns its exit code (on success for command jobs it never
-/// returns: the process becomes `bash` or `python3`).
+/// Runs the helper and returns its exit code (for command jobs it does not return
+/// on success: the process becomes the command).
 pub fn helper_main() -> i32 {
     let mut raw = String::new();
     if let Err(e) = std::io::stdin().read_to_string(&mut raw) {
         return setup_failed(&format!("cannot read the job from stdin: {e}"));
     }
-    let job: Job = match serde_json::from_str(&raw) {
-        Ok(job) => job,
+    let req: HelperRequest = match serde_json::from_str(&raw) {
+        Ok(req) => req,
         Err(e) => return setup_failed(&format!("malformed job: {e}")),
     };
     if let Err(e) = stdin_from_dev_null() {
         return setup_failed(&format!("cannot reopen stdin on /dev/null: {e}"));
     }
-    match job {
+    let mut report = Report {
+        landlock_abi: landlock_abi(),
+        layers: Vec::new(),
+    };
+    if let Err(e) = confine::apply(&req.confine, &mut report) {
+        return setup_failed(&e);
+    }
+    match req.job {
         Job::Bash { command } => exec(Command::new("bash").arg("-c").arg(command)),
         Job::Python { code } => exec(Command::new("python3").arg("-c").arg(code)),
+        Job::Exec { argv } => match argv.split_first() {
+            Some((program, args)) => exec(Command::new(program).args(args)),
+            None => setup_failed("no command given"),
+        },
+        Job::Probe => {
+            let json = serde_json::to_string(&report).unwrap_or_default();
+            let mut out = std::io::stdout().lock();
+            if writeln!(out, "{json}").is_err() {
+                return 1;
+            }
+            0
+        }
         file_job => files::run(file_job),
     }
 }

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use super::{ToolInput, ToolResult, render_result, resolve_in_workspace};
 use crate::config::Loaded;
 use crate::exec::{ExecRequest, Executor};
-use crate::sandbox::Job;
+use crate::sandbox::{Confinement, Job};
 
 /// What a call needs from its surroundings.
 #[derive(Clone)]
@@ -107,10 +107,11 @@ pub async fn run(
             .ok()
             .map(|()| dir.join(format!("{}.out", safe_file_name(tool_use_id))))
     });
-    let (executor, workspace, sandbox, cancel) = (
+    // New allowed paths and limits apply from the next child process.
+    let confine = Confinement::from_settings(&loaded.policy.settings, &loaded.paths.root);
+    let (executor, workspace, cancel) = (
         ctx.executor.clone(),
         loaded.paths.workspace.clone(),
-        sandbox.clone(),
         ctx.cancel.clone(),
     );
     let is_command = job.is_command();
@@ -121,7 +122,7 @@ pub async fn run(
         executor.run(&ExecRequest {
             job: &job,
             workspace: &workspace,
-            sandbox: &sandbox,
+            confine: &confine,
             timeout: Duration::from_secs(timeout_secs),
             spool_prefix,
             keep_bytes,

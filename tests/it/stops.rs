@@ -281,7 +281,7 @@ fn interrupt_during_a_tool_kills_it_saves_the_transcript_and_exits_130() {
         Reply::tool(
             "long",
             "run_bash",
-            json!({"command": "sleep 60 & echo $! > sleeper.pid; wait"}),
+            json!({"command": format!("{} & wait", crate::tools::HEARTBEAT)}),
         ),
         Reply::text("never asked"),
     ]);
@@ -292,24 +292,15 @@ fn interrupt_during_a_tool_kills_it_saves_the_transcript_and_exits_130() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let pid_file = root.workspace().join("sleeper.pid");
-    wait_for(&pid_file);
+    let heartbeat = root.workspace().join("heartbeat");
+    wait_for(&heartbeat);
     std::thread::sleep(std::time::Duration::from_millis(100));
     let started = std::time::Instant::now();
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
-    let sleeper: i32 = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    let stat = std::fs::read_to_string(format!("/proc/{sleeper}/stat")).unwrap_or_default();
-    assert!(
-        stat.is_empty() || stat.contains(") Z"),
-        "the tool's child survived: {stat}"
-    );
+    crate::tools::assert_heartbeat_stopped(&heartbeat);
     assert_eq!(api.requests().len(), 1);
     let t = root.transcript();
     assert_eq!(t["stop_reason"], "cancelled");

@@ -134,7 +134,7 @@ fn timeout_kills_the_whole_group_including_background_children() {
         &[(
             "s",
             "run_bash",
-            json!({"command": "sleep 300 & echo $! > bg.pid; sleep 300", "timeout_secs": 100}),
+            json!({"command": format!("{HEARTBEAT} & sleep 300"), "timeout_secs": 100}),
         )],
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -144,15 +144,7 @@ fn timeout_kills_the_whole_group_including_background_children() {
         "{}",
         text(&results[0])
     );
-    let pid: i32 = std::fs::read_to_string(root.workspace().join("bg.pid"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    assert!(
-        !alive(pid),
-        "background grandchild {pid} survived the timeout"
-    );
+    assert_heartbeat_stopped(&root.workspace().join("heartbeat"));
     let fin = &root.events_of("tool_finished")[0];
     assert_eq!(fin["is_error"], true);
     assert!(fin["duration_ms"].as_u64().unwrap() < 5000);
@@ -166,36 +158,29 @@ fn background_process_does_not_outlive_a_finished_command() {
         &[(
             "s",
             "run_bash",
-            json!({"command": "sleep 300 & echo $! > bg.pid"}),
+            json!({"command": format!("{HEARTBEAT} & sleep 0.3")}),
         )],
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let pid: i32 = std::fs::read_to_string(root.workspace().join("bg.pid"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    assert!(!alive(pid), "background process {pid} survived");
+    assert_heartbeat_stopped(&root.workspace().join("heartbeat"));
 }
 
-/// Whether `pid` is still running (a zombie waiting for init to reap it is dead).
-fn alive(pid: i32) -> bool {
-    let deadline = std::time::Instant::now() + Duration::from_secs(2);
-    loop {
-        let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|s| {
-                s.rsplit(')')
-                    .next()
-                    .and_then(|r| r.split_whitespace().next())
-                    .map(str::to_string)
-            });
-        match state.as_deref() {
-            None | Some("Z") | Some("X") => return false,
-            Some(_) if std::time::Instant::now() > deadline => return true,
-            Some(_) => std::thread::sleep(Duration::from_millis(20)),
-        }
-    }
+/// A background loop that rewrites `heartbeat` every 50 ms while it lives. Checking
+/// the file works whatever PID namespace the process is in.
+pub const HEARTBEAT: &str = "(while true; do date +%s%N > heartbeat; sleep 0.05; done)";
+
+/// Asserts the heartbeat at `path` was started and has stopped changing.
+pub fn assert_heartbeat_stopped(path: &std::path::Path) {
+    std::thread::sleep(Duration::from_millis(200));
+    let first = std::fs::read_to_string(path).expect("the heartbeat never started");
+    std::thread::sleep(Duration::from_millis(400));
+    let second = std::fs::read_to_string(path).unwrap_or_default();
+    assert_eq!(
+        first,
+        second,
+        "a background process is still alive ({})",
+        path.display()
+    );
 }
 
 /// Peak RSS of a finished child, in KiB, from wait4.

@@ -1,0 +1,239 @@
+//! The confinement layers of a tool process, applied by the helper in this order
+//! (each step says why it sits where it does):
+//!
+//! 1. new session (`setsid`): no controlling terminal, its own process group;
+//! 2. parent-death signal, so the helper dies with the executor's thread;
+//! 3. every descriptor above 2 closed (`close_range`): nothing of the daemon's is
+//!    inherited, whatever was opened without CLOEXEC;
+//! 4. a new PID namespace (as root; a user + PID namespace otherwise), entered by
+//!    forking: the child is its PID 1, and when it or the helper dies the kernel
+//!    kills every process in it — double-forked and setsid'd ones too. The helper
+//!    stays behind as a supervisor relaying the exit status;
+//! 5. resource limits (CPU, address space, processes, file size, open files, no
+//!    core dumps) — before the privilege drop, which makes RLIMIT_NPROC bind;
+//! 6. privilege drop to `sandbox.user` when running as root: supplementary groups
+//!    cleared, gid then uid set (all three ids), which empties every capability set;
+//!    the parent-death signal is set again since a credential change clears it;
+//! 7. `no_new_privs`: setuid binaries and file capabilities grant nothing;
+//! 8. Landlock (see [`super::landlock`]);
+//! 9. seccomp (see [`super::seccomp`]) — last, so the steps above may use what it
+//!    forbids.
+
+use nix::sched::{CloneFlags, unshare};
+use nix::sys::resource::{Resource, setrlimit};
+use nix::sys::signal::Signal;
+use nix::sys::wait::{WaitStatus, waitpid};
+use nix::unistd::{ForkResult, Gid, Pid, Uid, User, fork, getppid, setsid};
+
+use super::job::Confinement;
+use super::report::Report;
+use crate::config::SandboxRequire;
+
+/// Applies every layer; returns in the process that should do the job (the PID 1
+/// of the new namespace, or the helper itself without one). `Err` says which layer
+/// a `full` sandbox could not have.
+pub fn apply(c: &Confinement, report: &mut Report) -> Result<(), String> {
+    let full = c.require == SandboxRequire::Full;
+    let layer = |report: &mut Report, name: &str, r: Result<String, String>| match r {
+        Ok(detail) => {
+            report.push(name, true, detail);
+            Ok(())
+        }
+        Err(why) => {
+            report.push(name, false, why.clone());
+            if full {
+                Err(format!(
+                    "{name} cannot be enforced: {why}. Fix that, or set sandbox.require to \
+                     \"best_effort\" in settings.json to run tools with a weaker sandbox"
+                ))
+            } else {
+                Ok(())
+            }
+        }
+    };
+    layer(
+        report,
+        "session",
+        setsid()
+            .map(|_| "new session, no controlling terminal".into())
+            .map_err(|e| e.to_string()),
+    )?;
+    let parent = getppid();
+    layer(report, "parent_death", parent_death_signal(parent))?;
+    layer(report, "descriptors", close_inherited())?;
+    layer(report, "pid_namespace", enter_pid_namespace())?;
+    layer(report, "rlimits", set_rlimits(c))?;
+    layer(report, "privilege_drop", drop_privileges(&c.user))?;
+    layer(report, "no_new_privs", no_new_privs())?;
+    layer(
+        report,
+        "landlock",
+        super::landlock::restrict(c, report.landlock_abi),
+    )?;
+    let seccomp = super::seccomp::filters(c.network)
+        .and_then(|f| super::seccomp::install(&f))
+        .map(|()| {
+            let net = if c.network { "" } else { "sockets other than AF_UNIX, " };
+            format!("refused: {net}ptrace, process_vm, io_uring, mount, namespaces, keyctl, bpf, perf_event_open, TIOCSTI/TIOCLINUX")
+        })
+        .map_err(|e| e.to_string());
+    layer(report, "seccomp", seccomp)
+}
+
+/// SIGKILL when the parent goes, and a check that it has not gone already.
+fn parent_death_signal(expected_parent: Pid) -> Result<String, String> {
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| e.to_string())?;
+    if getppid() != expected_parent {
+        // The parent died before the signal was armed.
+        std::process::exit(super::SETUP_FAILED);
+    }
+    Ok("SIGKILL when the parent dies".into())
+}
+
+fn close_inherited() -> Result<String, String> {
+    // SAFETY: close_range only closes descriptors; none above 2 is used by this
+    // process after this point (Rust's std holds none open here).
+    let r = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
+    if r != 0 {
+        return Err(format!("close_range: {}", std::io::Error::last_os_error()));
+    }
+    Ok("every descriptor above 2 closed".into())
+}
+
+fn enter_pid_namespace() -> Result<String, String> {
+    let how = if Uid::effective().is_root() {
+        unshare(CloneFlags::CLONE_NEWPID)
+            .map(|()| "PID namespace")
+            .map_err(|e| e.to_string())
+    } else {
+        enter_user_and_pid_namespace().map(|()| "user + PID namespace")
+    };
+    let how = how.map_err(|e| {
+        format!("cannot create a PID namespace ({e}); the whole process tree cannot be killed")
+    })?;
+    // SAFETY: the helper is single-threaded (no tokio, no threads spawned), so
+    // fork is safe; the child continues in ordinary Rust.
+    match unsafe { fork() } {
+        Ok(ForkResult::Child) => {
+            // The death signal does not survive fork; the supervisor is the parent now.
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| e.to_string())?;
+            Ok(format!(
+                "{how}: the tool is PID 1, the whole tree dies with it"
+            ))
+        }
+        Ok(ForkResult::Parent { child }) => supervise(child),
+        Err(e) => Err(format!("fork: {e}")),
+    }
+}
+
+/// The supervisor: holds nothing, waits for the namespace's PID 1, exits like it.
+fn supervise(child: Pid) -> ! {
+    // Our copies of stdout/stderr would keep the pipes open after the tree is gone.
+    // SAFETY: closing our own standard descriptors; nothing writes to them after.
+    unsafe {
+        libc::close(1);
+        libc::close(2);
+    }
+    let code = loop {
+        match waitpid(child, None) {
+            Ok(WaitStatus::Exited(_, code)) => break code,
+            Ok(WaitStatus::Signaled(_, sig, _)) => break 128 + sig as i32,
+            Ok(_) => continue,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => break super::SETUP_FAILED,
+        }
+    };
+    std::process::exit(code)
+}
+
+fn enter_user_and_pid_namespace() -> Result<(), String> {
+    let (uid, gid) = (Uid::current(), Gid::current());
+    unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWPID).map_err(|e| e.to_string())?;
+    let write = |file: &str, text: String| {
+        std::fs::write(format!("/proc/self/{file}"), text).map_err(|e| format!("{file}: {e}"))
+    };
+    write("setgroups", "deny".into())?;
+    write("uid_map", format!("{uid} {uid} 1"))?;
+    write("gid_map", format!("{gid} {gid} 1"))?;
+    Ok(())
+}
+
+fn set_rlimits(c: &Confinement) -> Result<String, String> {
+    const MIB: u64 = 1024 * 1024;
+    let limits = [
+        (Resource::RLIMIT_CORE, 0, "core 0"),
+        (Resource::RLIMIT_CPU, c.cpu_secs, "cpu"),
+        (
+            Resource::RLIMIT_AS,
+            c.memory_mb.saturating_mul(MIB),
+            "address space",
+        ),
+        (Resource::RLIMIT_NPROC, c.max_processes, "processes"),
+        (
+            Resource::RLIMIT_FSIZE,
+            c.max_file_mb.saturating_mul(MIB),
+            "file size",
+        ),
+        (Resource::RLIMIT_NOFILE, c.max_open_files, "open files"),
+    ];
+    for (resource, value, name) in limits {
+        setrlimit(resource, value, value).map_err(|e| format!("{name}: {e}"))?;
+    }
+    Ok(format!(
+        "cpu {} s, address space {} MiB, {} processes, files {} MiB, {} open files, no core",
+        c.cpu_secs, c.memory_mb, c.max_processes, c.max_file_mb, c.max_open_files
+    ))
+}
+
+fn drop_privileges(user: &str) -> Result<String, String> {
+    if !Uid::effective().is_root() {
+        return Ok(format!("not needed: running as uid {}", Uid::effective()));
+    }
+    let account = User::from_name(user)
+        .map_err(|e| format!("cannot look up sandbox.user {user:?}: {e}"))?
+        .ok_or_else(|| {
+            format!("sandbox.user {user:?} does not exist; create it or name another")
+        })?;
+    if account.uid.is_root() {
+        return Err(format!(
+            "sandbox.user {user:?} is uid 0; name an unprivileged account"
+        ));
+    }
+    let parent = getppid();
+    nix::unistd::setgroups(&[]).map_err(|e| format!("setgroups: {e}"))?;
+    nix::unistd::setresgid(account.gid, account.gid, account.gid)
+        .map_err(|e| format!("setresgid: {e}"))?;
+    nix::unistd::setresuid(account.uid, account.uid, account.uid)
+        .map_err(|e| format!("setresuid: {e}"))?;
+    parent_death_signal(parent)?;
+    let caps = capabilities()?;
+    if caps.iter().any(|(_, v)| *v != 0) {
+        return Err(format!("capabilities remain after the drop: {caps:?}"));
+    }
+    Ok(format!(
+        "uid {} gid {} ({user}), no supplementary groups, no capabilities",
+        account.uid, account.gid
+    ))
+}
+
+/// CapInh, CapPrm, CapEff, CapAmb of this process.
+fn capabilities() -> Result<Vec<(String, u64)>, String> {
+    let status = std::fs::read_to_string("/proc/self/status").map_err(|e| e.to_string())?;
+    Ok(status
+        .lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            matches!(k, "CapInh" | "CapPrm" | "CapEff" | "CapAmb").then(|| {
+                (
+                    k.to_string(),
+                    u64::from_str_radix(v.trim(), 16).unwrap_or(u64::MAX),
+                )
+            })
+        })
+        .collect())
+}
+
+fn no_new_privs() -> Result<String, String> {
+    nix::sys::prctl::set_no_new_privs().map_err(|e| e.to_string())?;
+    Ok("set".into())
+}

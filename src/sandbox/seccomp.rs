@@ -1,0 +1,144 @@
+//! The seccomp filters of a tool process: what Landlock cannot refuse.
+//!
+//! Two filters are stacked. The first answers `clone3` with ENOSYS, so libc falls
+//! back to `clone`, whose flags (unlike `clone3`'s, which sit in memory) a filter can
+//! read. The second answers EPERM to: every socket family but AF_UNIX when the
+//! network is off (UDP, raw, netlink, IPv6 — Landlock covers TCP only); ptrace and
+//! cross-process memory access; io_uring (which would bypass this filter); the mount
+//! family; namespace creation (`unshare`, `setns`, `clone` with CLONE_NEWUSER and
+//! friends); keyrings; bpf; perf_event_open; and the TIOCSTI / TIOCLINUX ioctls that
+//! inject input into a terminal.
+
+use std::collections::BTreeMap;
+
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
+
+/// Why a filter could not be built or installed.
+#[derive(Debug, thiserror::Error)]
+#[error("seccomp: {0}")]
+pub struct SeccompError(String);
+
+fn err(e: impl std::fmt::Display) -> SeccompError {
+    SeccompError(e.to_string())
+}
+
+#[cfg(target_arch = "x86_64")]
+const ARCH: TargetArch = TargetArch::x86_64;
+#[cfg(target_arch = "aarch64")]
+const ARCH: TargetArch = TargetArch::aarch64;
+
+/// Namespace flags of `clone`.
+const CLONE_NEW_FLAGS: [u64; 7] = [
+    libc::CLONE_NEWUSER as u64,
+    libc::CLONE_NEWNS as u64,
+    libc::CLONE_NEWPID as u64,
+    libc::CLONE_NEWNET as u64,
+    libc::CLONE_NEWIPC as u64,
+    libc::CLONE_NEWUTS as u64,
+    libc::CLONE_NEWCGROUP as u64,
+];
+
+fn arg(index: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, SeccompError> {
+    SeccompCondition::new(index, SeccompCmpArgLen::Dword, op, value).map_err(err)
+}
+
+fn compile(
+    rules: BTreeMap<i64, Vec<SeccompRule>>,
+    action: SeccompAction,
+) -> Result<BpfProgram, SeccompError> {
+    SeccompFilter::new(rules, SeccompAction::Allow, action, ARCH)
+        .map_err(err)?
+        .try_into()
+        .map_err(err)
+}
+
+/// Builds both filters.
+pub fn filters(network: bool) -> Result<Vec<BpfProgram>, SeccompError> {
+    let mut enosys = BTreeMap::new();
+    enosys.insert(libc::SYS_clone3, vec![]);
+
+    let mut eperm: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    let always = [
+        libc::SYS_ptrace,
+        libc::SYS_process_vm_readv,
+        libc::SYS_process_vm_writev,
+        libc::SYS_io_uring_setup,
+        libc::SYS_io_uring_enter,
+        libc::SYS_io_uring_register,
+        libc::SYS_mount,
+        libc::SYS_umount2,
+        libc::SYS_pivot_root,
+        libc::SYS_move_mount,
+        libc::SYS_open_tree,
+        libc::SYS_fsopen,
+        libc::SYS_fsconfig,
+        libc::SYS_fsmount,
+        libc::SYS_fspick,
+        libc::SYS_mount_setattr,
+        libc::SYS_unshare,
+        libc::SYS_setns,
+        libc::SYS_keyctl,
+        libc::SYS_add_key,
+        libc::SYS_request_key,
+        libc::SYS_bpf,
+        libc::SYS_perf_event_open,
+        libc::SYS_userfaultfd,
+    ];
+    for nr in always {
+        eperm.insert(nr, vec![]);
+    }
+    // Rules are alternatives: one per namespace flag, matching when it is set.
+    let clone_rules = CLONE_NEW_FLAGS
+        .iter()
+        .map(|&flag| {
+            let cond = SeccompCondition::new(
+                0,
+                SeccompCmpArgLen::Qword,
+                SeccompCmpOp::MaskedEq(flag),
+                flag,
+            )
+            .map_err(err)?;
+            SeccompRule::new(vec![cond]).map_err(err)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    eperm.insert(libc::SYS_clone, clone_rules);
+    eperm.insert(
+        libc::SYS_ioctl,
+        vec![
+            SeccompRule::new(vec![arg(1, SeccompCmpOp::Eq, libc::TIOCSTI)?]).map_err(err)?,
+            SeccompRule::new(vec![arg(1, SeccompCmpOp::Eq, libc::TIOCLINUX)?]).map_err(err)?,
+        ],
+    );
+    if !network {
+        eperm.insert(
+            libc::SYS_socket,
+            vec![
+                SeccompRule::new(vec![arg(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?])
+                    .map_err(err)?,
+            ],
+        );
+        eperm.insert(
+            libc::SYS_socketpair,
+            vec![
+                SeccompRule::new(vec![arg(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?])
+                    .map_err(err)?,
+            ],
+        );
+    }
+    Ok(vec![
+        compile(enosys, SeccompAction::Errno(libc::ENOSYS as u32))?,
+        compile(eperm, SeccompAction::Errno(libc::EPERM as u32))?,
+    ])
+}
+
+/// Installs the filters on the calling thread (and what it execs). Requires
+/// `no_new_privs` (or CAP_SYS_ADMIN).
+pub fn install(filters: &[BpfProgram]) -> Result<(), SeccompError> {
+    for f in filters {
+        seccompiler::apply_filter(f).map_err(err)?;
+    }
+    Ok(())
+}
