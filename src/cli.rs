@@ -42,4 +42,11 @@ pub enum Command {
         /// Where (default: the current directory).
         dir: Option<PathBuf>,
     },
+    /// Run a command confined exactly as a tool would be, to try a policy out.
+    /// Exit code: the command's, 124 on timeout, 125 if the sandbox refused.
+    Sandbox {
+        /// The command and its arguments (after `--`).
+        #[arg(required = true, last = true)]
+        command: Vec<String>,
+    },
 }

@@ -23,13 +23,15 @@ fn main() {
         )
         .init();
     let env = |name: &str| std::env::var(name).ok();
-    let result = match cli.command {
-        Command::Run {
-            yes,
-            max_turns,
-            task,
-        } => match std::env::current_exe() {
-            Ok(helper) => commands::run::run(
+    // Tools run as this executable re-executed (the sandbox helper).
+    let result = std::env::current_exe()
+        .map_err(|e| anyhow::anyhow!("cannot find the harnessd executable: {e}"))
+        .and_then(|helper| match cli.command {
+            Command::Run {
+                yes,
+                max_turns,
+                task,
+            } => commands::run::run(
                 commands::run::RunOptions {
                     root: cli.root,
                     task,
@@ -39,11 +41,10 @@ fn main() {
                 },
                 env,
             ),
-            Err(e) => Err(anyhow::anyhow!("cannot find the harnessd executable: {e}")),
-        },
-        Command::Check { json } => commands::check::run(&cli.root, json, env),
-        Command::Init { dir } => commands::init::run(&dir.unwrap_or(cli.root)),
-    };
+            Command::Check { json } => commands::check::run(&cli.root, json, &helper, env),
+            Command::Init { dir } => commands::init::run(&dir.unwrap_or(cli.root)),
+            Command::Sandbox { command } => commands::sandbox::run(&cli.root, command, &helper),
+        });
     match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {

@@ -60,6 +60,7 @@ async fn finished(
                 truncated: result.truncated,
                 is_error: result.is_error,
                 output_file,
+                sandbox: env.executor.weakened().map(|w| format!("best_effort: {w}")),
             },
         )
         .await

@@ -8,8 +8,10 @@ use serde_json::{Value, json};
 
 use super::EXIT_CONFIG;
 use crate::agent::advertised;
-use crate::config::{ApiKey, Loaded};
+use crate::config::{ApiKey, Loaded, SandboxRequire};
+use crate::exec::Executor;
 use crate::policy::{self, Subject};
+use crate::sandbox::{Confinement, Layer};
 use crate::tools::ToolName;
 
 fn tool_tiers(loaded: &Loaded) -> Vec<Value> {
@@ -38,25 +40,20 @@ fn tool_tiers(loaded: &Loaded) -> Vec<Value> {
         .collect()
 }
 
-/// What confines a tool process today.
-fn enforcement() -> Value {
-    json!({
-        "child_process": true,
-        "environment": "allow-list (PATH, LANG, HOME, TERM)",
-        "process_group_kill": true,
-        "timeout": true,
-        "output_bound": true,
-        "landlock": false,
-        "seccomp": false,
-        "privilege_drop": false,
-        "rlimits": false,
-    })
+/// What confines a tool process here: a real probe through the executor.
+fn enforcement(loaded: &Loaded, helper: &Path) -> (u32, Vec<Layer>, Option<String>) {
+    let confine = Confinement::from_settings(&loaded.policy.settings, &loaded.paths.root);
+    match Executor::new(helper.to_path_buf()).probe(&confine, &loaded.paths.workspace) {
+        Ok(report) => (report.landlock_abi, report.layers, None),
+        Err(e) => (crate::sandbox::landlock_abi(), Vec::new(), Some(e)),
+    }
 }
 
 /// Runs `check`.
 pub fn run(
     root: &Path,
     json_out: bool,
+    helper: &Path,
     env: impl Fn(&str) -> Option<String>,
 ) -> anyhow::Result<i32> {
     let loaded = match crate::config::load(root) {
@@ -67,6 +64,10 @@ pub fn run(
         }
     };
     let key_warning = ApiKey::load(&loaded, env).err().map(|e| e.to_string());
+    let (abi, layers, probe_error) = enforcement(&loaded, helper);
+    let missing: Vec<&Layer> = layers.iter().filter(|l| !l.enforced).collect();
+    let refused = loaded.policy.settings.sandbox.require == SandboxRequire::Full
+        && (probe_error.is_some() || !missing.is_empty());
     let report = json!({
         "root": loaded.paths.root.display().to_string(),
         "config": {"file": crate::config::CONFIG_FILE, "sha256": loaded.config_sha256},
@@ -83,7 +84,12 @@ pub fn run(
         "allowed_paths": loaded.policy.settings.allowed_paths,
         "output": loaded.policy.settings.output,
         "sandbox": loaded.policy.settings.sandbox,
-        "enforced": enforcement(),
+        "enforced": {
+            "landlock_abi": abi,
+            "layers": layers,
+            "probe_error": probe_error,
+            "tools_refused": refused,
+        },
     });
     let mut out = std::io::stdout().lock();
     if json_out {
@@ -152,11 +158,25 @@ pub fn run(
     )?;
     writeln!(
         out,
-        "enforced   child process, allow-listed environment, whole-group kill on timeout, bounded output"
+        "enforced   (probed: a helper confined exactly as a tool; Landlock ABI {abi})"
     )?;
-    writeln!(
-        out,
-        "           not yet: Landlock, seccomp, privilege drop, rlimits (sandbox issue)"
-    )?;
+    for l in &layers {
+        let mark = if l.enforced { "yes" } else { "NO " };
+        writeln!(out, "  {mark} {:<15} {}", l.name, l.detail)?;
+    }
+    if let Some(e) = &probe_error {
+        writeln!(out, "  NO  probe           {e}")?;
+    }
+    if refused {
+        eprintln!(
+            "warning: sandbox.require is \"full\" and the sandbox is incomplete here: \
+             tools will be refused"
+        );
+    } else if !missing.is_empty() {
+        eprintln!(
+            "warning: best_effort sandbox: {} layer(s) not enforced",
+            missing.len()
+        );
+    }
     Ok(0)
 }

@@ -5,6 +5,7 @@ pub mod check;
 pub mod init;
 pub mod progress;
 pub mod run;
+pub mod sandbox;
 
 /// Exit code of a usage or config error.
 pub const EXIT_CONFIG: i32 = 2;

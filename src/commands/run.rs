@@ -10,10 +10,11 @@ use tokio_util::sync::CancellationToken;
 use super::EXIT_CONFIG;
 use crate::agent::{TaskEnv, TaskSpec, new_task_id, run_task};
 use crate::approval::TerminalApprover;
-use crate::config::{ApiKey, CONFIG_FILE, Loaded};
+use crate::config::{ApiKey, CONFIG_FILE, Loaded, SandboxRequire};
 use crate::events::{Event, EventLog};
 use crate::exec::Executor;
 use crate::llm::AnthropicClient;
+use crate::sandbox::Confinement;
 
 /// Options of `run`.
 #[derive(Debug)]
@@ -104,6 +105,8 @@ async fn run_async(
             loaded.paths.workspace.display()
         )
     })?;
+    let mut executor = Executor::new(opts.helper.clone());
+    probe_sandbox(&mut executor, &loaded);
     let cancel = CancellationToken::new();
     let interrupted = cancel.clone();
     tokio::spawn(async move {
@@ -115,7 +118,7 @@ async fn run_async(
         config: Arc::new(loaded.clone()),
         client,
         events,
-        executor: Executor::new(opts.helper.clone()),
+        executor,
         approver: Arc::new(TerminalApprover::new(opts.yes)),
         cancel,
     };
@@ -140,6 +143,30 @@ async fn run_async(
     }
     out.flush()?;
     Ok(outcome.stop_reason.exit_code())
+}
+
+/// Finds out what the sandbox enforces here; warns when tools will be refused or
+/// run weakened, and marks the executor so every `tool_finished` says so.
+fn probe_sandbox(executor: &mut Executor, loaded: &Loaded) {
+    let settings = &loaded.policy.settings;
+    let confine = Confinement::from_settings(settings, &loaded.paths.root);
+    let missing = match executor.probe(&confine, &loaded.paths.workspace) {
+        Ok(report) => report.missing(),
+        Err(e) => vec![e],
+    };
+    if missing.is_empty() {
+        return;
+    }
+    let missing = missing.join("; ");
+    match settings.sandbox.require {
+        SandboxRequire::Full => {
+            eprintln!("warning: tools will be refused, the sandbox is incomplete here: {missing}")
+        }
+        SandboxRequire::BestEffort => {
+            eprintln!("warning: tools run in a weakened sandbox (best_effort): {missing}");
+            executor.set_weakened(Some(missing));
+        }
+    }
 }
 
 fn display(loaded: &Loaded, path: &Path) -> String {

@@ -151,6 +151,9 @@ pub enum Event {
         is_error: bool,
         /// Full output file, relative to the root, when one was kept.
         output_file: Option<String>,
+        /// With `sandbox.require = best_effort`: the layers not enforced.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        sandbox: Option<String>,
     },
     /// A task ended.
     TaskFinished {

@@ -26,7 +26,8 @@ use wait_timeout::ChildExt;
 pub use capture::Captured;
 use capture::Sink;
 
-use crate::sandbox::{Confinement, HELPER_ARG, HelperRequest, Job};
+use crate::config::SandboxRequire;
+use crate::sandbox::{Confinement, HELPER_ARG, HelperRequest, Job, Report};
 
 /// Bytes of one stream written to disk before the process tree is killed.
 pub const FLOOD_CAP_BYTES: u64 = 64 * 1024 * 1024;
@@ -85,6 +86,9 @@ pub struct ExecRequest<'a> {
     pub spool_prefix: Option<PathBuf>,
     /// Bytes of head and of tail kept in memory per stream.
     pub keep_bytes: usize,
+    /// Let the job write to harnessd's own stdout and stderr instead of capturing
+    /// them (`harnessd sandbox -- CMD`).
+    pub inherit_output: bool,
     /// Cancels the job: the tree is killed within about 50 ms.
     pub cancel: &'a CancellationToken,
 }
@@ -93,12 +97,55 @@ pub struct ExecRequest<'a> {
 #[derive(Debug, Clone)]
 pub struct Executor {
     helper: PathBuf,
+    /// Layers the sandbox lacks when `sandbox.require` is `best_effort` (from a
+    /// probe at start), stated in every `tool_finished`.
+    weakened: Option<String>,
 }
 
 impl Executor {
     /// An executor that re-executes `helper` (normally `std::env::current_exe()`).
     pub fn new(helper: PathBuf) -> Executor {
-        Executor { helper }
+        Executor {
+            helper,
+            weakened: None,
+        }
+    }
+
+    /// Records what a probe found missing, for [`Executor::weakened`].
+    pub fn set_weakened(&mut self, missing: Option<String>) {
+        self.weakened = missing;
+    }
+
+    /// What the sandbox lacks, when it runs weakened (`best_effort`).
+    pub fn weakened(&self) -> Option<&str> {
+        self.weakened.as_deref()
+    }
+
+    /// Runs a probe job: confines a helper exactly as a tool would be (but never
+    /// refusing, so every layer is reported) and returns its report.
+    pub fn probe(&self, confine: &Confinement, workspace: &Path) -> Result<Report, String> {
+        let mut confine = confine.clone();
+        confine.require = SandboxRequire::BestEffort;
+        let never = CancellationToken::new();
+        let outcome = self.run(&ExecRequest {
+            job: &Job::Probe,
+            workspace,
+            confine: &confine,
+            timeout: Duration::from_secs(10),
+            spool_prefix: None,
+            keep_bytes: 64 * 1024,
+            cancel: &never,
+            inherit_output: false,
+        });
+        if outcome.ending != Ending::Exited(0) {
+            return Err(format!(
+                "the sandbox probe failed ({:?}): {}",
+                outcome.ending,
+                outcome.stderr.text().trim()
+            ));
+        }
+        serde_json::from_slice(&outcome.stdout.bytes())
+            .map_err(|e| format!("the sandbox probe printed no report: {e}"))
     }
 
     /// Runs one job to its end. Blocking: call it from a blocking thread.
@@ -196,6 +243,13 @@ impl Executor {
     }
 
     fn spawn(&self, req: &ExecRequest<'_>) -> std::io::Result<Child> {
+        let output = || {
+            if req.inherit_output {
+                Stdio::inherit()
+            } else {
+                Stdio::piped()
+            }
+        };
         let job = serde_json::to_vec(&HelperRequest {
             job: req.job.clone(),
             confine: req.confine.clone(),
@@ -207,8 +261,8 @@ impl Executor {
             .envs(tool_environment(req.workspace))
             .current_dir(req.workspace)
             .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stdout(output())
+            .stderr(output())
             .spawn()?;
         if let Some(mut stdin) = child.stdin.take() {
             // The helper reads the whole job before it prints anything, so this

@@ -1,0 +1,57 @@
+//! `harnessd sandbox -- CMD…`: run a command through exactly the path a tool takes,
+//! with the current policy, so an operator can try a policy out. The command's
+//! output goes straight to the terminal; its exit code is the command's own (124 on
+//! timeout, 125 when the sandbox refused to start it).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::EXIT_CONFIG;
+use crate::exec::{Ending, ExecRequest, Executor, prepare_workspace};
+use crate::sandbox::{Confinement, Job};
+
+/// Exit code of a command killed at its timeout (as `timeout(1)` uses).
+pub const EXIT_TIMEOUT: i32 = 124;
+
+/// Runs `sandbox`.
+pub fn run(root: &Path, argv: Vec<String>, helper: &Path) -> anyhow::Result<i32> {
+    let loaded = match crate::config::load(root) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(EXIT_CONFIG);
+        }
+    };
+    let settings = &loaded.policy.settings;
+    prepare_workspace(&loaded.paths.workspace, &settings.sandbox.user)?;
+    let confine = Confinement::from_settings(settings, &loaded.paths.root);
+    let never = CancellationToken::new();
+    let outcome = Executor::new(PathBuf::from(helper)).run(&ExecRequest {
+        job: &Job::Exec { argv },
+        workspace: &loaded.paths.workspace,
+        confine: &confine,
+        timeout: Duration::from_secs(settings.sandbox.timeout_secs),
+        spool_prefix: None,
+        keep_bytes: 0,
+        cancel: &never,
+        inherit_output: true,
+    });
+    Ok(match outcome.ending {
+        Ending::Exited(code) => code,
+        Ending::Signaled(sig) => 128 + sig,
+        Ending::TimedOut => {
+            eprintln!(
+                "harnessd sandbox: timed out after {} s; the process tree was killed",
+                settings.sandbox.timeout_secs
+            );
+            EXIT_TIMEOUT
+        }
+        Ending::Flooded | Ending::Cancelled => 1,
+        Ending::SpawnFailed(e) => {
+            eprintln!("harnessd sandbox: {e}");
+            1
+        }
+    })
+}
