@@ -13,6 +13,8 @@
 #[allow(dead_code)]
 #[path = "../tests/it/common/fake_api.rs"]
 mod fake_api;
+#[path = "../tests/it/common/rss.rs"]
+mod rss;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -54,7 +56,6 @@ fn median(v: &mut [Duration]) -> Duration {
     v[v.len() / 2]
 }
 
-#[allow(clippy::zombie_processes)] // reaped by wait4 below
 fn main() {
     // BENCH_TOOL=get_time measures the loop without a child process, for comparison.
     let in_process = std::env::var("BENCH_TOOL").is_ok_and(|t| t == "get_time");
@@ -87,13 +88,11 @@ fn main() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut status = 0;
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    let (status, peak_kib) = rss::wait_measuring_rss(child);
     let total = started.elapsed();
     let requests = api.requests();
     let replied = api.replied_at();
-    assert_eq!(requests.len(), turns + 1, "exit status {status}");
+    assert_eq!(requests.len(), turns + 1, "exit status {status:?}");
     let first_request = requests[0].received_at - started;
     let gaps: Vec<Duration> = (0..turns)
         .map(|i| requests[i + 1].received_at - replied[i])
@@ -132,7 +131,7 @@ fn main() {
     );
     println!(
         "  peak RSS of harnessd run: {:.1} MiB",
-        usage.ru_maxrss as f64 / 1024.0
+        peak_kib as f64 / 1024.0
     );
     println!("  whole task: {:.1} ms", ms(total));
     let _ = std::fs::remove_dir_all(&root);

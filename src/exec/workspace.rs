@@ -6,7 +6,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use nix::unistd::{Uid, User};
+use nix::unistd::Uid;
 
 use super::TMP_DIR;
 
@@ -19,10 +19,10 @@ pub fn prepare_workspace(workspace: &Path, user: &str) -> std::io::Result<usize>
         return Ok(0);
     }
     // An unknown user is reported by the helper, which refuses to run tools.
-    let Ok(Some(account)) = User::from_name(user) else {
+    let Ok((uid, gid)) = crate::sandbox::resolve_user(user) else {
         return Ok(0);
     };
-    let (uid, gid) = (account.uid.as_raw(), account.gid.as_raw());
+    let (uid, gid) = (uid.as_raw(), gid.as_raw());
     let mut changed = 0;
     let mut stack = vec![workspace.to_path_buf()];
     while let Some(path) = stack.pop() {

@@ -23,7 +23,7 @@ use nix::sched::{CloneFlags, unshare};
 use nix::sys::resource::{Resource, setrlimit};
 use nix::sys::signal::Signal;
 use nix::sys::wait::{WaitStatus, waitpid};
-use nix::unistd::{ForkResult, Gid, Pid, Uid, User, fork, getppid, setsid};
+use nix::unistd::{ForkResult, Gid, Pid, Uid, fork, getppid, setsid};
 
 use super::job::Confinement;
 use super::report::Report;
@@ -63,6 +63,8 @@ pub fn apply(c: &Confinement, report: &mut Report) -> Result<(), String> {
     layer(report, "descriptors", close_inherited())?;
     layer(report, "pid_namespace", enter_pid_namespace())?;
     layer(report, "rlimits", set_rlimits(c))?;
+    // A tool that keeps the daemon's uid could open the daemon's own sockets.
+    let same_uid_as_daemon = !Uid::effective().is_root();
     layer(report, "privilege_drop", drop_privileges(&c.user))?;
     layer(report, "no_new_privs", no_new_privs())?;
     layer(
@@ -70,10 +72,15 @@ pub fn apply(c: &Confinement, report: &mut Report) -> Result<(), String> {
         "landlock",
         super::landlock::restrict(c, report.landlock_abi),
     )?;
-    let seccomp = super::seccomp::filters(c.network)
+    let unix_sockets = !same_uid_as_daemon;
+    let seccomp = super::seccomp::filters(c.network, unix_sockets)
         .and_then(|f| super::seccomp::install(&f))
         .map(|()| {
-            let net = if c.network { "" } else { "sockets other than AF_UNIX, " };
+            let net = match (c.network, unix_sockets) {
+                (true, _) => "",
+                (false, true) => "sockets other than AF_UNIX, ",
+                (false, false) => "every socket (socketpair allowed), ",
+            };
             format!("refused: {net}ptrace, process_vm, io_uring, mount, namespaces, keyctl, bpf, perf_event_open, TIOCSTI/TIOCLINUX")
         })
         .map_err(|e| e.to_string());
@@ -189,30 +196,23 @@ fn drop_privileges(user: &str) -> Result<String, String> {
     if !Uid::effective().is_root() {
         return Ok(format!("not needed: running as uid {}", Uid::effective()));
     }
-    let account = User::from_name(user)
-        .map_err(|e| format!("cannot look up sandbox.user {user:?}: {e}"))?
-        .ok_or_else(|| {
-            format!("sandbox.user {user:?} does not exist; create it or name another")
-        })?;
-    if account.uid.is_root() {
+    let (uid, gid) = super::user::resolve_user(user)?;
+    if uid.is_root() {
         return Err(format!(
             "sandbox.user {user:?} is uid 0; name an unprivileged account"
         ));
     }
     let parent = getppid();
     nix::unistd::setgroups(&[]).map_err(|e| format!("setgroups: {e}"))?;
-    nix::unistd::setresgid(account.gid, account.gid, account.gid)
-        .map_err(|e| format!("setresgid: {e}"))?;
-    nix::unistd::setresuid(account.uid, account.uid, account.uid)
-        .map_err(|e| format!("setresuid: {e}"))?;
+    nix::unistd::setresgid(gid, gid, gid).map_err(|e| format!("setresgid: {e}"))?;
+    nix::unistd::setresuid(uid, uid, uid).map_err(|e| format!("setresuid: {e}"))?;
     parent_death_signal(parent)?;
     let caps = capabilities()?;
     if caps.iter().any(|(_, v)| *v != 0) {
         return Err(format!("capabilities remain after the drop: {caps:?}"));
     }
     Ok(format!(
-        "uid {} gid {} ({user}), no supplementary groups, no capabilities",
-        account.uid, account.gid
+        "uid {uid} gid {gid} ({user}), no supplementary groups, no capabilities"
     ))
 }
 

@@ -21,9 +21,11 @@ mod job;
 mod landlock;
 mod report;
 mod seccomp;
+mod user;
 
 pub use job::{Confinement, HelperRequest, Job};
 pub use report::{Layer, Report, landlock_abi};
+pub use user::resolve_user;
 
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;

@@ -3,7 +3,8 @@
 //! Two filters are stacked. The first answers `clone3` with ENOSYS, so libc falls
 //! back to `clone`, whose flags (unlike `clone3`'s, which sit in memory) a filter can
 //! read. The second answers EPERM to: every socket family but AF_UNIX when the
-//! network is off (UDP, raw, netlink, IPv6 — Landlock covers TCP only); ptrace and
+//! network is off (UDP, raw, netlink, IPv6 — Landlock covers TCP only), and AF_UNIX
+//! too when the tool shares the daemon's uid; ptrace and
 //! cross-process memory access; io_uring (which would bypass this filter); the mount
 //! family; namespace creation (`unshare`, `setns`, `clone` with CLONE_NEWUSER and
 //! friends); keyrings; bpf; perf_event_open; and the TIOCSTI / TIOCLINUX ioctls that
@@ -55,8 +56,12 @@ fn compile(
         .map_err(err)
 }
 
-/// Builds both filters.
-pub fn filters(network: bool) -> Result<Vec<BpfProgram>, SeccompError> {
+/// Builds both filters. `unix_sockets`: whether `socket(AF_UNIX)` stays allowed
+/// when the network is off. It must not when the tool runs as the daemon's own uid:
+/// Landlock before ABI 9 does not govern connecting to a named socket, so only the
+/// socket file's permissions would keep the tool off the control API.
+/// `socketpair` stays allowed either way (it connects nothing outside).
+pub fn filters(network: bool, unix_sockets: bool) -> Result<Vec<BpfProgram>, SeccompError> {
     let mut enosys = BTreeMap::new();
     enosys.insert(libc::SYS_clone3, vec![]);
 
@@ -113,13 +118,15 @@ pub fn filters(network: bool) -> Result<Vec<BpfProgram>, SeccompError> {
         ],
     );
     if !network {
-        eperm.insert(
-            libc::SYS_socket,
+        let socket_rule = if unix_sockets {
             vec![
                 SeccompRule::new(vec![arg(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?])
                     .map_err(err)?,
-            ],
-        );
+            ]
+        } else {
+            vec![]
+        };
+        eperm.insert(libc::SYS_socket, socket_rule);
         eperm.insert(
             libc::SYS_socketpair,
             vec![

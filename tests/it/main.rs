@@ -6,6 +6,7 @@ mod common;
 
 mod api;
 mod check;
+mod escape;
 mod records;
 mod stops;
 mod tools;

@@ -183,19 +183,15 @@ pub fn assert_heartbeat_stopped(path: &std::path::Path) {
     );
 }
 
-/// Peak RSS of a finished child, in KiB, from wait4.
-#[allow(clippy::zombie_processes)] // reaped by wait4 below
-fn run_measuring_rss(cmd: &mut std::process::Command) -> (i32, i64) {
+/// Runs `cmd` to its end; returns its exit code and peak RSS in KiB.
+fn run_measuring_rss(cmd: &mut std::process::Command) -> (i32, u64) {
     let child = cmd
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let mut status = 0;
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
-    assert_eq!(pid, child.id() as i32);
-    (libc::WEXITSTATUS(status), usage.ru_maxrss)
+    let (status, peak) = crate::common::rss::wait_measuring_rss(child);
+    (status.code().unwrap_or(-1), peak)
 }
 
 #[test]

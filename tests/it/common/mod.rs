@@ -1,6 +1,7 @@
 //! Fixtures: a temporary root wired to a fake API, and a runner for the real binary.
 
 pub mod fake_api;
+pub mod rss;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
