@@ -1,0 +1,190 @@
+//! Benchmark of the sandbox (issue 3's figures):
+//!
+//! - median spawn-to-exit of `true` through the full sandbox (helper re-exec, every
+//!   layer, exec) against an unconfined fork+exec in the same run, and against
+//!   `bwrap` doing comparable confinement when bubblewrap is installed;
+//! - peak RSS of `harnessd run` during an endless-output attack (`yes`) against a
+//!   task with no tool.
+//!
+//! Run: `cargo bench --bench sandbox_spawn` (prints the figures; asserts nothing).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
+#[allow(dead_code)]
+#[path = "../tests/it/common/fake_api.rs"]
+mod fake_api;
+#[path = "../tests/it/common/rss.rs"]
+mod rss;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use harnessd::config::Settings;
+use harnessd::exec::{Ending, ExecRequest, Executor, prepare_workspace};
+use harnessd::sandbox::{Confinement, Job};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+const RUNS: usize = 200;
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn time_runs(mut one: impl FnMut()) -> Duration {
+    for _ in 0..10 {
+        one();
+    }
+    median(
+        (0..RUNS)
+            .map(|_| {
+                let t = Instant::now();
+                one();
+                t.elapsed()
+            })
+            .collect(),
+    )
+}
+
+fn init_root(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("harnessd-bench-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = Command::new(env!("CARGO_BIN_EXE_harnessd"))
+        .arg("init")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    dir
+}
+
+fn spawn_figures() {
+    let root = init_root("spawn");
+    let settings = Settings::parse(harnessd::config::DEFAULT_SETTINGS, "settings.json")
+        .unwrap()
+        .settings;
+    let workspace = root.join("workspace");
+    prepare_workspace(&workspace, &settings.sandbox.user).unwrap();
+    let confine = Confinement::from_settings(&settings, &root);
+    let executor = Executor::new(PathBuf::from(env!("CARGO_BIN_EXE_harnessd")));
+    let never = CancellationToken::new();
+    let job = Job::Exec {
+        argv: vec!["true".into()],
+    };
+    let sandboxed = time_runs(|| {
+        let o = executor.run(&ExecRequest {
+            job: &job,
+            workspace: &workspace,
+            confine: &confine,
+            timeout: Duration::from_secs(10),
+            spool_prefix: None,
+            keep_bytes: 4096,
+            cancel: &never,
+            inherit_output: false,
+        });
+        assert_eq!(o.ending, Ending::Exited(0), "{}", o.stderr.text());
+    });
+    let bare = time_runs(|| {
+        let s = Command::new("/bin/true")
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(s.success());
+    });
+    println!("sandbox_spawn: `true`, median of {RUNS} runs");
+    println!("  unconfined fork+exec:        {:.2} ms", ms(bare));
+    println!(
+        "  full sandbox (harnessd):     {:.2} ms  (+{:.2} ms)",
+        ms(sandboxed),
+        ms(sandboxed.saturating_sub(bare))
+    );
+    if Path::new("/usr/bin/bwrap").exists() {
+        let mut args: Vec<String> = Vec::new();
+        for p in ["/usr", "/bin", "/lib", "/lib64", "/etc/ld.so.cache"] {
+            if Path::new(p).exists() {
+                args.extend(["--ro-bind".into(), p.into(), p.into()]);
+            }
+        }
+        args.extend([
+            "--bind".into(),
+            workspace.display().to_string(),
+            workspace.display().to_string(),
+        ]);
+        args.extend([
+            "--dev".into(),
+            "/dev".into(),
+            "--unshare-all".into(),
+            "--die-with-parent".into(),
+            "--new-session".into(),
+            "--chdir".into(),
+            workspace.display().to_string(),
+            "true".into(),
+        ]);
+        let bwrap = time_runs(|| {
+            let s = Command::new("/usr/bin/bwrap")
+                .args(&args)
+                .stdout(Stdio::null())
+                .status()
+                .unwrap();
+            assert!(s.success());
+        });
+        println!(
+            "  bwrap (ro binds, unshare-all): {:.2} ms  (harnessd is {:.1}x faster)",
+            ms(bwrap),
+            bwrap.as_secs_f64() / sandboxed.as_secs_f64()
+        );
+    } else {
+        println!("  bwrap: not installed (apt-get install bubblewrap to compare)");
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+fn run_peak_rss(script: Vec<fake_api::Reply>, tag: &str) -> f64 {
+    let api = fake_api::FakeApi::start(script);
+    let root = init_root(tag);
+    let config = root.join("config/config.toml");
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("https://api.anthropic.com", &api.url);
+    std::fs::write(&config, text).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_harnessd"))
+        .arg("--root")
+        .arg(&root)
+        .args(["run", "--yes", "x"])
+        .env("ANTHROPIC_API_KEY", "bench-key")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (status, peak) = rss::wait_measuring_rss(child);
+    assert!(status.success());
+    let _ = std::fs::remove_dir_all(&root);
+    peak as f64 / 1024.0
+}
+
+fn flood_figures() {
+    let idle = run_peak_rss(vec![fake_api::Reply::text("hi")], "idle");
+    let flood = run_peak_rss(
+        vec![
+            fake_api::Reply::tool("y", "run_bash", json!({"command": "yes"})),
+            fake_api::Reply::text("done"),
+        ],
+        "flood",
+    );
+    println!("endless output (`yes`, cut at 64 MiB, tree killed):");
+    println!(
+        "  peak RSS of harnessd run: no tool {idle:.1} MiB, with the flood {flood:.1} MiB (+{:.1} MiB)",
+        flood - idle
+    );
+}
+
+fn main() {
+    spawn_figures();
+    flood_figures();
+}
