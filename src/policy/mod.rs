@@ -14,6 +14,8 @@ use globset::{GlobBuilder, GlobMatcher};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub mod shell;
+
 use crate::config::Policy;
 use crate::tools::ToolName;
 
@@ -143,16 +145,20 @@ pub struct Subject<'a> {
 
 /// Decides one call.
 pub fn decide(policy: &Policy, subject: Subject<'_>) -> Decision {
-    let parts = match (subject.tool, subject.arg) {
-        (ToolName::RunBash, Some(cmd)) => split_commands(cmd),
-        (_, Some(arg)) => Split {
-            parts: vec![arg.to_string()],
-            confident: true,
-        },
-        (_, None) => Split {
-            parts: Vec::new(),
-            confident: true,
-        },
+    // Each simple command as written and as it runs (assignments and wrappers
+    // like `env` removed); a file path or code is one part.
+    let (parts, confident): (Vec<[String; 2]>, bool) = match (subject.tool, subject.arg) {
+        (ToolName::RunBash, Some(cmd)) => {
+            let split = shell::split(cmd);
+            let parts = split
+                .parts
+                .into_iter()
+                .map(|p| [p.text, p.effective])
+                .collect();
+            (parts, split.confident)
+        }
+        (_, Some(arg)) => (vec![[arg.to_string(), arg.to_string()]], true),
+        (_, None) => (Vec::new(), true),
     };
     let whole = subject.arg;
     let tool = subject.tool;
@@ -162,7 +168,9 @@ pub fn decide(policy: &Policy, subject: Subject<'_>) -> Decision {
     // A pattern rule hits when it matches the whole argument or any simple command.
     let hits = |r: &Rule| match &r.pattern {
         None => true,
-        Some(p) => whole.is_some_and(|w| p.matches(w)) || parts.parts.iter().any(|x| p.matches(x)),
+        Some(p) => {
+            whole.is_some_and(|w| p.matches(w)) || parts.iter().flatten().any(|x| p.matches(x))
+        }
     };
     let decided = |tier, r: &Rule| Decision {
         tier,
@@ -179,15 +187,18 @@ pub fn decide(policy: &Policy, subject: Subject<'_>) -> Decision {
     let allow = of_tool(&policy.allow, tool);
     // A pattern allow needs every simple command covered, and a command we could
     // split with confidence; anything else falls through to the whole-tool rules.
-    if parts.confident && !parts.parts.is_empty() {
+    if confident && !parts.is_empty() {
         let patterned: Vec<&&Rule> = allow.iter().filter(|r| !r.is_whole_tool()).collect();
         let covering: Option<Vec<&Rule>> = parts
-            .parts
             .iter()
-            .map(|part| {
+            .map(|[text, effective]| {
                 patterned
                     .iter()
-                    .find(|r| r.pattern.as_ref().is_some_and(|p| p.matches(part)))
+                    .find(|r| {
+                        r.pattern
+                            .as_ref()
+                            .is_some_and(|p| p.matches(effective) || p.matches(text))
+                    })
                     .map(|r| **r)
             })
             .collect();
@@ -219,91 +230,6 @@ pub fn denied_outright(policy: &Policy, tool: ToolName) -> bool {
         .deny
         .iter()
         .any(|r| r.tool == tool && r.is_whole_tool())
-}
-
-/// A command split into its simple commands.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Split {
-    /// The simple commands, trimmed.
-    pub parts: Vec<String>,
-    /// False when the command holds constructs this splitter does not follow
-    /// (command substitution, subshells, here-docs, process substitution); such a
-    /// command is never allowed by a pattern rule.
-    pub confident: bool,
-}
-
-/// Splits a shell command on `;`, `&`, `&&`, `||`, `|` and newlines outside quotes.
-pub fn split_commands(cmd: &str) -> Split {
-    let mut parts = Vec::new();
-    let mut current = String::new();
-    let mut confident = true;
-    let mut chars = cmd.chars().peekable();
-    let (mut single, mut double) = (false, false);
-    while let Some(c) = chars.next() {
-        if single {
-            single = c != '\'';
-            current.push(c);
-            continue;
-        }
-        match c {
-            '\\' => {
-                current.push(c);
-                if let Some(n) = chars.next() {
-                    current.push(n);
-                }
-            }
-            '\'' if !double => {
-                single = true;
-                current.push(c);
-            }
-            '"' => {
-                double = !double;
-                current.push(c);
-            }
-            '`' => {
-                confident = false;
-                current.push(c);
-            }
-            '$' if chars.peek() == Some(&'(') => {
-                confident = false;
-                current.push(c);
-            }
-            '(' | ')' | '{' | '}' if !double => {
-                confident = false;
-                current.push(c);
-            }
-            '<' | '>' if !double && chars.peek() == Some(&'(') => {
-                confident = false;
-                current.push(c);
-            }
-            '<' if !double && chars.peek() == Some(&'<') => {
-                confident = false;
-                current.push(c);
-            }
-            ';' | '\n' | '&' | '|' if !double => {
-                // `>&` and `&>` are redirections, not separators.
-                if c == '&' && (current.ends_with('>') || chars.peek() == Some(&'>')) {
-                    current.push(c);
-                    continue;
-                }
-                if matches!(c, '&' | '|') && chars.peek() == Some(&c) {
-                    chars.next();
-                }
-                parts.push(std::mem::take(&mut current));
-            }
-            _ => current.push(c),
-        }
-    }
-    if single || double {
-        confident = false;
-    }
-    parts.push(current);
-    let parts = parts
-        .into_iter()
-        .map(|p| p.trim().to_string())
-        .filter(|p| !p.is_empty())
-        .collect();
-    Split { parts, confident }
 }
 
 #[cfg(test)]
@@ -364,10 +290,21 @@ mod tests {
             Tier::Ask
         );
         assert_eq!(tier(&p, ToolName::RunBash, Some("ls; ls -l")), Tier::Allow);
+        // The substitution's own command is judged: it hits the deny rule.
         assert_eq!(
             tier(&p, ToolName::RunBash, Some("ls $(rm -rf x)")),
-            Tier::Ask
+            Tier::Deny
         );
+        assert_eq!(tier(&p, ToolName::RunBash, Some("ls $(curl x)")), Tier::Ask);
+        assert_eq!(
+            tier(&p, ToolName::RunBash, Some("env X=1 ls -l")),
+            Tier::Allow
+        );
+        assert_eq!(
+            tier(&p, ToolName::RunBash, Some("bash -c 'rm -rf /'")),
+            Tier::Deny
+        );
+        assert_eq!(tier(&p, ToolName::RunBash, Some("eval ls")), Tier::Ask);
         assert_eq!(tier(&p, ToolName::RunBash, Some("ls `id`")), Tier::Ask);
         assert_eq!(
             tier(&p, ToolName::RunBash, Some("ls | rm -rf /")),
@@ -442,20 +379,5 @@ mod tests {
         assert!(Rule::parse("run_bash(ls").is_err());
         assert!(Rule::parse("nope").is_err());
         assert!(Rule::parse("run_bash()").is_err());
-    }
-
-    #[test]
-    fn splitter() {
-        let s = split_commands("a && b || c | d; e\nf & g");
-        assert_eq!(s.parts, ["a", "b", "c", "d", "e", "f", "g"]);
-        assert!(s.confident);
-        assert_eq!(
-            split_commands("echo \"a;b\" 'c|d'").parts,
-            ["echo \"a;b\" 'c|d'"]
-        );
-        assert_eq!(split_commands("ls 2>&1 | wc").parts, ["ls 2>&1", "wc"]);
-        assert!(!split_commands("cat <<EOF\nx\nEOF").confident);
-        assert!(!split_commands("(ls)").confident);
-        assert!(!split_commands("echo 'open").confident);
     }
 }
