@@ -28,6 +28,7 @@ pub mod events;
 pub mod exec;
 pub mod llm;
 pub mod policy;
+pub mod reload;
 pub mod sandbox;
 pub mod text;
 pub mod tools;

@@ -26,6 +26,8 @@ struct Runnable {
     id: String,
     tool: ToolName,
     input: ToolInput,
+    /// The snapshot that admitted it: its sandbox limits apply to the process.
+    loaded: Arc<Loaded>,
 }
 
 /// Whether `tool` is offered to the model under this config and policy.
@@ -224,12 +226,15 @@ pub async fn execute_calls(
                 },
             )
             .await?;
-        match admit(env, task_id, &loaded, index, call).await? {
+        // Each call is judged by the policy in force when it is reached.
+        let now = env.config.current();
+        match admit(env, task_id, &now, index, call).await? {
             Ok((tool, input)) => runnable.push(Runnable {
                 index,
                 id: call.0.clone(),
                 tool,
                 input,
+                loaded: now,
             }),
             Err(result) => {
                 finished(
@@ -265,6 +270,10 @@ pub async fn execute_calls(
         // A run call's duration is its execution, not the wait for approval.
         let outputs = futures::future::join_all(batch.iter().map(|r| async {
             let started = Instant::now();
+            let ctx = RunContext {
+                loaded: r.loaded.clone(),
+                ..ctx.clone()
+            };
             let (result, file) = tools::run(&r.id, &r.input, &ctx).await;
             (result, file, started.elapsed())
         }))

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use super::EXIT_CONFIG;
 use crate::agent::{TaskEnv, TaskSpec, new_task_id, run_task};
 use crate::approval::TerminalApprover;
-use crate::config::{ApiKey, CONFIG_FILE, Loaded, SandboxRequire};
+use crate::config::{ApiKey, CONFIG_FILE, LiveConfig, Loaded, SandboxRequire};
 use crate::events::{Event, EventLog};
 use crate::exec::Executor;
 use crate::llm::AnthropicClient;
@@ -45,6 +45,9 @@ async fn record_config(events: &EventLog, loaded: &Loaded) -> anyhow::Result<()>
                 Event::ConfigLoaded {
                     file,
                     sha256: sha256.clone(),
+                    changes: Vec::new(),
+                    restart_needed: Vec::new(),
+                    trigger: "start".into(),
                 },
             )
             .await?;
@@ -114,8 +117,16 @@ async fn run_async(
             interrupted.cancel();
         }
     });
+    // Hot reload: a valid edit of either file applies from the next tool call.
+    let live = Arc::new(LiveConfig::new(loaded.clone()));
+    let stop_reloader = CancellationToken::new();
+    let reloader = tokio::spawn(crate::reload::run_reloader(
+        live.clone(),
+        events.clone(),
+        stop_reloader.clone(),
+    ));
     let env = TaskEnv {
-        config: Arc::new(loaded.clone()),
+        config: live.clone(),
         client,
         events,
         executor,
@@ -129,6 +140,8 @@ async fn run_async(
         source: "cli".into(),
     };
     let outcome = run_task(&env, &spec).await;
+    stop_reloader.cancel();
+    let _ = reloader.await;
     drop(env);
     let _ = printer.await;
     let outcome = outcome?;

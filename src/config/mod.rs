@@ -4,14 +4,19 @@
 //! compiled into a [`Policy`]) are read together into a [`Loaded`] snapshot. Nothing
 //! else in harnessd reads these files. Errors name the file, line, column and key.
 
+mod changes;
+mod debounce;
 mod error;
 mod file;
 mod key;
+mod live;
 mod settings;
 
+pub use debounce::Debouncer;
 pub use error::{ConfigError, Invalid, Location, find_key};
 pub use file::{ApiConfig, Config, DaemonConfig, LoopConfig, PathsConfig, ToolsConfig};
 pub use key::ApiKey;
+pub use live::{LiveConfig, ReloadOutcome};
 pub use settings::{
     AllowedPaths, OutputSettings, Policy, SandboxRequire, SandboxSettings, Settings, ToolTiers,
 };
@@ -113,11 +118,21 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
         .collect()
 }
 
-fn read(path: &Path) -> Result<String, ConfigError> {
-    std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+fn read(path: &Path, name: &str) -> Result<String, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.to_path_buf(),
         source,
-    })
+    })?;
+    // An empty file is a write in progress (truncate, then write), never a policy.
+    if text.trim().is_empty() {
+        return Err(ConfigError::invalid(
+            name,
+            None,
+            "",
+            "the file is empty; write it whole (harnessd init writes the defaults)",
+        ));
+    }
+    Ok(text)
 }
 
 /// Reads and validates both files of the root at `root`.
@@ -127,11 +142,11 @@ pub fn load(root: &Path) -> Result<Loaded, ConfigError> {
         source,
     })?;
     let config_path = root.join(CONFIG_FILE);
-    let config_text = read(&config_path)?;
+    let config_text = read(&config_path, CONFIG_FILE)?;
     let config = Config::parse(&config_text, CONFIG_FILE)?;
     let settings_path = resolve(&root, &config.paths.settings);
-    let settings_text = read(&settings_path)?;
     let settings_name = config.paths.settings.clone();
+    let settings_text = read(&settings_path, &settings_name)?;
     let policy = Settings::parse(&settings_text, &settings_name)?;
     let paths = Paths {
         config: config_path,

@@ -32,6 +32,14 @@ pub enum Event {
         file: String,
         /// sha256 of its bytes.
         sha256: String,
+        /// On a reload: what changed, key by key (rules added and removed, limits).
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        changes: Vec<String>,
+        /// On a reload: changed keys that only take effect after a restart.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        restart_needed: Vec<String>,
+        /// `start`, `watch` or `sighup`.
+        trigger: String,
     },
     /// A config file was rejected; the previous version stays in force.
     ConfigRejected {
@@ -39,6 +47,8 @@ pub enum Event {
         file: String,
         /// The error, with line and column.
         error: String,
+        /// `watch` or `sighup`.
+        trigger: String,
     },
     /// A partial last line of events.jsonl was moved aside at start.
     EventsRepaired {

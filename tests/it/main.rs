@@ -8,5 +8,6 @@ mod api;
 mod check;
 mod escape;
 mod records;
+mod reload;
 mod stops;
 mod tools;

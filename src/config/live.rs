@@ -1,0 +1,108 @@
+//! The configuration in force, swapped atomically on reload. A new version is
+//! read, parsed and fully validated before it replaces the old one; an invalid one
+//! changes nothing. Readers take a snapshot ([`ConfigSource::current`]) and keep it
+//! for the step they are in: a tool call, a turn.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+use super::changes::changes;
+use super::{ConfigError, ConfigSource, Loaded, load};
+
+/// What a reload did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReloadOutcome {
+    /// Both files hold the same bytes as the version in force.
+    Unchanged,
+    /// A new version is in force.
+    Loaded {
+        /// The files whose content changed, relative to the root, with their sha256.
+        files: Vec<(String, String)>,
+        /// What changed, key by key.
+        changes: Vec<String>,
+        /// Keys that changed but only take effect after a restart (kept as they were).
+        restart_needed: Vec<String>,
+    },
+    /// The new version was rejected; the old one stays in force.
+    Rejected {
+        /// The file at fault, relative to the root.
+        file: String,
+        /// The error, with line and column where known.
+        error: String,
+    },
+}
+
+/// The live configuration of a running `harnessd`.
+pub struct LiveConfig {
+    root: PathBuf,
+    current: ArcSwap<Loaded>,
+}
+
+impl ConfigSource for LiveConfig {
+    fn current(&self) -> Arc<Loaded> {
+        self.current.load_full()
+    }
+}
+
+impl LiveConfig {
+    /// Starts from an already loaded snapshot.
+    pub fn new(loaded: Arc<Loaded>) -> LiveConfig {
+        LiveConfig {
+            root: loaded.paths.root.clone(),
+            current: ArcSwap::new(loaded),
+        }
+    }
+
+    /// Reads both files again and swaps them in if they are valid and changed.
+    pub fn reload(&self) -> ReloadOutcome {
+        let old = self.current();
+        let mut new = match load(&self.root) {
+            Ok(new) => new,
+            Err(e) => {
+                let file = match &e {
+                    ConfigError::Read { path, .. } => old.paths.display(path),
+                    ConfigError::Invalid(i) => i.file.clone(),
+                };
+                return ReloadOutcome::Rejected {
+                    file,
+                    error: e.to_string(),
+                };
+            }
+        };
+        if new.config_sha256 == old.config_sha256 && new.settings_sha256 == old.settings_sha256 {
+            return ReloadOutcome::Unchanged;
+        }
+        // Paths and the control socket are bound at start; say so and keep them.
+        let mut restart_needed = Vec::new();
+        if new.config.paths != old.config.paths {
+            restart_needed.push("paths".to_string());
+            new.config.paths = old.config.paths.clone();
+            new.paths = old.paths.clone();
+        }
+        if new.config.daemon.socket != old.config.daemon.socket {
+            restart_needed.push("daemon.socket".to_string());
+            new.config.daemon.socket = old.config.daemon.socket.clone();
+        }
+        let as_value =
+            |l: &Loaded| serde_json::json!({"config": l.config, "settings": l.policy.settings});
+        let changed = changes(&as_value(&old), &as_value(&new));
+        let mut files = Vec::new();
+        if new.config_sha256 != old.config_sha256 {
+            files.push((super::CONFIG_FILE.to_string(), new.config_sha256.clone()));
+        }
+        if new.settings_sha256 != old.settings_sha256 {
+            files.push((
+                new.paths.display(&new.paths.settings),
+                new.settings_sha256.clone(),
+            ));
+        }
+        self.current.store(Arc::new(new));
+        ReloadOutcome::Loaded {
+            files,
+            changes: changed,
+            restart_needed,
+        }
+    }
+}

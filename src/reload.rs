@@ -1,0 +1,187 @@
+//! Hot reload, wired: file events from `notify` and SIGHUP go through a
+//! [`Debouncer`] into [`LiveConfig::reload`], and every outcome is recorded
+//! (`config_loaded` with what changed, `config_rejected` with the error) and told
+//! on stderr.
+//!
+//! The watches are on directories, not files, so editors' write-to-temp-and-rename,
+//! truncate-then-write and delete-and-recreate are all seen; the root itself is
+//! watched too, so a symlinked `config/` or `policies/` swapped atomically (the way
+//! Kubernetes updates a ConfigMap) is seen, and the watches are set again after
+//! every burst to follow the new target.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use notify::{RecursiveMode, Watcher};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{ConfigSource, Debouncer, LiveConfig, ReloadOutcome};
+use crate::events::{Event, EventError, EventLog};
+
+/// Quiet time after the last file event before reloading.
+pub const DEBOUNCE: Duration = Duration::from_millis(50);
+
+/// The directories to watch: the root, and the directories holding both files.
+fn watched_dirs(live: &LiveConfig) -> Vec<PathBuf> {
+    let paths = live.current().paths.clone();
+    let mut dirs = vec![paths.root.clone()];
+    for file in [&paths.config, &paths.settings] {
+        if let Some(dir) = file.parent()
+            && !dirs.iter().any(|d| d == dir)
+        {
+            dirs.push(dir.to_path_buf());
+        }
+    }
+    dirs
+}
+
+/// Whether a file event may concern the config or settings file. Reads are not:
+/// a reload's own reads would otherwise trigger the next reload.
+fn relevant(live: &LiveConfig, event: &notify::Event) -> bool {
+    if matches!(event.kind, notify::EventKind::Access(_)) {
+        return false;
+    }
+    let paths = live.current().paths.clone();
+    let names: Vec<&Path> = [&paths.config, &paths.settings]
+        .iter()
+        .flat_map(|f| [f.as_path(), f.parent().unwrap_or(f)])
+        .collect();
+    event.paths.iter().any(|p| {
+        names.iter().any(|n| p == *n || p.starts_with(n))
+            || p.parent() == Some(paths.root.as_path())
+                && names.iter().any(|n| n.file_name() == p.file_name())
+    })
+}
+
+fn rewatch(watcher: &mut notify::RecommendedWatcher, dirs: &[PathBuf]) {
+    for dir in dirs {
+        let _ = watcher.unwatch(dir);
+        if let Err(e) = watcher.watch(dir, RecursiveMode::NonRecursive) {
+            tracing::warn!("cannot watch {} for config changes: {e}", dir.display());
+        }
+    }
+}
+
+/// Reloads once and records the outcome.
+pub async fn reload_and_record(
+    live: &LiveConfig,
+    events: &EventLog,
+    trigger: &str,
+    last_rejection: &mut Option<ReloadOutcome>,
+) -> Result<ReloadOutcome, EventError> {
+    let outcome = live.reload();
+    if matches!(outcome, ReloadOutcome::Rejected { .. })
+        && last_rejection.as_ref() == Some(&outcome)
+    {
+        return Ok(outcome);
+    }
+    *last_rejection = match &outcome {
+        ReloadOutcome::Rejected { .. } => Some(outcome.clone()),
+        _ => None,
+    };
+    match &outcome {
+        ReloadOutcome::Unchanged => {}
+        ReloadOutcome::Loaded {
+            files,
+            changes,
+            restart_needed,
+        } => {
+            for (file, sha256) in files {
+                events
+                    .record(
+                        None,
+                        Event::ConfigLoaded {
+                            file: file.clone(),
+                            sha256: sha256.clone(),
+                            changes: changes.clone(),
+                            restart_needed: restart_needed.clone(),
+                            trigger: trigger.into(),
+                        },
+                    )
+                    .await?;
+            }
+            eprintln!(
+                "config reloaded ({trigger}): {}",
+                if changes.is_empty() {
+                    "no effective change".to_string()
+                } else {
+                    changes.join("; ")
+                }
+            );
+            if !restart_needed.is_empty() {
+                eprintln!(
+                    "warning: changed but needs a restart: {}",
+                    restart_needed.join(", ")
+                );
+            }
+        }
+        ReloadOutcome::Rejected { file, error } => {
+            events
+                .record(
+                    None,
+                    Event::ConfigRejected {
+                        file: file.clone(),
+                        error: error.clone(),
+                        trigger: trigger.into(),
+                    },
+                )
+                .await?;
+            eprintln!("config rejected ({trigger}), the previous version stays in force: {error}");
+        }
+    }
+    Ok(outcome)
+}
+
+/// Watches until `cancel` fires. Errors setting up the watcher are reported and
+/// leave SIGHUP as the only trigger.
+pub async fn run_reloader(
+    live: Arc<LiveConfig>,
+    events: EventLog,
+    cancel: CancellationToken,
+) -> Result<(), EventError> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<notify::Event>();
+    let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+        if let Ok(ev) = res {
+            let _ = tx.send(ev);
+        }
+    });
+    let mut watcher = match watcher {
+        Ok(mut w) => {
+            rewatch(&mut w, &watched_dirs(&live));
+            Some(w)
+        }
+        Err(e) => {
+            eprintln!("warning: cannot watch the config files ({e}); reload with SIGHUP");
+            None
+        }
+    };
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    let mut debounce = Debouncer::new(DEBOUNCE);
+    // The same rejection is recorded once, not at every later event.
+    let mut last_rejection: Option<ReloadOutcome> = None;
+    loop {
+        let deadline = debounce.deadline();
+        tokio::select! {
+            () = cancel.cancelled() => return Ok(()),
+            Some(ev) = rx.recv() => {
+                if relevant(&live, &ev) {
+                    debounce.event(Instant::now());
+                }
+            }
+            Some(()) = async { match hangup.as_mut() { Some(h) => h.recv().await, None => std::future::pending().await } } => {
+                last_rejection = None;
+                reload_and_record(&live, &events, "sighup", &mut last_rejection).await?;
+            }
+            () = async { match deadline { Some(d) => tokio::time::sleep_until(d.into()).await, None => std::future::pending().await } } => {
+                if debounce.take_due(Instant::now()) {
+                    if let Some(w) = watcher.as_mut() {
+                        rewatch(w, &watched_dirs(&live));
+                    }
+                    reload_and_record(&live, &events, "watch", &mut last_rejection).await?;
+                }
+            }
+        }
+    }
+}

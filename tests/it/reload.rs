@@ -1,0 +1,287 @@
+//! Hot reload of a running `harnessd run`: a policy edit made while the task runs
+//! decides the very next tool call, whichever way the file is written; an invalid
+//! edit is kept out and the old policy goes on deciding.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::common::{FakeApi, Reply, TestRoot, last_results, stderr};
+
+const DENY_TWO: &str = "run_bash(echo two*)";
+
+fn settings_with_deny(root: &TestRoot) -> String {
+    let text = std::fs::read_to_string(root.dir.join("policies/settings.json")).unwrap();
+    let mut v: Value = serde_json::from_str(&text).unwrap();
+    v["tools"]["deny"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!(DENY_TWO));
+    serde_json::to_string_pretty(&v).unwrap()
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Runs a task whose first call runs `echo one`; once it has finished, `edit`
+/// changes the policy (the fake API holds its next response meanwhile); the second
+/// call is `echo two`. Returns the root, the second call's result and stderr.
+fn edit_during_task(
+    setup: impl FnOnce(&TestRoot),
+    edit: impl FnOnce(&TestRoot, u32),
+) -> (TestRoot, Value, String) {
+    let mut second = Reply::tool("two", "run_bash", json!({"command": "echo two"}));
+    second.delay = Duration::from_millis(1500);
+    let api = FakeApi::start(vec![
+        Reply::tool("one", "run_bash", json!({"command": "echo one"})),
+        second,
+        Reply::text("done"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    root.edit_settings(|s| {
+        s["tools"]["allow"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!("run_bash(echo *)"))
+    });
+    setup(&root);
+    let child = root
+        .command(&["run", "x"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    wait_until("the first tool call", || {
+        !root.events_of("tool_finished").is_empty()
+    });
+    edit(&root, pid);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let reqs = api.requests();
+    assert_eq!(reqs.len(), 3);
+    assert!(
+        last_results(&reqs[1].body)[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("one")
+    );
+    let second = last_results(&reqs[2].body)[0].clone();
+    (root, second, stderr(&out))
+}
+
+fn assert_denied_by_new_rule(root: &TestRoot, second: &Value) {
+    assert_eq!(second["is_error"], true, "{second}");
+    assert!(
+        second["content"].as_str().unwrap().contains(DENY_TWO),
+        "{second}"
+    );
+    let loaded: Vec<Value> = root
+        .events_of("config_loaded")
+        .into_iter()
+        .filter(|e| e["trigger"] != "start")
+        .collect();
+    assert_eq!(loaded.len(), 1, "{loaded:?}");
+    assert_eq!(loaded[0]["file"], "policies/settings.json");
+    let changes = loaded[0]["changes"].to_string();
+    assert!(
+        changes.contains("settings.tools.deny: added") && changes.contains(DENY_TWO),
+        "{changes}"
+    );
+}
+
+#[test]
+fn edit_in_place_applies_to_the_next_tool_call() {
+    let (root, second, err) = edit_during_task(
+        |_| {},
+        |root, _| {
+            std::fs::write(
+                root.dir.join("policies/settings.json"),
+                settings_with_deny(root),
+            )
+            .unwrap();
+        },
+    );
+    assert_denied_by_new_rule(&root, &second);
+    assert!(err.contains("config reloaded (watch)"), "{err}");
+}
+
+#[test]
+fn rename_over_the_file_is_seen() {
+    let (root, second, _) = edit_during_task(
+        |_| {},
+        |root, _| {
+            let tmp = root.dir.join("policies/.settings.json.swp");
+            std::fs::write(&tmp, settings_with_deny(root)).unwrap();
+            std::fs::rename(&tmp, root.dir.join("policies/settings.json")).unwrap();
+        },
+    );
+    assert_denied_by_new_rule(&root, &second);
+}
+
+#[test]
+fn truncate_then_write_never_puts_half_a_policy_in_force() {
+    let (root, second, _) = edit_during_task(
+        |_| {},
+        |root, _| {
+            let path = root.dir.join("policies/settings.json");
+            let full = settings_with_deny(root);
+            std::fs::write(&path, "").unwrap();
+            // Caught half-way: longer than the debounce, so a reload sees the empty file.
+            std::thread::sleep(Duration::from_millis(300));
+            std::fs::write(&path, &full[..full.len() / 2]).unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+            std::fs::write(&path, &full).unwrap();
+        },
+    );
+    assert_denied_by_new_rule(&root, &second);
+    let rejected = root.events_of("config_rejected");
+    assert!(rejected.len() >= 2, "{rejected:?}");
+    assert!(
+        rejected
+            .iter()
+            .any(|e| e["error"].as_str().unwrap().contains("empty")),
+        "{rejected:?}"
+    );
+}
+
+#[test]
+fn delete_and_recreate_is_seen() {
+    let (root, second, _) = edit_during_task(
+        |_| {},
+        |root, _| {
+            let path = root.dir.join("policies/settings.json");
+            let full = settings_with_deny(root);
+            std::fs::remove_file(&path).unwrap();
+            std::thread::sleep(Duration::from_millis(200));
+            std::fs::write(&path, full).unwrap();
+        },
+    );
+    assert_denied_by_new_rule(&root, &second);
+    assert!(
+        !root.events_of("config_rejected").is_empty(),
+        "the missing file was reported"
+    );
+}
+
+#[test]
+fn symlinked_directory_swapped_atomically_is_seen() {
+    let (root, second, _) = edit_during_task(
+        |root| {
+            // policies -> policies-v1, as a ConfigMap mount looks.
+            std::fs::rename(root.dir.join("policies"), root.dir.join("policies-v1")).unwrap();
+            std::os::unix::fs::symlink("policies-v1", root.dir.join("policies")).unwrap();
+        },
+        |root, _| {
+            let v2 = root.dir.join("policies-v2");
+            std::fs::create_dir(&v2).unwrap();
+            std::fs::write(v2.join("settings.json"), settings_with_deny(root)).unwrap();
+            let tmp = root.dir.join("policies.tmp");
+            std::os::unix::fs::symlink("policies-v2", &tmp).unwrap();
+            std::fs::rename(&tmp, root.dir.join("policies")).unwrap();
+        },
+    );
+    assert_denied_by_new_rule(&root, &second);
+}
+
+#[test]
+fn invalid_edit_is_rejected_and_the_old_policy_keeps_deciding() {
+    let (root, second, err) = edit_during_task(
+        |_| {},
+        |root, _| {
+            std::fs::write(
+                root.dir.join("policies/settings.json"),
+                "{\n  \"tools\": {\"deny\": [\"run_bsh\"]}\n}\n",
+            )
+            .unwrap();
+        },
+    );
+    assert!(
+        second.get("is_error").is_none(),
+        "the old policy still allows it: {second}"
+    );
+    assert!(second["content"].as_str().unwrap().contains("two"));
+    let rejected = root.events_of("config_rejected");
+    assert_eq!(rejected.len(), 1, "{rejected:?}");
+    let error = rejected[0]["error"].as_str().unwrap();
+    assert!(
+        error.contains("policies/settings.json:2:")
+            && error.contains("tools.deny[0]")
+            && error.contains("run_bsh"),
+        "{error}"
+    );
+    assert!(err.contains("previous version stays in force"), "{err}");
+}
+
+#[test]
+fn sighup_reloads_an_edit_the_watcher_cannot_see() {
+    let outside = std::env::temp_dir().join(format!(
+        "harnessd-hardlink-{}-{}",
+        std::process::id(),
+        line!()
+    ));
+    let (root, second, _) = edit_during_task(
+        |root| {
+            let _ = std::fs::remove_file(&outside);
+            std::fs::hard_link(root.dir.join("policies/settings.json"), &outside).unwrap();
+        },
+        |root, pid| {
+            // Written through a hard link in an unwatched directory: no file event.
+            let new = settings_with_deny(root);
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .truncate(true)
+                .open(&outside)
+                .unwrap();
+            std::io::Write::write_all(&mut f, new.as_bytes()).unwrap();
+            drop(f);
+            std::thread::sleep(Duration::from_millis(300));
+            assert!(
+                root.events_of("config_loaded")
+                    .iter()
+                    .all(|e| e["trigger"] == "start")
+            );
+            unsafe { libc::kill(pid as i32, libc::SIGHUP) };
+        },
+    );
+    let _ = std::fs::remove_file(&outside);
+    assert_denied_by_new_rule(&root, &second);
+    assert_eq!(
+        root.events_of("config_loaded").last().unwrap()["trigger"],
+        "sighup"
+    );
+}
+
+#[test]
+fn restart_only_keys_are_reported_not_applied() {
+    let (root, _, err) = edit_during_task(
+        |_| {},
+        |root, _| {
+            root.set_config("daemon", "socket", "\"run/other.sock\"");
+            root.set_config("loop", "max_turns", "7");
+        },
+    );
+    let loaded: Vec<Value> = root
+        .events_of("config_loaded")
+        .into_iter()
+        .filter(|e| e["trigger"] != "start")
+        .collect();
+    assert_eq!(loaded.len(), 1);
+    assert_eq!(loaded[0]["file"], "config/config.toml");
+    assert_eq!(loaded[0]["restart_needed"], json!(["daemon.socket"]));
+    assert!(
+        loaded[0]["changes"]
+            .to_string()
+            .contains("config.loop.max_turns: 12 → 7"),
+        "{}",
+        loaded[0]
+    );
+    assert!(err.contains("needs a restart: daemon.socket"), "{err}");
+    let _ = Path::new("");
+}
