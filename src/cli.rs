@@ -42,6 +42,21 @@ pub enum Command {
         /// Where (default: the current directory).
         dir: Option<PathBuf>,
     },
+    /// Policy tools: what a call would get, and the settings schema.
+    Policy {
+        /// Which.
+        #[command(subcommand)]
+        command: PolicyCommand,
+    },
+    /// Re-evaluate recorded tool calls against the current policy; prints the
+    /// calls whose decision would change. Nothing is executed.
+    Replay {
+        /// A transcript (`transcripts/<task_id>.json`) or a folder of them.
+        path: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run a command confined exactly as a tool would be, to try a policy out.
     /// Exit code: the command's, 124 on timeout, 125 if the sandbox refused.
     Sandbox {
@@ -49,4 +64,22 @@ pub enum Command {
         #[arg(required = true, last = true)]
         command: Vec<String>,
     },
+}
+
+/// `harnessd policy …`.
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Print the decision, the rule that made it, and for run_bash the simple
+    /// commands seen.
+    Test {
+        /// The tool (run_bash, read_file, …).
+        tool: String,
+        /// The primary argument (command, path, code) or the input as a JSON object.
+        input: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the JSON Schema of settings.json (shipped as policies/settings.schema.json).
+    Schema,
 }

@@ -3,7 +3,7 @@
 
 use clap::Parser;
 
-use harnessd::cli::{Cli, Command};
+use harnessd::cli::{Cli, Command, PolicyCommand};
 use harnessd::commands;
 
 fn main() {
@@ -44,6 +44,13 @@ fn main() {
             Command::Check { json } => commands::check::run(&cli.root, json, &helper, env),
             Command::Init { dir } => commands::init::run(&dir.unwrap_or(cli.root)),
             Command::Sandbox { command } => commands::sandbox::run(&cli.root, command, &helper),
+            Command::Policy { command } => match command {
+                PolicyCommand::Test { tool, input, json } => {
+                    commands::policy::test(&cli.root, &tool, &input, json)
+                }
+                PolicyCommand::Schema => commands::policy::schema(),
+            },
+            Command::Replay { path, json } => commands::replay::run(&cli.root, &path, json),
         });
     match result {
         Ok(code) => std::process::exit(code),

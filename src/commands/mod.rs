@@ -3,7 +3,9 @@
 
 pub mod check;
 pub mod init;
+pub mod policy;
 pub mod progress;
+pub mod replay;
 pub mod run;
 pub mod sandbox;
 

@@ -33,6 +33,9 @@ pub const DEFAULT_CONFIG: &str = include_str!("../../config/config.toml");
 /// The shipped `policies/settings.json`, written by `harnessd init`.
 pub const DEFAULT_SETTINGS: &str = include_str!("../../policies/settings.json");
 
+/// The JSON Schema of settings.json that the default file points editors at.
+pub const SETTINGS_SCHEMA: &str = include_str!("../../policies/settings.schema.json");
+
 /// The sample data file `harnessd init` puts in the workspace.
 pub const SAMPLE_SCORES: &str = include_str!("../../workspace/scores.csv");
 
@@ -202,6 +205,7 @@ pub fn init(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let files = [
         (CONFIG_FILE, DEFAULT_CONFIG),
         ("policies/settings.json", DEFAULT_SETTINGS),
+        ("policies/settings.schema.json", SETTINGS_SCHEMA),
         ("transcripts/.gitignore", "*\n!.gitignore\n"),
         ("workspace/scores.csv", SAMPLE_SCORES),
     ];

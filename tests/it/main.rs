@@ -7,6 +7,7 @@ mod common;
 mod api;
 mod check;
 mod escape;
+mod policy_cli;
 mod records;
 mod reload;
 mod stops;

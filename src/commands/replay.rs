@@ -1,0 +1,130 @@
+//! `harnessd replay PATH`: re-evaluates every tool call recorded in a transcript
+//! (or every transcript in a folder) against the current policy and prints the
+//! calls whose decision would change. Nothing is executed.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use super::EXIT_CONFIG;
+use super::policy::evaluate;
+use crate::agent::Transcript;
+use crate::llm::Role;
+
+/// Decisions recorded in events.jsonl: (task_id, tool_use_id) → "tier (rule)".
+fn recorded_decisions(events: &Path) -> HashMap<(String, String), String> {
+    let text = std::fs::read_to_string(events).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["type"] == "policy_decision")
+        .map(|e| {
+            let key = (
+                e["task_id"].as_str().unwrap_or("").to_string(),
+                e["tool_use_id"].as_str().unwrap_or("").to_string(),
+            );
+            (
+                key,
+                format!(
+                    "{} ({})",
+                    e["tier"].as_str().unwrap_or("?"),
+                    e["rule"].as_str().unwrap_or("?")
+                ),
+            )
+        })
+        .collect()
+}
+
+fn transcripts(path: &Path) -> std::io::Result<Vec<PathBuf>> {
+    if path.is_file() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(path)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json") && p.is_file())
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// Runs `replay`.
+pub fn run(root: &Path, path: &Path, json_out: bool) -> anyhow::Result<i32> {
+    let loaded = match crate::config::load(root) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(EXIT_CONFIG);
+        }
+    };
+    let recorded = recorded_decisions(&loaded.paths.events);
+    let mut rows = Vec::new();
+    let mut total = 0;
+    for file in
+        transcripts(path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?
+    {
+        let text = std::fs::read_to_string(&file)
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
+        let t: Transcript = serde_json::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("{} is not a harnessd transcript: {e}", file.display()))?;
+        for m in t.messages.iter().filter(|m| m.role == Role::Assistant) {
+            for (id, name, input) in m.tool_uses() {
+                total += 1;
+                let was = recorded
+                    .get(&(t.task_id.clone(), id.clone()))
+                    .cloned()
+                    .unwrap_or_else(|| "-".into());
+                let now = match evaluate(&loaded, &name, &input) {
+                    Ok(d) => format!(
+                        "{} ({})",
+                        d["tier"].as_str().unwrap_or("?"),
+                        d["rule"].as_str().unwrap_or("?")
+                    ),
+                    Err(_) => "-".into(),
+                };
+                let tier = |s: &str| s.split(' ').next().unwrap_or("").to_string();
+                if tier(&was) != tier(&now) {
+                    rows.push(json!({"task_id": t.task_id, "tool_use_id": id, "tool": name, "input": input, "was": was, "now": now}));
+                }
+            }
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    if json_out {
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&json!({"calls": total, "changed": rows}))?
+        )?;
+        return Ok(0);
+    }
+    writeln!(
+        out,
+        "{total} recorded tool calls, {} would be decided differently now",
+        rows.len()
+    )?;
+    if !rows.is_empty() {
+        writeln!(
+            out,
+            "{:<28} {:<14} {:<11} {:<40} {:<32} now",
+            "task", "call", "tool", "input", "was"
+        )?;
+    }
+    for r in &rows {
+        let input = crate::text::truncate_middle(&r["input"].to_string(), 38, 0)
+            .0
+            .replace('\n', " ");
+        writeln!(
+            out,
+            "{:<28} {:<14} {:<11} {:<40} {:<32} {}",
+            r["task_id"].as_str().unwrap_or(""),
+            r["tool_use_id"].as_str().unwrap_or(""),
+            r["tool"].as_str().unwrap_or(""),
+            input,
+            r["was"].as_str().unwrap_or(""),
+            r["now"].as_str().unwrap_or("")
+        )?;
+    }
+    Ok(0)
+}
