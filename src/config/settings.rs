@@ -9,7 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::error::{ConfigError, find_key};
-use crate::policy::{Rule, Tier};
+use crate::policy::{Rule, RuleSet, Tier};
 
 /// The whole of `policies/settings.json`.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, JsonSchema)]
@@ -162,11 +162,11 @@ pub struct Policy {
     /// The file as written.
     pub settings: Settings,
     /// Compiled `tools.deny`, in file order.
-    pub deny: Vec<Rule>,
+    pub deny: RuleSet,
     /// Compiled `tools.ask`.
-    pub ask: Vec<Rule>,
+    pub ask: RuleSet,
     /// Compiled `tools.allow`.
-    pub allow: Vec<Rule>,
+    pub allow: RuleSet,
 }
 
 impl Settings {
@@ -224,12 +224,13 @@ impl Settings {
                 }
             }
         }
-        let compile = |tier: &str, rules: &[String]| -> Result<Vec<Rule>, ConfigError> {
-            rules
+        let compile = |tier: &str, rules: &[String]| -> Result<RuleSet, ConfigError> {
+            let parsed = rules
                 .iter()
                 .enumerate()
                 .map(|(i, r)| Rule::parse(r).map_err(|m| bad(format!("tools.{tier}[{i}]"), m)))
-                .collect()
+                .collect::<Result<Vec<Rule>, ConfigError>>()?;
+            RuleSet::new(parsed).map_err(|m| bad(format!("tools.{tier}"), m))
         };
         let deny = compile("deny", &self.tools.deny)?;
         let ask = compile("ask", &self.tools.ask)?;

@@ -10,11 +10,13 @@
 //! `allow: run_bash(ls *)` beside `ask: run_bash` lets `ls` run while every other
 //! command asks; within each level, ask beats allow.
 
-use globset::{GlobBuilder, GlobMatcher};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+mod rules;
 pub mod shell;
+
+pub use rules::{Rule, RuleSet};
 
 use crate::config::Policy;
 use crate::tools::ToolName;
@@ -39,82 +41,6 @@ impl Tier {
             Tier::Ask => "ask",
             Tier::Deny => "deny",
         }
-    }
-}
-
-/// One compiled rule: `tool` or `tool(pattern)`.
-#[derive(Debug, Clone)]
-pub struct Rule {
-    /// The rule as written.
-    pub text: String,
-    /// The tool it is about.
-    pub tool: ToolName,
-    /// The glob over the call's primary argument, if any.
-    pattern: Option<Pattern>,
-}
-
-#[derive(Debug, Clone)]
-struct Pattern {
-    glob: GlobMatcher,
-    /// For a pattern ending in ` *`, the same without it, so `ls *` matches `ls`.
-    bare: Option<GlobMatcher>,
-}
-
-impl Pattern {
-    fn matches(&self, arg: &str) -> bool {
-        self.glob.is_match(arg) || self.bare.as_ref().is_some_and(|b| b.is_match(arg))
-    }
-}
-
-fn glob(pattern: &str) -> Result<GlobMatcher, String> {
-    GlobBuilder::new(pattern)
-        .literal_separator(false)
-        .backslash_escape(true)
-        .build()
-        .map(|g| g.compile_matcher())
-        .map_err(|e| format!("pattern {pattern:?} is not a valid glob: {e}"))
-}
-
-impl Rule {
-    /// Parses `tool` or `tool(pattern)`; the error says what is wrong with it.
-    pub fn parse(text: &str) -> Result<Rule, String> {
-        let (name, pattern) = match text.find('(') {
-            None => (text, None),
-            Some(open) => {
-                let inner = text[open + 1..].strip_suffix(')').ok_or_else(|| {
-                    format!("rule {text:?} opens a pattern with '(' but does not end with ')'")
-                })?;
-                (&text[..open], Some(inner))
-            }
-        };
-        let tool = ToolName::parse(name.trim()).ok_or_else(|| {
-            format!(
-                "rule {text:?} names unknown tool {name:?}; known tools: {}",
-                ToolName::ALL_NAMES.join(", ")
-            )
-        })?;
-        let pattern = match pattern {
-            None => None,
-            Some(_) if tool == ToolName::GetTime => {
-                return Err(format!(
-                    "rule {text:?}: get_time takes no argument, so only `get_time` applies"
-                ));
-            }
-            Some("") => return Err(format!("rule {text:?} has an empty pattern")),
-            Some(p) => Some(Pattern {
-                glob: glob(p)?,
-                bare: p.strip_suffix(" *").map(glob).transpose()?,
-            }),
-        };
-        Ok(Rule {
-            text: text.to_string(),
-            tool,
-            pattern,
-        })
-    }
-
-    fn is_whole_tool(&self) -> bool {
-        self.pattern.is_none()
     }
 }
 
@@ -145,62 +71,42 @@ pub struct Subject<'a> {
 
 /// Decides one call.
 pub fn decide(policy: &Policy, subject: Subject<'_>) -> Decision {
-    // Each simple command as written and as it runs (assignments and wrappers
-    // like `env` removed); a file path or code is one part.
-    let (parts, confident): (Vec<[String; 2]>, bool) = match (subject.tool, subject.arg) {
+    let tool = subject.tool;
+    // What patterns are matched against: the whole argument, and for run_bash each
+    // simple command as written and as it runs (assignments and wrappers like
+    // `env` removed).
+    let mut subjects: Vec<String> = subject.arg.map(str::to_string).into_iter().collect();
+    let mut parts: Vec<[String; 2]> = Vec::new();
+    let mut confident = true;
+    match (tool, subject.arg) {
         (ToolName::RunBash, Some(cmd)) => {
             let split = shell::split(cmd);
-            let parts = split
-                .parts
-                .into_iter()
-                .map(|p| [p.text, p.effective])
-                .collect();
-            (parts, split.confident)
+            confident = split.confident;
+            for p in split.parts {
+                subjects.push(p.text.clone());
+                subjects.push(p.effective.clone());
+                parts.push([p.text, p.effective]);
+            }
         }
-        (_, Some(arg)) => (vec![[arg.to_string(), arg.to_string()]], true),
-        (_, None) => (Vec::new(), true),
-    };
-    let whole = subject.arg;
-    let tool = subject.tool;
-    fn of_tool(rules: &[Rule], tool: ToolName) -> Vec<&Rule> {
-        rules.iter().filter(|r| r.tool == tool).collect()
+        (_, Some(arg)) => parts.push([arg.to_string(), arg.to_string()]),
+        (_, None) => {}
     }
-    // A pattern rule hits when it matches the whole argument or any simple command.
-    let hits = |r: &Rule| match &r.pattern {
-        None => true,
-        Some(p) => {
-            whole.is_some_and(|w| p.matches(w)) || parts.iter().flatten().any(|x| p.matches(x))
-        }
-    };
     let decided = |tier, r: &Rule| Decision {
         tier,
         rule: Some(r.text.clone()),
     };
-    let deny = of_tool(&policy.deny, tool);
-    if let Some(r) = deny.iter().find(|r| hits(r)) {
+    if let Some(r) = policy.deny.first_hit(tool, &subjects) {
         return decided(Tier::Deny, r);
     }
-    let ask = of_tool(&policy.ask, tool);
-    if let Some(r) = ask.iter().find(|r| !r.is_whole_tool() && hits(r)) {
+    if let Some(r) = policy.ask.first_pattern_hit(tool, &subjects) {
         return decided(Tier::Ask, r);
     }
-    let allow = of_tool(&policy.allow, tool);
     // A pattern allow needs every simple command covered, and a command we could
     // split with confidence; anything else falls through to the whole-tool rules.
     if confident && !parts.is_empty() {
-        let patterned: Vec<&&Rule> = allow.iter().filter(|r| !r.is_whole_tool()).collect();
         let covering: Option<Vec<&Rule>> = parts
             .iter()
-            .map(|[text, effective]| {
-                patterned
-                    .iter()
-                    .find(|r| {
-                        r.pattern
-                            .as_ref()
-                            .is_some_and(|p| p.matches(effective) || p.matches(text))
-                    })
-                    .map(|r| **r)
-            })
+            .map(|part| policy.allow.first_pattern_hit(tool, part))
             .collect();
         if let Some(rules) = covering {
             let mut names: Vec<&str> = rules.iter().map(|r| r.text.as_str()).collect();
@@ -211,10 +117,10 @@ pub fn decide(policy: &Policy, subject: Subject<'_>) -> Decision {
             };
         }
     }
-    if let Some(r) = ask.iter().find(|r| r.is_whole_tool()) {
+    if let Some(r) = policy.ask.whole_tool(tool) {
         return decided(Tier::Ask, r);
     }
-    if let Some(r) = allow.iter().find(|r| r.is_whole_tool()) {
+    if let Some(r) = policy.allow.whole_tool(tool) {
         return decided(Tier::Allow, r);
     }
     Decision {
@@ -226,10 +132,7 @@ pub fn decide(policy: &Policy, subject: Subject<'_>) -> Decision {
 /// Whether a tool is refused outright (a deny rule without a pattern), so it is not
 /// advertised to the model at all.
 pub fn denied_outright(policy: &Policy, tool: ToolName) -> bool {
-    policy
-        .deny
-        .iter()
-        .any(|r| r.tool == tool && r.is_whole_tool())
+    policy.deny.whole_tool(tool).is_some()
 }
 
 #[cfg(test)]
@@ -379,5 +282,63 @@ mod tests {
         assert!(Rule::parse("run_bash(ls").is_err());
         assert!(Rule::parse("nope").is_err());
         assert!(Rule::parse("run_bash()").is_err());
+    }
+
+    /// Every tier with no rule, a whole-tool rule, a matching pattern or a
+    /// non-matching pattern, under every default: the documented order decides.
+    #[test]
+    fn precedence_matrix() {
+        #[derive(Clone, Copy, Debug, PartialEq)]
+        enum R {
+            None,
+            Whole,
+            Hit,
+            Miss,
+        }
+        let rule = |r: R| match r {
+            R::None => None,
+            R::Whole => Some("read_file".to_string()),
+            R::Hit => Some("read_file(workspace/*)".to_string()),
+            R::Miss => Some("read_file(/etc/*)".to_string()),
+        };
+        let all = [R::None, R::Whole, R::Hit, R::Miss];
+        let mut cases = 0;
+        for deny in all {
+            for ask in all {
+                for allow in all {
+                    for default in ["allow", "ask", "deny"] {
+                        let list = |r: R| rule(r).into_iter().collect::<Vec<_>>();
+                        let json = serde_json::json!({"tools": {
+                            "default": default, "deny": list(deny), "ask": list(ask), "allow": list(allow)
+                        }});
+                        let p = policy(&json.to_string());
+                        let got = tier(&p, ToolName::ReadFile, Some("workspace/a.txt"));
+                        let expected = if matches!(deny, R::Whole | R::Hit) {
+                            Tier::Deny
+                        } else if ask == R::Hit {
+                            Tier::Ask
+                        } else if allow == R::Hit {
+                            Tier::Allow
+                        } else if ask == R::Whole {
+                            Tier::Ask
+                        } else if allow == R::Whole {
+                            Tier::Allow
+                        } else {
+                            match default {
+                                "allow" => Tier::Allow,
+                                "ask" => Tier::Ask,
+                                _ => Tier::Deny,
+                            }
+                        };
+                        assert_eq!(
+                            got, expected,
+                            "deny {deny:?} ask {ask:?} allow {allow:?} default {default}"
+                        );
+                        cases += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(cases, 192);
     }
 }
