@@ -124,3 +124,37 @@ fn default_settings_point_at_the_shipped_schema() {
         schema
     );
 }
+
+#[test]
+fn path_dodges_are_normalised_before_matching() {
+    let root = TestRoot::new("http://127.0.0.1:9");
+    let ws = root.workspace();
+    std::fs::create_dir_all(ws.join("secrets")).unwrap();
+    std::fs::write(ws.join("secrets/k"), "x").unwrap();
+    std::os::unix::fs::symlink(ws.join("secrets"), ws.join("alias")).unwrap();
+    std::os::unix::fs::symlink(ws.join("secrets/k"), ws.join("k-link")).unwrap();
+    for dodge in [
+        "secrets/k",
+        "./secrets/k",
+        ".//secrets//k",
+        "x/../secrets/k",
+        "alias/k",
+        "k-link",
+        "../workspace/secrets/k",
+    ] {
+        let out = root.run(&["policy", "test", "--json", "read_file", dodge]);
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["tier"], "deny", "{dodge}: {v}");
+        assert_eq!(v["subject"], "workspace/secrets/k", "{dodge}");
+    }
+    let abs = ws.join("secrets/k");
+    let out = root.run(&[
+        "policy",
+        "test",
+        "--json",
+        "read_file",
+        abs.to_str().unwrap(),
+    ]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["tier"], "deny", "{v}");
+}
