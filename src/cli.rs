@@ -31,6 +31,89 @@ pub enum Command {
         /// The task.
         task: String,
     },
+    /// The daemon: control API on the unix socket, hot reload, approvals.
+    Serve,
+    /// Submit a task to the daemon; prints its id.
+    Submit {
+        /// Follow the task to its end; exit like `run`.
+        #[arg(long)]
+        wait: bool,
+        /// Override loop.max_turns.
+        #[arg(long)]
+        max_turns: Option<u32>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// The task.
+        task: String,
+    },
+    /// List the daemon's tasks.
+    Tasks {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one task.
+    Show {
+        /// Task id.
+        id: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cancel a task (kills its running tool).
+    Cancel {
+        /// Task id.
+        id: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Continue an interrupted or stopped task.
+    Resume {
+        /// Task id.
+        id: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List calls waiting for approval.
+    Approvals {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve a waiting call.
+    Approve {
+        /// Approval id.
+        id: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Deny a waiting call.
+    Deny {
+        /// Approval id.
+        id: String,
+        /// Told to the model.
+        #[arg(long)]
+        reason: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Read the audit log through the daemon.
+    Events {
+        /// Only this task's events.
+        #[arg(long)]
+        task: Option<String>,
+        /// Only events of this type.
+        #[arg(long = "type")]
+        kind: Option<String>,
+        /// Keep streaming new events.
+        #[arg(long)]
+        follow: bool,
+    },
     /// Validate both files and print the effective settings.
     Check {
         /// Print JSON instead of text.

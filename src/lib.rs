@@ -24,6 +24,7 @@ pub mod approval;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod daemon;
 pub mod events;
 pub mod exec;
 pub mod llm;

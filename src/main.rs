@@ -5,6 +5,7 @@ use clap::Parser;
 
 use harnessd::cli::{Cli, Command, PolicyCommand};
 use harnessd::commands;
+use harnessd::commands::clients::ClientCommand;
 
 fn main() {
     // The sandbox helper is this binary re-executed; it must start fast and touch
@@ -51,6 +52,55 @@ fn main() {
                 PolicyCommand::Schema => commands::policy::schema(),
             },
             Command::Replay { path, json } => commands::replay::run(&cli.root, &path, json),
+            Command::Serve => harnessd::daemon::serve::serve(
+                harnessd::daemon::serve::ServeOptions {
+                    root: cli.root,
+                    helper,
+                },
+                env,
+            ),
+            Command::Submit {
+                wait,
+                max_turns,
+                json,
+                task,
+            } => client(
+                &cli.root,
+                ClientCommand::Submit {
+                    prompt: task,
+                    max_turns,
+                    wait,
+                },
+                json,
+            ),
+            Command::Tasks { json } => client(&cli.root, ClientCommand::Tasks, json),
+            Command::Show { id, json } => client(&cli.root, ClientCommand::Show(id), json),
+            Command::Cancel { id, json } => client(&cli.root, ClientCommand::Cancel(id), json),
+            Command::Resume { id, json } => client(&cli.root, ClientCommand::Resume(id), json),
+            Command::Approvals { json } => client(&cli.root, ClientCommand::Approvals, json),
+            Command::Approve { id, json } => client(
+                &cli.root,
+                ClientCommand::Answer {
+                    id,
+                    approve: true,
+                    reason: None,
+                },
+                json,
+            ),
+            Command::Deny { id, reason, json } => client(
+                &cli.root,
+                ClientCommand::Answer {
+                    id,
+                    approve: false,
+                    reason,
+                },
+                json,
+            ),
+            Command::Events { task, kind, follow } => client(
+                &cli.root,
+                ClientCommand::Events { task, kind, follow },
+                false,
+            ),
         });
     match result {
         Ok(code) => std::process::exit(code),
@@ -59,4 +109,8 @@ fn main() {
             std::process::exit(1);
         }
     }
+}
+
+fn client(root: &std::path::Path, cmd: ClientCommand, json: bool) -> anyhow::Result<i32> {
+    commands::clients::run(root, cmd, json)
 }

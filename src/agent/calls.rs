@@ -178,7 +178,15 @@ async fn admit(
                     },
                 )
                 .await?;
-            let answer = env.approver.ask(&req).await;
+            let answer = tokio::select! {
+                a = env.approver.ask(&req) => a,
+                () = env.cancel.cancelled() => crate::approval::ApprovalAnswer {
+                    approved: false,
+                    decision: "denied",
+                    by: "cancel".into(),
+                    reason: Some("the task was cancelled".into()),
+                },
+            };
             env.events
                 .record(
                     Some(task_id),

@@ -60,6 +60,8 @@ pub struct TaskSpec {
     pub max_turns: Option<u32>,
     /// `cli` or `api`.
     pub source: String,
+    /// Continue this transcript instead of starting from `prompt`.
+    pub resume: Option<Transcript>,
 }
 
 /// How a task ended.
@@ -165,6 +167,29 @@ impl Run<'_> {
     async fn unexecuted(&mut self, uses: &[calls::ToolUse], why: &str) -> Result<(), EventError> {
         let blocks = calls::answer_unexecuted(self.env, &self.spec.task_id, uses, why).await?;
         self.push_user(blocks);
+        Ok(())
+    }
+
+    /// Makes a saved history ready to send again: dangling `tool_use` blocks (the
+    /// daemon died before running them) are answered first; a history that ends
+    /// with the model's answer gets a user turn asking it to go on.
+    async fn prepare_resume(&mut self) -> Result<(), EventError> {
+        let Some(last) = self.transcript.messages.last() else {
+            return Ok(());
+        };
+        if last.role != Role::Assistant {
+            return Ok(());
+        }
+        let uses = last.tool_uses();
+        if uses.is_empty() {
+            self.push_user(vec![Block::text(
+                "Continue the task from where you stopped.",
+            )]);
+        } else {
+            let why = "not executed: the task was interrupted before this call ran; \
+                       request it again if it is still needed";
+            self.unexecuted(&uses, why).await?;
+        }
         Ok(())
     }
 
@@ -298,10 +323,15 @@ impl Run<'_> {
 pub async fn run_task(env: &TaskEnv, spec: &TaskSpec) -> Result<TaskOutcome, EventError> {
     let loaded = env.config.current();
     let created = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-    let mut run = Run {
-        env,
-        spec,
-        transcript: Transcript {
+    let transcript = match &spec.resume {
+        Some(t) => Transcript {
+            status: "running".into(),
+            stop_reason: None,
+            answer: None,
+            error: None,
+            ..t.clone()
+        },
+        None => Transcript {
             task_id: spec.task_id.clone(),
             model: loaded.config.api.model.clone(),
             created,
@@ -313,16 +343,30 @@ pub async fn run_task(env: &TaskEnv, spec: &TaskSpec) -> Result<TaskOutcome, Eve
             messages: vec![Message::user(vec![Block::text(spec.prompt.clone())])],
             turns: Vec::new(),
         },
-        usage: Usage::default(),
-        turn: 0,
+    };
+    let mut run = Run {
+        env,
+        spec,
+        usage: transcript.usage,
+        turn: transcript.turns.len() as u32,
+        transcript,
         started: Instant::now(),
     };
-    run.record(Event::TaskStarted {
-        prompt: spec.prompt.clone(),
-        model: loaded.config.api.model.clone(),
-        source: spec.source.clone(),
-    })
-    .await?;
+    if spec.resume.is_some() {
+        run.record(Event::TaskResumed {
+            turns_so_far: run.turn,
+            source: spec.source.clone(),
+        })
+        .await?;
+        run.prepare_resume().await?;
+    } else {
+        run.record(Event::TaskStarted {
+            prompt: spec.prompt.clone(),
+            model: loaded.config.api.model.clone(),
+            source: spec.source.clone(),
+        })
+        .await?;
+    }
     run.save();
     let (stop_reason, error) = match run.turns().await {
         Ok(r) => r,

@@ -2,6 +2,7 @@
 //! exits.
 
 pub mod check;
+pub mod clients;
 pub mod init;
 pub mod policy;
 pub mod progress;

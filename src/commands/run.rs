@@ -138,6 +138,7 @@ async fn run_async(
         prompt: opts.task,
         max_turns: opts.max_turns,
         source: "cli".into(),
+        resume: None,
     };
     let outcome = run_task(&env, &spec).await;
     stop_reloader.cancel();

@@ -66,6 +66,19 @@ pub enum Event {
         /// `cli` or `api`.
         source: String,
     },
+    /// A task continues from its transcript.
+    TaskResumed {
+        /// Model requests made before.
+        turns_so_far: u32,
+        /// `cli` or `api`.
+        source: String,
+    },
+    /// A task was found running or awaiting approval at start: the previous daemon
+    /// died. `resume` continues it.
+    TaskInterrupted {
+        /// The status it had.
+        was: String,
+    },
     /// A model request is about to be sent.
     ModelRequest {
         /// Request number in the task, from 1.

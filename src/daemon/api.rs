@@ -1,0 +1,359 @@
+//! The control API: HTTP/1.1 + JSON on the unix socket (SPEC §9). Every error is
+//! `{error: {type, message}}` with a fitting status. Who answered an approval is
+//! the peer's uid, from SO_PEERCRED.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::connect_info::{ConnectInfo, Connected};
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::serve::IncomingStream;
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::net::UnixListener;
+use tokio::sync::broadcast;
+
+use super::approvals::Approvals;
+use super::metrics::Metrics;
+use super::tasks::{Scheduler, Status};
+use crate::agent::Transcript;
+use crate::config::{ConfigSource, LiveConfig};
+
+/// Largest request body accepted.
+pub const MAX_BODY: usize = 256 * 1024;
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    /// Runs tasks.
+    pub scheduler: Scheduler,
+    /// Pending approvals.
+    pub approvals: Approvals,
+    /// Counters.
+    pub metrics: Arc<Metrics>,
+    /// Config in force.
+    pub config: Arc<LiveConfig>,
+    /// Every event as it is written (for `follow`).
+    pub live_events: broadcast::Sender<Value>,
+}
+
+/// The peer of a connection: its credentials.
+#[derive(Clone, Debug)]
+pub struct Peer {
+    /// The peer's uid, if the kernel told.
+    pub uid: Option<u32>,
+}
+
+impl Connected<IncomingStream<'_, UnixListener>> for Peer {
+    fn connect_info(stream: IncomingStream<'_, UnixListener>) -> Self {
+        Peer {
+            uid: stream.io().peer_cred().ok().map(|c| c.uid()),
+        }
+    }
+}
+
+/// An API error.
+pub struct ApiError {
+    status: StatusCode,
+    kind: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            kind,
+            message: message.into(),
+        }
+    }
+
+    fn not_found(what: &str, id: &str) -> ApiError {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no {what} {id:?}"),
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            Json(json!({"error": {"type": self.kind, "message": self.message}})),
+        )
+            .into_response()
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(r: JsonRejection) -> ApiError {
+        let status = r.status();
+        let kind = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            "too_large"
+        } else {
+            "invalid_request"
+        };
+        ApiError::new(status, kind, r.body_text())
+    }
+}
+
+/// The router.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/metrics", get(metrics))
+        .route("/v1/tasks", post(submit).get(list_tasks))
+        .route("/v1/tasks/{id}", get(show_task))
+        .route("/v1/tasks/{id}/cancel", post(cancel_task))
+        .route("/v1/tasks/{id}/resume", post(resume_task))
+        .route("/v1/approvals", get(list_approvals))
+        .route("/v1/approvals/{id}", post(answer_approval))
+        .route("/v1/events", get(events))
+        .fallback(|| async {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "no such endpoint; see SPEC §9",
+            )
+        })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "method not allowed on this endpoint",
+            )
+        })
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(state)
+}
+
+async fn metrics(State(s): State<AppState>) -> Response {
+    let body = s.metrics.render(&s.scheduler.registry);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SubmitBody {
+    prompt: String,
+    #[serde(default)]
+    max_turns: Option<u32>,
+}
+
+async fn submit(
+    State(s): State<AppState>,
+    body: Result<Json<SubmitBody>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(body) = body?;
+    if body.prompt.trim().is_empty() {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "prompt must not be empty",
+        ));
+    }
+    if body.max_turns == Some(0) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "max_turns must be at least 1",
+        ));
+    }
+    let id = s.scheduler.submit(body.prompt, body.max_turns);
+    Ok((StatusCode::ACCEPTED, Json(json!({"task_id": id}))).into_response())
+}
+
+async fn list_tasks(State(s): State<AppState>) -> Json<Value> {
+    Json(json!({"tasks": s.scheduler.registry.list()}))
+}
+
+async fn show_task(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let t = s
+        .scheduler
+        .registry
+        .get(&id)
+        .ok_or_else(|| ApiError::not_found("task", &id))?;
+    Ok(Json(json!(t)))
+}
+
+async fn cancel_task(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let t = s
+        .scheduler
+        .registry
+        .cancel(&id)
+        .ok_or_else(|| ApiError::not_found("task", &id))?;
+    Ok((StatusCode::ACCEPTED, Json(json!(t))).into_response())
+}
+
+async fn resume_task(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let t = s
+        .scheduler
+        .registry
+        .get(&id)
+        .ok_or_else(|| ApiError::not_found("task", &id))?;
+    if !matches!(t.status, Status::Interrupted | Status::Finished) {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "conflict",
+            format!(
+                "task {id} is {:?}; only an interrupted or stopped task can be resumed",
+                t.status
+            ),
+        ));
+    }
+    if t.stop_reason.as_deref() == Some("end_turn") {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "conflict",
+            format!("task {id} already ended with an answer"),
+        ));
+    }
+    let dir = s.config.current().paths.transcripts.clone();
+    let path = Transcript::path(&dir, &id);
+    let transcript: Transcript = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::CONFLICT,
+                "conflict",
+                format!("no readable transcript for {id}"),
+            )
+        })?;
+    s.scheduler.resume(transcript);
+    let t = s
+        .scheduler
+        .registry
+        .get(&id)
+        .ok_or_else(|| ApiError::not_found("task", &id))?;
+    Ok((StatusCode::ACCEPTED, Json(json!(t))).into_response())
+}
+
+async fn list_approvals(State(s): State<AppState>) -> Json<Value> {
+    Json(json!({"approvals": s.approvals.list()}))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AnswerBody {
+    decision: String,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+async fn answer_approval(
+    State(s): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Path(id): Path<String>,
+    body: Result<Json<AnswerBody>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Json(body) = body?;
+    let approved = match body.decision.as_str() {
+        "approve" => true,
+        "deny" => false,
+        other => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                format!("decision must be \"approve\" or \"deny\", not {other:?}"),
+            ));
+        }
+    };
+    let by = peer
+        .uid
+        .map_or("uid:unknown".to_string(), |u| format!("uid:{u}"));
+    s.approvals
+        .resolve(&id, approved, by, body.reason)
+        .map_err(|e| ApiError::new(StatusCode::NOT_FOUND, "not_found", e.to_string()))?;
+    Ok(Json(json!({"approval_id": id, "decision": body.decision})))
+}
+
+#[derive(Deserialize)]
+struct EventsQuery {
+    task: Option<String>,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    follow: Option<String>,
+}
+
+fn matches(ev: &Value, q: &EventsQuery) -> bool {
+    q.task.as_ref().is_none_or(|t| ev["task_id"] == t.as_str())
+        && q.kind.as_ref().is_none_or(|k| ev["type"] == k.as_str())
+}
+
+async fn events(State(s): State<AppState>, Query(q): Query<EventsQuery>) -> Response {
+    // Subscribe before reading the file, so nothing written in between is missed;
+    // lines already read are skipped by seq.
+    let mut live = s.live_events.subscribe();
+    let path = s.config.current().paths.events.clone();
+    let text = tokio::fs::read_to_string(&path).await.unwrap_or_default();
+    let mut last_seq = 0;
+    let mut head = String::new();
+    for line in text.lines() {
+        let Ok(ev) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        last_seq = ev["seq"].as_u64().unwrap_or(last_seq);
+        if matches(&ev, &q) {
+            head.push_str(line);
+            head.push('\n');
+        }
+    }
+    let follow = q.follow.as_deref().is_some_and(|f| f == "1" || f == "true");
+    let first = futures::stream::once(async move { Ok::<Bytes, Infallible>(Bytes::from(head)) });
+    let body = if follow {
+        let rest = async_stream(move |tx| async move {
+            loop {
+                match live.recv().await {
+                    Ok(ev) => {
+                        if ev["seq"].as_u64().unwrap_or(0) <= last_seq || !matches(&ev, &q) {
+                            continue;
+                        }
+                        let mut line = ev.to_string();
+                        line.push('\n');
+                        if tx.send(Bytes::from(line)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        });
+        Body::from_stream(futures::StreamExt::chain(first, rest))
+    } else {
+        Body::from_stream(first)
+    };
+    ([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response()
+}
+
+/// A stream fed by a task through a channel.
+fn async_stream<F, Fut>(f: F) -> impl futures::Stream<Item = Result<Bytes, Infallible>>
+where
+    F: FnOnce(tokio::sync::mpsc::Sender<Bytes>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(f(tx));
+    futures::stream::unfold(
+        rx,
+        |mut rx| async move { rx.recv().await.map(|b| (Ok(b), rx)) },
+    )
+}

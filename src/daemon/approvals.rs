@@ -1,0 +1,145 @@
+//! Pending approvals of the daemon: an `ask` call waits on a oneshot until someone
+//! answers through the control API, or `daemon.approval_timeout_secs` passes and
+//! silence becomes a denial.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+use super::tasks::{Registry, Status};
+use crate::approval::{AnswerFuture, ApprovalAnswer, ApprovalRequest, Approver};
+use crate::config::ConfigSource;
+
+/// One pending approval, as the API lists it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Pending {
+    /// Approval id.
+    pub approval_id: String,
+    /// The task.
+    pub task_id: String,
+    /// The call.
+    pub tool_use_id: String,
+    /// Tool name.
+    pub tool: String,
+    /// The call's input.
+    pub input: Value,
+    /// The rule that asked.
+    pub rule: String,
+    /// When it was asked (RFC 3339).
+    pub requested_at: String,
+}
+
+struct Waiting {
+    info: Pending,
+    /// Sent to by the API when someone answers; dropping it (timeout) is a denial.
+    answer: oneshot::Sender<ApprovalAnswer>,
+}
+
+/// The daemon's approvals. Cheap to clone.
+#[derive(Clone)]
+pub struct Approvals {
+    /// Held only for short, non-async sections.
+    waiting: Arc<Mutex<HashMap<String, Waiting>>>,
+    registry: Registry,
+    config: Arc<dyn ConfigSource>,
+}
+
+/// Why an answer could not be given.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    /// No pending approval has that id (answered, timed out, or never existed).
+    #[error("no pending approval {0}")]
+    Unknown(String),
+}
+
+impl Approvals {
+    /// An empty set of approvals.
+    pub fn new(registry: Registry, config: Arc<dyn ConfigSource>) -> Approvals {
+        Approvals {
+            waiting: Arc::new(Mutex::new(HashMap::new())),
+            registry,
+            config,
+        }
+    }
+
+    /// Every pending approval, oldest first.
+    pub fn list(&self) -> Vec<Pending> {
+        let mut v: Vec<Pending> = match self.waiting.lock() {
+            Ok(w) => w.values().map(|w| w.info.clone()).collect(),
+            Err(_) => Vec::new(),
+        };
+        v.sort_by(|a, b| a.requested_at.cmp(&b.requested_at));
+        v
+    }
+
+    /// Answers one approval.
+    pub fn resolve(
+        &self,
+        id: &str,
+        approved: bool,
+        by: String,
+        reason: Option<String>,
+    ) -> Result<(), ResolveError> {
+        let waiting = self
+            .waiting
+            .lock()
+            .ok()
+            .and_then(|mut w| w.remove(id))
+            .ok_or_else(|| ResolveError::Unknown(id.to_string()))?;
+        let _ = waiting.answer.send(ApprovalAnswer {
+            approved,
+            decision: if approved { "approved" } else { "denied" },
+            by,
+            reason,
+        });
+        Ok(())
+    }
+}
+
+impl Approver for Approvals {
+    fn ask<'a>(&'a self, req: &'a ApprovalRequest) -> AnswerFuture<'a> {
+        Box::pin(async move {
+            let (tx, rx) = oneshot::channel();
+            let info = Pending {
+                approval_id: req.approval_id.clone(),
+                task_id: req.task_id.clone(),
+                tool_use_id: req.tool_use_id.clone(),
+                tool: req.tool.clone(),
+                input: req.input.clone(),
+                rule: req.rule.clone(),
+                requested_at: chrono::Utc::now()
+                    .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            };
+            if let Ok(mut w) = self.waiting.lock() {
+                w.insert(req.approval_id.clone(), Waiting { info, answer: tx });
+            }
+            self.registry
+                .set_status(&req.task_id, Status::AwaitingApproval);
+            let timeout =
+                Duration::from_secs(self.config.current().config.daemon.approval_timeout_secs);
+            let answer = match tokio::time::timeout(timeout, rx).await {
+                Ok(Ok(answer)) => answer,
+                _ => {
+                    if let Ok(mut w) = self.waiting.lock() {
+                        w.remove(&req.approval_id);
+                    }
+                    ApprovalAnswer {
+                        approved: false,
+                        decision: "timeout",
+                        by: "timeout".into(),
+                        reason: Some(format!(
+                            "nobody answered within {} s (daemon.approval_timeout_secs)",
+                            timeout.as_secs()
+                        )),
+                    }
+                }
+            };
+            self.registry.set_status(&req.task_id, Status::Running);
+            answer
+        })
+    }
+}

@@ -1,0 +1,186 @@
+//! `/metrics` in Prometheus text format. Counters are fed from the audit events as
+//! they are written — one source of truth for the record and the numbers — and task
+//! gauges are read from the registry at scrape time.
+
+use std::sync::Arc;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry as PromRegistry;
+use serde_json::Value;
+
+use super::tasks::Registry;
+
+type Labels = Vec<(String, String)>;
+
+/// Every metric.
+pub struct Metrics {
+    registry: PromRegistry,
+    tasks: Family<Labels, Gauge>,
+    model_requests: Counter,
+    model_errors: Family<Labels, Counter>,
+    tokens: Family<Labels, Counter>,
+    tool_runs: Family<Labels, Counter>,
+    policy_decisions: Family<Labels, Counter>,
+    approval_wait: Histogram,
+    config_reloads: Family<Labels, Counter>,
+    /// When each pending approval was requested, to time the wait.
+    asked: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+impl Metrics {
+    /// Registers every metric.
+    pub fn new() -> Arc<Metrics> {
+        let mut registry = PromRegistry::with_prefix("harnessd");
+        let m = Metrics {
+            tasks: Family::default(),
+            model_requests: Counter::default(),
+            model_errors: Family::default(),
+            tokens: Family::default(),
+            tool_runs: Family::default(),
+            policy_decisions: Family::default(),
+            approval_wait: Histogram::new([1.0, 5.0, 15.0, 60.0, 300.0, 600.0, 1800.0]),
+            config_reloads: Family::default(),
+            asked: Default::default(),
+            registry: PromRegistry::default(),
+        };
+        registry.register("tasks", "Tasks by status", m.tasks.clone());
+        registry.register(
+            "model_requests",
+            "Model requests sent",
+            m.model_requests.clone(),
+        );
+        registry.register(
+            "model_errors",
+            "Failed model request attempts by HTTP status",
+            m.model_errors.clone(),
+        );
+        registry.register(
+            "tokens",
+            "Tokens by kind (input, output, cache_read, cache_write)",
+            m.tokens.clone(),
+        );
+        registry.register(
+            "tool_runs",
+            "Tool calls by tool and outcome",
+            m.tool_runs.clone(),
+        );
+        registry.register(
+            "policy_decisions",
+            "Policy decisions by tier",
+            m.policy_decisions.clone(),
+        );
+        registry.register(
+            "approval_wait_seconds",
+            "Time from approval_requested to approval_resolved",
+            m.approval_wait.clone(),
+        );
+        registry.register(
+            "config_reloads",
+            "Config reloads by outcome",
+            m.config_reloads.clone(),
+        );
+        Arc::new(Metrics { registry, ..m })
+    }
+
+    /// Counts one event.
+    pub fn observe(&self, ev: &Value) {
+        let s = |k: &str| ev[k].as_str().unwrap_or("").to_string();
+        match ev["type"].as_str().unwrap_or("") {
+            "model_request" => {
+                self.model_requests.inc();
+            }
+            "model_error" => {
+                let status = ev["status"]
+                    .as_u64()
+                    .map_or("none".to_string(), |v| v.to_string());
+                self.model_errors
+                    .get_or_create(&labels(&[("status", &status)]))
+                    .inc();
+            }
+            "model_response" => {
+                let u = &ev["usage"];
+                for (kind, key) in [
+                    ("input", "input_tokens"),
+                    ("output", "output_tokens"),
+                    ("cache_read", "cache_read_input_tokens"),
+                    ("cache_write", "cache_creation_input_tokens"),
+                ] {
+                    self.tokens
+                        .get_or_create(&labels(&[("kind", kind)]))
+                        .inc_by(u[key].as_u64().unwrap_or(0));
+                }
+            }
+            "tool_finished" => {
+                let outcome = if ev["is_error"] == true {
+                    "error"
+                } else {
+                    "ok"
+                };
+                self.tool_runs
+                    .get_or_create(&labels(&[("tool", &s("tool")), ("outcome", outcome)]))
+                    .inc();
+            }
+            "policy_decision" => {
+                self.policy_decisions
+                    .get_or_create(&labels(&[("tier", &s("tier"))]))
+                    .inc();
+            }
+            "approval_requested" => {
+                if let Ok(mut a) = self.asked.lock() {
+                    a.insert(s("approval_id"), std::time::Instant::now());
+                }
+            }
+            "approval_resolved" => {
+                let started = self
+                    .asked
+                    .lock()
+                    .ok()
+                    .and_then(|mut a| a.remove(&s("approval_id")));
+                if let Some(t) = started {
+                    self.approval_wait.observe(t.elapsed().as_secs_f64());
+                }
+            }
+            "config_loaded" if ev["trigger"] != "start" => {
+                self.config_reloads
+                    .get_or_create(&labels(&[("outcome", "loaded")]))
+                    .inc();
+            }
+            "config_rejected" => {
+                self.config_reloads
+                    .get_or_create(&labels(&[("outcome", "rejected")]))
+                    .inc();
+            }
+            _ => {}
+        }
+    }
+
+    /// The text exposition, with task gauges from `tasks`.
+    pub fn render(&self, tasks: &Registry) -> String {
+        for status in [
+            "queued",
+            "running",
+            "awaiting_approval",
+            "finished",
+            "interrupted",
+        ] {
+            let n = tasks.counts().get(status).copied().unwrap_or(0);
+            self.tasks
+                .get_or_create(&labels(&[("status", status)]))
+                .set(n);
+        }
+        let mut out = String::new();
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+}

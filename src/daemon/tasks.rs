@@ -1,0 +1,291 @@
+//! The daemon's tasks: a registry of every task it knows (status, stop reason,
+//! usage, answer) and the scheduler that runs at most `daemon.max_concurrent_tasks`
+//! at once, each through the same loop as `harnessd run`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::agent::{TaskEnv, TaskOutcome, TaskSpec, Transcript, new_task_id, run_task};
+use crate::approval::Approver;
+use crate::config::ConfigSource;
+use crate::events::EventLog;
+use crate::exec::Executor;
+use crate::llm::{AnthropicClient, Usage};
+
+/// Where a task is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Waiting for a free slot.
+    Queued,
+    /// In the loop.
+    Running,
+    /// Waiting for a human to answer an `ask` call.
+    AwaitingApproval,
+    /// Ended (see `stop_reason`).
+    Finished,
+    /// Was running when a previous daemon died; `resume` continues it.
+    Interrupted,
+}
+
+/// A task as the API shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskInfo {
+    /// Id.
+    pub task_id: String,
+    /// Status.
+    pub status: Status,
+    /// Why it stopped, once finished.
+    pub stop_reason: Option<String>,
+    /// Tokens so far.
+    pub usage: Usage,
+    /// The answer, once finished.
+    pub answer: Option<String>,
+    /// The error, when stop_reason is `error`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Created (RFC 3339).
+    pub created: String,
+    /// Last change (RFC 3339).
+    pub updated: String,
+}
+
+struct Entry {
+    info: TaskInfo,
+    /// Cancels this task (its model request, its tool's process tree).
+    cancel: CancellationToken,
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// Every task the daemon knows. Cheap to clone; the lock is held only for short,
+/// non-async sections.
+#[derive(Clone, Default)]
+pub struct Registry {
+    inner: Arc<Mutex<HashMap<String, Entry>>>,
+}
+
+impl Registry {
+    fn with<T>(&self, f: impl FnOnce(&mut HashMap<String, Entry>) -> T) -> Option<T> {
+        self.inner.lock().ok().map(|mut m| f(&mut m))
+    }
+
+    fn insert(&self, info: TaskInfo, cancel: CancellationToken) {
+        self.with(|m| m.insert(info.task_id.clone(), Entry { info, cancel }));
+    }
+
+    /// Records a task found on disk (from a transcript).
+    pub fn insert_recorded(&self, info: TaskInfo) {
+        self.insert(info, CancellationToken::new());
+    }
+
+    /// Changes a task's status.
+    pub fn set_status(&self, id: &str, status: Status) {
+        self.with(|m| {
+            if let Some(e) = m.get_mut(id) {
+                e.info.status = status;
+                e.info.updated = now();
+            }
+        });
+    }
+
+    fn finish(&self, id: &str, outcome: &TaskOutcome) {
+        self.with(|m| {
+            if let Some(e) = m.get_mut(id) {
+                e.info.status = Status::Finished;
+                e.info.stop_reason = Some(outcome.stop_reason.as_str().into());
+                e.info.usage = outcome.usage;
+                e.info.answer = Some(outcome.answer.clone());
+                e.info.error = outcome.error.clone();
+                e.info.updated = now();
+            }
+        });
+    }
+
+    /// One task.
+    pub fn get(&self, id: &str) -> Option<TaskInfo> {
+        self.with(|m| m.get(id).map(|e| e.info.clone())).flatten()
+    }
+
+    /// Every task, oldest first.
+    pub fn list(&self) -> Vec<TaskInfo> {
+        let mut v = self
+            .with(|m| m.values().map(|e| e.info.clone()).collect::<Vec<_>>())
+            .unwrap_or_default();
+        v.sort_by(|a, b| a.created.cmp(&b.created).then(a.task_id.cmp(&b.task_id)));
+        v
+    }
+
+    /// Cancels a task; `None` if there is no such task.
+    pub fn cancel(&self, id: &str) -> Option<TaskInfo> {
+        self.with(|m| {
+            m.get(id).map(|e| {
+                e.cancel.cancel();
+                e.info.clone()
+            })
+        })
+        .flatten()
+    }
+
+    /// Counts of tasks per status.
+    pub fn counts(&self) -> HashMap<&'static str, i64> {
+        let mut out = HashMap::new();
+        for t in self.list() {
+            let key = match t.status {
+                Status::Queued => "queued",
+                Status::Running => "running",
+                Status::AwaitingApproval => "awaiting_approval",
+                Status::Finished => "finished",
+                Status::Interrupted => "interrupted",
+            };
+            *out.entry(key).or_insert(0) += 1;
+        }
+        out
+    }
+}
+
+/// Starts and tracks tasks.
+#[derive(Clone)]
+pub struct Scheduler {
+    /// The registry the API reads.
+    pub registry: Registry,
+    config: Arc<dyn ConfigSource>,
+    client: AnthropicClient,
+    events: EventLog,
+    executor: Executor,
+    approver: Arc<dyn Approver>,
+    slots: Arc<Semaphore>,
+    /// Every running task; shutdown waits on it.
+    pub tracker: TaskTracker,
+    /// Parent of every task's cancellation token: cancelling it stops them all.
+    pub shutdown: CancellationToken,
+}
+
+/// Everything a scheduler needs.
+pub struct SchedulerParts {
+    /// Config in force.
+    pub config: Arc<dyn ConfigSource>,
+    /// Model client.
+    pub client: AnthropicClient,
+    /// Audit log.
+    pub events: EventLog,
+    /// Spawns tool processes.
+    pub executor: Executor,
+    /// Answers ask calls.
+    pub approver: Arc<dyn Approver>,
+    /// Shared registry.
+    pub registry: Registry,
+}
+
+impl Scheduler {
+    /// A scheduler with `max_concurrent_tasks` slots.
+    pub fn new(parts: SchedulerParts) -> Scheduler {
+        let slots = parts.config.current().config.daemon.max_concurrent_tasks as usize;
+        Scheduler {
+            registry: parts.registry,
+            config: parts.config,
+            client: parts.client,
+            events: parts.events,
+            executor: parts.executor,
+            approver: parts.approver,
+            slots: Arc::new(Semaphore::new(slots)),
+            tracker: TaskTracker::new(),
+            shutdown: CancellationToken::new(),
+        }
+    }
+
+    /// Queues a new task; returns its id.
+    pub fn submit(&self, prompt: String, max_turns: Option<u32>) -> String {
+        let spec = TaskSpec {
+            task_id: new_task_id(),
+            prompt,
+            max_turns,
+            source: "api".into(),
+            resume: None,
+        };
+        self.start(spec)
+    }
+
+    /// Continues an interrupted or stopped task from its transcript.
+    pub fn resume(&self, transcript: Transcript) -> String {
+        let spec = TaskSpec {
+            task_id: transcript.task_id.clone(),
+            prompt: String::new(),
+            max_turns: None,
+            source: "api".into(),
+            resume: Some(transcript),
+        };
+        self.start(spec)
+    }
+
+    fn start(&self, spec: TaskSpec) -> String {
+        let id = spec.task_id.clone();
+        let cancel = self.shutdown.child_token();
+        let created = spec
+            .resume
+            .as_ref()
+            .map(|t| t.created.clone())
+            .unwrap_or_else(now);
+        self.registry.insert(
+            TaskInfo {
+                task_id: id.clone(),
+                status: Status::Queued,
+                stop_reason: None,
+                usage: spec.resume.as_ref().map(|t| t.usage).unwrap_or_default(),
+                answer: None,
+                error: None,
+                created,
+                updated: now(),
+            },
+            cancel.clone(),
+        );
+        let this = self.clone();
+        self.tracker
+            .spawn(async move { this.run(spec, cancel).await });
+        id
+    }
+
+    async fn run(self, spec: TaskSpec, cancel: CancellationToken) {
+        let id = spec.task_id.clone();
+        let permit = tokio::select! {
+            p = self.slots.clone().acquire_owned() => p.ok(),
+            () = cancel.cancelled() => None,
+        };
+        let env = TaskEnv {
+            config: self.config.clone(),
+            client: self.client.clone(),
+            events: self.events.clone(),
+            executor: self.executor.clone(),
+            approver: self.approver.clone(),
+            cancel: cancel.clone(),
+        };
+        if permit.is_none() {
+            // Cancelled while queued: it still gets a record and a transcript.
+        }
+        self.registry.set_status(&id, Status::Running);
+        match run_task(&env, &spec).await {
+            Ok(outcome) => self.registry.finish(&id, &outcome),
+            Err(e) => {
+                tracing::error!("task {id}: the audit log failed: {e}");
+                self.registry.finish(
+                    &id,
+                    &TaskOutcome {
+                        stop_reason: crate::agent::StopReason::Error,
+                        answer: String::new(),
+                        turns: 0,
+                        usage: Usage::default(),
+                        error: Some(e.to_string()),
+                    },
+                );
+            }
+        }
+        drop(permit);
+    }
+}
