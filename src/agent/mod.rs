@@ -307,6 +307,9 @@ impl Run<'_> {
                     .await?;
                 return Ok((StopReason::MaxTurns, None));
             }
+            // Saved before the tools run: a crash mid-tool leaves the model's request
+            // on disk, so a resume can answer it.
+            self.save();
             let blocks =
                 calls::execute_calls(self.env, &self.spec.task_id, loaded.clone(), &uses).await?;
             self.push_user(blocks);

@@ -6,6 +6,7 @@ mod common;
 
 mod api;
 mod check;
+mod daemon;
 mod escape;
 mod policy_cli;
 mod records;

@@ -95,9 +95,14 @@ pub struct Recorded {
     pub received_at: Instant,
 }
 
+/// Computes a reply from the request body (for concurrent tasks, where a fixed
+/// script's order would interleave).
+pub type Responder = Box<dyn Fn(&Value) -> Reply + Send + Sync>;
+
 #[derive(Default)]
 struct State {
     script: VecDeque<Reply>,
+    responder: Option<Responder>,
     requests: Vec<Recorded>,
     /// When each reply finished being written.
     replied_at: Vec<Instant>,
@@ -110,6 +115,13 @@ pub struct FakeApi {
 }
 
 impl FakeApi {
+    /// A fake answering every request with `responder`.
+    pub fn with_responder(responder: Responder) -> FakeApi {
+        let api = FakeApi::start(Vec::new());
+        api.state.lock().unwrap().responder = Some(responder);
+        api
+    }
+
     pub fn start(script: Vec<Reply>) -> FakeApi {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind fake API");
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -236,19 +248,22 @@ fn serve(stream: TcpStream, state: Arc<Mutex<State>>) {
         let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         let reply = {
             let mut s = state.lock().unwrap();
+            let from_responder = s.responder.as_ref().map(|r| r(&body));
             s.requests.push(Recorded {
                 path,
                 headers,
                 body,
                 received_at,
             });
-            s.script.pop_front().unwrap_or_else(|| {
-                Reply::error(
-                    500,
-                    "fake_exhausted",
-                    "the fake API's script has no reply left",
-                )
-            })
+            from_responder
+                .or_else(|| s.script.pop_front())
+                .unwrap_or_else(|| {
+                    Reply::error(
+                        500,
+                        "fake_exhausted",
+                        "the fake API's script has no reply left",
+                    )
+                })
         };
         if !reply.delay.is_zero() {
             std::thread::sleep(reply.delay);

@@ -1,0 +1,137 @@
+//! A running `harnessd serve` on a test root, and raw HTTP over its socket.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::TestRoot;
+
+/// The daemon process; killed on drop if still running.
+pub struct Daemon {
+    pub child: Child,
+    pub socket: PathBuf,
+    pub log: PathBuf,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Daemon {
+    pub fn start(root: &TestRoot) -> Daemon {
+        let log = root.dir.join("daemon.log");
+        let file = std::fs::File::create(&log).unwrap();
+        let child = root
+            .command(&["serve"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(file))
+            .spawn()
+            .unwrap();
+        let d = Daemon {
+            child,
+            socket: root.dir.join("run/harnessd.sock"),
+            log,
+        };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while d.try_request("GET", "/healthz", None).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "the daemon did not come up: {}",
+                std::fs::read_to_string(&d.log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        d
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    fn try_request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+    ) -> std::io::Result<(u16, String)> {
+        let mut s = UnixStream::connect(&self.socket)?;
+        s.set_read_timeout(Some(Duration::from_secs(30)))?;
+        let body = body.unwrap_or("");
+        write!(
+            s,
+            "{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )?;
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw)?;
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let body = if head.to_lowercase().contains("transfer-encoding: chunked") {
+            dechunk(rest)
+        } else {
+            rest.to_string()
+        };
+        Ok((status, body))
+    }
+
+    /// One request; the body parsed as JSON (Null if it is not).
+    pub fn request(&self, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
+        let (status, text) = self.try_request(method, path, body).unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// One request; the raw body.
+    pub fn request_text(&self, method: &str, path: &str) -> (u16, String) {
+        self.try_request(method, path, None).unwrap()
+    }
+
+    /// Polls a task until it is finished; returns it.
+    pub fn wait_finished(&self, id: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (_, t) = self.request("GET", &format!("/v1/tasks/{id}"), None);
+            if t["status"] == "finished" {
+                return t;
+            }
+            assert!(Instant::now() < deadline, "task {id} never finished: {t}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn submit(&self, prompt: &str) -> String {
+        let (status, v) = self.request(
+            "POST",
+            "/v1/tasks",
+            Some(&serde_json::json!({"prompt": prompt}).to_string()),
+        );
+        assert_eq!(status, 202, "{v}");
+        v["task_id"].as_str().unwrap().to_string()
+    }
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = s.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
