@@ -16,13 +16,7 @@ fn main() {
         std::process::exit(harnessd::sandbox::helper_main());
     }
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("HARNESSD_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
+    let _log_guard = init_logging();
     let env = |name: &str| std::env::var(name).ok();
     // Tools run as this executable re-executed (the sandbox helper).
     let result = std::env::current_exe()
@@ -113,4 +107,34 @@ fn main() {
 
 fn client(root: &std::path::Path, cmd: ClientCommand, json: bool) -> anyhow::Result<i32> {
     commands::clients::run(root, cmd, json)
+}
+
+/// Diagnostics to stderr (journald under systemd), filtered by `HARNESSD_LOG`
+/// (default `warn`), and to a daily-rolling file in `HARNESSD_LOG_DIR` when set.
+/// Never into events.jsonl. The guard flushes the file on exit.
+fn init_logging() -> Option<tracing_appender::non_blocking::WorkerGuard> {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter = || {
+        tracing_subscriber::EnvFilter::try_from_env("HARNESSD_LOG")
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"))
+    };
+    let stderr = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let (file, guard) = match std::env::var_os("HARNESSD_LOG_DIR") {
+        Some(dir) => {
+            let appender = tracing_appender::rolling::daily(dir, "harnessd.log");
+            let (writer, guard) = tracing_appender::non_blocking(appender);
+            let layer = tracing_subscriber::fmt::layer()
+                .with_ansi(false)
+                .with_writer(writer);
+            (Some(layer), Some(guard))
+        }
+        None => (None, None),
+    };
+    tracing_subscriber::registry()
+        .with(filter())
+        .with(stderr)
+        .with(file)
+        .init();
+    guard
 }

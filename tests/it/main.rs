@@ -12,4 +12,5 @@ mod policy_cli;
 mod records;
 mod reload;
 mod stops;
+mod systemd;
 mod tools;

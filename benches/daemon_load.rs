@@ -1,0 +1,177 @@
+//! Benchmark of the daemon (issue 5's figures): 100 tasks submitted at once, each
+//! 10 turns of `run_bash("true")` against a zero-latency fake API. Prints total
+//! time and tasks/s, daemon RSS idle and at peak (per in-flight task beyond idle),
+//! and events lost (expected lines against lines written).
+//!
+//! Run: `cargo bench --bench daemon_load` (prints the figures; asserts nothing).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
+#[allow(dead_code)]
+#[path = "../tests/it/common/fake_api.rs"]
+mod fake_api;
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fake_api::{FakeApi, Reply};
+use serde_json::{Value, json};
+
+const TASKS: usize = 100;
+const TURNS: usize = 10;
+
+fn http(socket: &Path, method: &str, path: &str, body: &str) -> Option<Value> {
+    let mut s = UnixStream::connect(socket).ok()?;
+    write!(s, "{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len()).ok()?;
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).ok()?;
+    serde_json::from_str(raw.split_once("\r\n\r\n")?.1).ok()
+}
+
+fn rss_kib(pid: u32, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn main() {
+    let api = FakeApi::with_responder(Box::new(|body: &Value| {
+        let msgs = body["messages"].as_array().unwrap();
+        let done = msgs.iter().filter(|m| m["role"] == "assistant").count();
+        if done < TURNS {
+            Reply::tool(
+                &format!("toolu_{done}"),
+                "run_bash",
+                json!({"command": "true"}),
+            )
+        } else {
+            Reply::text("done")
+        }
+    }));
+    let root = std::env::temp_dir().join(format!("harnessd-bench-daemon-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let bin = env!("CARGO_BIN_EXE_harnessd");
+    assert!(
+        Command::new(bin)
+            .arg("init")
+            .arg(&root)
+            .stdout(Stdio::null())
+            .status()
+            .unwrap()
+            .success()
+    );
+    let config = root.join("config/config.toml");
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("https://api.anthropic.com", &api.url)
+        .replace("max_turns = 12", "max_turns = 20")
+        .replace("no_progress_repeats = 3", "no_progress_repeats = 100");
+    std::fs::write(&config, text).unwrap();
+    let settings = root.join("policies/settings.json");
+    let text = std::fs::read_to_string(&settings)
+        .unwrap()
+        .replace("\"run_bash(ls *)\"", "\"run_bash(true)\"");
+    std::fs::write(&settings, text).unwrap();
+    let mut child = Command::new(bin)
+        .arg("--root")
+        .arg(&root)
+        .arg("serve")
+        .env("ANTHROPIC_API_KEY", "bench-key")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let socket = root.join("run/harnessd.sock");
+    let start = Instant::now();
+    while http(&socket, "GET", "/healthz", "").is_none() {
+        assert!(start.elapsed() < Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = child.id();
+    let idle = rss_kib(pid, "VmRSS:");
+    let started = Instant::now();
+    let ids: Vec<String> = (0..TASKS)
+        .map(|i| {
+            http(
+                &socket,
+                "POST",
+                "/v1/tasks",
+                &json!({"prompt": format!("task {i}")}).to_string(),
+            )
+            .unwrap()["task_id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    loop {
+        let tasks = http(&socket, "GET", "/v1/tasks", "").unwrap();
+        let finished = tasks["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t["status"] == "finished")
+            .count();
+        if finished == TASKS {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "stuck at {finished}/{TASKS}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let total = started.elapsed();
+    let peak = rss_kib(pid, "VmHWM:");
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let _ = child.wait();
+    let events = std::fs::read_to_string(root.join("transcripts/events.jsonl")).unwrap();
+    let lines: Vec<Value> = events
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let stopped_clean = ids.iter().all(|id| {
+        lines.iter().any(|e| {
+            e["type"] == "task_finished"
+                && e["task_id"] == id.as_str()
+                && e["stop_reason"] == "end_turn"
+        })
+    });
+    // Per task: task_started, (TURNS+1) × (model_request, model_response),
+    // TURNS × (tool_requested, policy_decision, tool_finished), task_finished.
+    let per_task = 1 + 2 * (TURNS + 1) + 3 * TURNS + 1;
+    let task_lines = lines.iter().filter(|e| e.get("task_id").is_some()).count();
+    let in_flight = 4;
+    println!(
+        "daemon_load: {TASKS} tasks × {TURNS} turns of run_bash(\"true\"), max_concurrent_tasks {in_flight}, zero-latency fake API"
+    );
+    println!(
+        "  total {:.2} s, {:.1} tasks/s, {:.0} turns/s",
+        total.as_secs_f64(),
+        TASKS as f64 / total.as_secs_f64(),
+        (TASKS * TURNS) as f64 / total.as_secs_f64()
+    );
+    println!(
+        "  daemon RSS idle {:.1} MiB, peak {:.1} MiB (+{:.2} MiB per in-flight task)",
+        idle as f64 / 1024.0,
+        peak as f64 / 1024.0,
+        (peak.saturating_sub(idle)) as f64 / 1024.0 / in_flight as f64
+    );
+    println!(
+        "  events: {} task lines written, {} expected; lost {}; every task ended end_turn: {stopped_clean}",
+        task_lines,
+        TASKS * per_task,
+        (TASKS * per_task).saturating_sub(task_lines)
+    );
+    if std::env::var("BENCH_KEEP").is_err() {
+        let _ = std::fs::remove_dir_all(&root);
+    } else {
+        println!("  kept {}", root.display());
+    }
+}
