@@ -353,6 +353,16 @@ attempt('socket path', by_path)
 pid = open('daemon.pid').read().strip()
 attempt('proc fd', lambda: os.listdir('/proc/' + pid + '/fd'))
 attempt('proc root', lambda: os.listdir('/proc/' + pid + '/root/'))
+def inherited():
+    for fd in range(3, 64):
+        try:
+            s = socket.socket(fileno=fd)
+        except OSError:
+            continue
+        s.sendall(b'GET /v1/approvals HTTP/1.1\r\nhost: x\r\n\r\n')
+        raise SystemExit('fd %d is a live socket' % fd)
+    raise OSError('no inherited socket')
+attempt('inherited fd', inherited)
 print('\n'.join(results))
 "#;
     let api = FakeApi::start(vec![
