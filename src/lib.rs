@@ -31,5 +31,6 @@ pub mod llm;
 pub mod policy;
 pub mod reload;
 pub mod sandbox;
+pub mod startup;
 pub mod text;
 pub mod tools;

@@ -10,11 +10,9 @@ use tokio_util::sync::CancellationToken;
 use super::EXIT_CONFIG;
 use crate::agent::{TaskEnv, TaskSpec, new_task_id, run_task};
 use crate::approval::TerminalApprover;
-use crate::config::{ApiKey, CONFIG_FILE, LiveConfig, Loaded, SandboxRequire};
-use crate::events::{Event, EventLog};
+use crate::config::{ApiKey, LiveConfig, Loaded};
 use crate::exec::Executor;
 use crate::llm::AnthropicClient;
-use crate::sandbox::Confinement;
 
 /// Options of `run`.
 #[derive(Debug)]
@@ -29,30 +27,6 @@ pub struct RunOptions {
     pub max_turns: Option<u32>,
     /// The helper binary (this executable).
     pub helper: PathBuf,
-}
-
-async fn record_config(events: &EventLog, loaded: &Loaded) -> anyhow::Result<()> {
-    for (file, sha256) in [
-        (CONFIG_FILE.to_string(), &loaded.config_sha256),
-        (
-            loaded.paths.display(&loaded.paths.settings),
-            &loaded.settings_sha256,
-        ),
-    ] {
-        events
-            .record(
-                None,
-                Event::ConfigLoaded {
-                    file,
-                    sha256: sha256.clone(),
-                    changes: Vec::new(),
-                    restart_needed: Vec::new(),
-                    trigger: "start".into(),
-                },
-            )
-            .await?;
-    }
-    Ok(())
 }
 
 fn config_error(e: impl std::fmt::Display) -> i32 {
@@ -88,28 +62,10 @@ async fn run_async(
 ) -> anyhow::Result<i32> {
     let (tap_tx, tap_rx) = tokio::sync::mpsc::unbounded_channel();
     let printer = tokio::spawn(super::progress::print(tap_rx));
-    let (events, repair) = EventLog::open(&loaded.paths.events, Some(tap_tx))?;
-    if let Some(r) = repair {
-        events
-            .record(
-                None,
-                Event::EventsRepaired {
-                    torn_file: loaded.paths.display(&r.torn_file),
-                    bytes: r.bytes,
-                },
-            )
-            .await?;
-    }
-    record_config(&events, &loaded).await?;
-    let sandbox_user = &loaded.policy.settings.sandbox.user;
-    crate::exec::prepare_workspace(&loaded.paths.workspace, sandbox_user).map_err(|e| {
-        anyhow::anyhow!(
-            "cannot prepare the workspace {} for tools running as {sandbox_user}: {e}",
-            loaded.paths.workspace.display()
-        )
-    })?;
+    let events = crate::startup::open_audit_log(&loaded, Some(tap_tx)).await?;
     let mut executor = Executor::new(opts.helper.clone());
-    probe_sandbox(&mut executor, &loaded);
+    // The probe's verdict is already on stderr and, if weakened, in the executor.
+    let _report = crate::startup::prepare_sandbox(&mut executor, &loaded)?;
     let cancel = CancellationToken::new();
     let interrupted = cancel.clone();
     tokio::spawn(async move {
@@ -157,30 +113,6 @@ async fn run_async(
     }
     out.flush()?;
     Ok(outcome.stop_reason.exit_code())
-}
-
-/// Finds out what the sandbox enforces here; warns when tools will be refused or
-/// run weakened, and marks the executor so every `tool_finished` says so.
-fn probe_sandbox(executor: &mut Executor, loaded: &Loaded) {
-    let settings = &loaded.policy.settings;
-    let confine = Confinement::from_settings(settings, &loaded.paths.root);
-    let missing = match executor.probe(&confine, &loaded.paths.workspace) {
-        Ok(report) => report.missing(),
-        Err(e) => vec![e],
-    };
-    if missing.is_empty() {
-        return;
-    }
-    let missing = missing.join("; ");
-    match settings.sandbox.require {
-        SandboxRequire::Full => {
-            eprintln!("warning: tools will be refused, the sandbox is incomplete here: {missing}")
-        }
-        SandboxRequire::BestEffort => {
-            eprintln!("warning: tools run in a weakened sandbox (best_effort): {missing}");
-            executor.set_weakened(Some(missing));
-        }
-    }
 }
 
 fn display(loaded: &Loaded, path: &Path) -> String {

@@ -16,11 +16,10 @@ use super::approvals::Approvals;
 use super::metrics::Metrics;
 use super::tasks::{Registry, Scheduler, SchedulerParts, Status, TaskInfo};
 use crate::agent::Transcript;
-use crate::config::{ApiKey, CONFIG_FILE, ConfigSource, LiveConfig, Loaded, resolve};
+use crate::config::{ApiKey, ConfigSource, LiveConfig, Loaded, resolve};
 use crate::events::{Event, EventLog};
-use crate::exec::{Executor, prepare_workspace};
+use crate::exec::Executor;
 use crate::llm::AnthropicClient;
-use crate::sandbox::Confinement;
 
 /// Options of `serve`.
 pub struct ServeOptions {
@@ -139,7 +138,7 @@ async fn serve_async(
     let _ = std::fs::remove_file(&socket);
 
     let (tap_tx, mut tap_rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
-    let (events, repair) = EventLog::open(&loaded.paths.events, Some(tap_tx))?;
+    let events = crate::startup::open_audit_log(&loaded, Some(tap_tx)).await?;
     let (live_tx, _) = broadcast::channel::<Value>(1024);
     let metrics = Metrics::new();
     {
@@ -151,42 +150,8 @@ async fn serve_async(
             }
         });
     }
-    if let Some(r) = repair {
-        events
-            .record(
-                None,
-                Event::EventsRepaired {
-                    torn_file: loaded.paths.display(&r.torn_file),
-                    bytes: r.bytes,
-                },
-            )
-            .await?;
-    }
-    for (file, sha256) in [
-        (CONFIG_FILE.to_string(), loaded.config_sha256.clone()),
-        (
-            loaded.paths.display(&loaded.paths.settings),
-            loaded.settings_sha256.clone(),
-        ),
-    ] {
-        events
-            .record(
-                None,
-                Event::ConfigLoaded {
-                    file,
-                    sha256,
-                    changes: vec![],
-                    restart_needed: vec![],
-                    trigger: "start".into(),
-                },
-            )
-            .await?;
-    }
-    let settings = &loaded.policy.settings;
-    prepare_workspace(&loaded.paths.workspace, &settings.sandbox.user)?;
     let mut executor = Executor::new(opts.helper.clone());
-    let confine = Confinement::from_settings(settings, &loaded.paths.root);
-    let report = executor.probe(&confine, &loaded.paths.workspace);
+    let report = crate::startup::prepare_sandbox(&mut executor, &loaded)?;
     let (abi, layers) = match &report {
         Ok(r) => (
             r.landlock_abi,
@@ -197,14 +162,6 @@ async fn serve_async(
             serde_json::json!({"probe_error": e}),
         ),
     };
-    if let Ok(r) = &report {
-        let missing = r.missing();
-        if !missing.is_empty()
-            && settings.sandbox.require == crate::config::SandboxRequire::BestEffort
-        {
-            executor.set_weakened(Some(missing.join("; ")));
-        }
-    }
     events
         .record(
             None,
