@@ -204,6 +204,17 @@ async fn serve_async(
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", socket.display()))?;
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))?;
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
+    // With WatchdogSec= in the unit, ping at half the interval while the runtime is
+    // alive; a wedged runtime stops the pings and systemd restarts the service.
+    if let Some(interval) = sd_notify::watchdog_enabled() {
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(interval / 2);
+            loop {
+                tick.tick().await;
+                let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
+            }
+        });
+    }
     eprintln!(
         "harnessd serving on {} (pid {})",
         socket.display(),
