@@ -115,10 +115,42 @@ pub fn run(root: &Path, cmd: ClientCommand, json_out: bool) -> anyhow::Result<i3
             return Ok(EXIT_CONFIG);
         }
     };
+    // Reading the log needs no daemon: without one, read the file itself.
+    if let ClientCommand::Events {
+        task,
+        kind,
+        follow: false,
+    } = &cmd
+        && std::os::unix::net::UnixStream::connect(&socket).is_err()
+    {
+        return read_events_file(root, task.as_deref(), kind.as_deref());
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     runtime.block_on(run_async(&socket, cmd, json_out))
+}
+
+/// `events` without a running daemon: the matching lines of events.jsonl.
+fn read_events_file(root: &Path, task: Option<&str>, kind: Option<&str>) -> anyhow::Result<i32> {
+    let loaded = match crate::config::load(root) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(EXIT_CONFIG);
+        }
+    };
+    let text = std::fs::read_to_string(&loaded.paths.events).unwrap_or_default();
+    let mut out = std::io::stdout().lock();
+    for line in text.lines() {
+        let Ok(ev) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        if task.is_none_or(|t| ev["task_id"] == t) && kind.is_none_or(|k| ev["type"] == k) {
+            writeln!(out, "{line}")?;
+        }
+    }
+    Ok(0)
 }
 
 async fn run_async(socket: &Path, cmd: ClientCommand, json_out: bool) -> anyhow::Result<i32> {

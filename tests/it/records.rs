@@ -184,3 +184,18 @@ fn long_fields_are_capped_in_events_but_whole_in_the_transcript() {
         10_000
     );
 }
+
+#[test]
+fn events_command_reads_the_log_without_a_daemon() {
+    let api = FakeApi::start(vec![Reply::text("a")]);
+    let root = TestRoot::new(&api.url);
+    assert_eq!(root.run(&["run", "one"]).status.code(), Some(0));
+    let out = root.run(&["events", "--type", "task_finished"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let lines: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0]["stop_reason"], "end_turn");
+}
