@@ -65,7 +65,10 @@ pub fn run(
     };
     let key_warning = ApiKey::load(&loaded, env).err().map(|e| e.to_string());
     let (abi, layers, probe_error) = enforcement(&loaded, helper);
-    let missing: Vec<&Layer> = layers.iter().filter(|l| !l.enforced).collect();
+    let missing: Vec<&Layer> = layers
+        .iter()
+        .filter(|l| !l.enforced && !l.optional)
+        .collect();
     let refused = loaded.policy.settings.sandbox.require == SandboxRequire::Full
         && (probe_error.is_some() || !missing.is_empty());
     let report = json!({

@@ -8,6 +8,7 @@
 //! policy: what it is given has already been allowed.
 
 pub mod capture;
+pub mod cgroup;
 mod workspace;
 
 pub use workspace::prepare_workspace;
@@ -144,8 +145,15 @@ impl Executor {
                 outcome.stderr.text().trim()
             ));
         }
-        serde_json::from_slice(&outcome.stdout.bytes())
-            .map_err(|e| format!("the sandbox probe printed no report: {e}"))
+        let mut report: Report = serde_json::from_slice(&outcome.stdout.bytes())
+            .map_err(|e| format!("the sandbox probe printed no report: {e}"))?;
+        // Not required (a `full` sandbox runs without it): the rlimits still hold
+        // per process and per uid.
+        match cgroup::available() {
+            Some(kind) => report.push_optional("cgroup", true, format!("{kind}: memory {} MiB and {} processes for the whole call", confine.memory_mb, confine.max_processes)),
+            None => report.push_optional("cgroup", false, "no writable cgroup with memory and pids controllers (run under systemd with Delegate=yes): limits are per process and per uid only"),
+        }
+        Ok(report)
     }
 
     /// Runs one job to its end. Blocking: call it from a blocking thread.
@@ -162,7 +170,10 @@ impl Executor {
             Arc::new(Mutex::new(Sink::new(req.keep_bytes, spool(".stdout.part")))),
             Arc::new(Mutex::new(Sink::new(req.keep_bytes, spool(".stderr.part")))),
         ];
-        let mut child = match self.spawn(req) {
+        // Created before the spawn so the helper joins it before it reads its job,
+        // that is before it can start anything.
+        let cgroup = cgroup::CallCgroup::create(req.confine.memory_mb, req.confine.max_processes);
+        let mut child = match self.spawn(req, cgroup.as_ref()) {
             Ok(child) => child,
             Err(e) => {
                 return ExecOutcome {
@@ -210,7 +221,11 @@ impl Executor {
         // Whatever the ending, nothing the job started may outlive it: background
         // jobs left behind would also hold our pipes open.
         kill_tree(pgid);
+        if let Some(cg) = &cgroup {
+            cg.kill_all();
+        }
         let _ = child.wait();
+        drop(cgroup);
         let deadline = Instant::now() + DRAIN_GRACE;
         let mut notes = Vec::new();
         for _ in 0..readers {
@@ -242,7 +257,11 @@ impl Executor {
         }
     }
 
-    fn spawn(&self, req: &ExecRequest<'_>) -> std::io::Result<Child> {
+    fn spawn(
+        &self,
+        req: &ExecRequest<'_>,
+        cgroup: Option<&cgroup::CallCgroup>,
+    ) -> std::io::Result<Child> {
         let output = || {
             if req.inherit_output {
                 Stdio::inherit()
@@ -264,6 +283,15 @@ impl Executor {
             .stdout(output())
             .stderr(output())
             .spawn()?;
+        if let Some(cg) = cgroup
+            && let Err(e) = cg.add(child.id())
+        {
+            kill_tree(Pid::from_raw(child.id() as i32));
+            let _ = child.wait();
+            return Err(std::io::Error::other(format!(
+                "cannot join the call's cgroup: {e}"
+            )));
+        }
         if let Some(mut stdin) = child.stdin.take() {
             // The helper reads the whole job before it prints anything, so this
             // cannot deadlock against a full stdout pipe.

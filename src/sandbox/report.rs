@@ -13,6 +13,10 @@ pub struct Layer {
     pub enforced: bool,
     /// What exactly, or why not and how to fix it.
     pub detail: String,
+    /// A layer `sandbox.require = "full"` does not insist on (the per-call cgroup,
+    /// which needs a delegated cgroup tree).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub optional: bool,
 }
 
 /// Every layer the helper tried, in order.
@@ -31,14 +35,23 @@ impl Report {
             name: name.into(),
             enforced,
             detail: detail.into(),
+            optional: false,
         });
+    }
+
+    /// Records a layer that is reported but not required.
+    pub fn push_optional(&mut self, name: &str, enforced: bool, detail: impl Into<String>) {
+        self.push(name, enforced, detail);
+        if let Some(l) = self.layers.last_mut() {
+            l.optional = true;
+        }
     }
 
     /// The layers not in force, as `name: detail`.
     pub fn missing(&self) -> Vec<String> {
         self.layers
             .iter()
-            .filter(|l| !l.enforced)
+            .filter(|l| !l.enforced && !l.optional)
             .map(|l| format!("{}: {}", l.name, l.detail))
             .collect()
     }

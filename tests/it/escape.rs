@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::common::{FakeApi, Reply, SECRET_KEY, TestRoot, last_results, stderr};
+use crate::common::{FakeApi, Reply, SECRET_KEY, TestRoot, last_results, stderr, stdout};
 
 const KEY_IN_FILE: &str = "sk-ant-keyfile-7c6b5a4d3e2f-SECRET";
 const INHERITED: &str = "INHERITED-SECRET-5e4d3c";
@@ -764,5 +764,53 @@ fn sandbox_command_runs_confined_with_the_commands_exit_code() {
         stderr(&out).contains("Operation not permitted"),
         "{}",
         stderr(&out)
+    );
+}
+
+#[test]
+fn a_calls_children_share_one_memory_and_process_cap() {
+    let root = TestRoot::new("http://127.0.0.1:9");
+    let check = root.run(&["check", "--json"]);
+    let report: Value = serde_json::from_slice(&check.stdout).unwrap();
+    let cgroup = report["enforced"]["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == "cgroup")
+        .cloned()
+        .unwrap();
+    if cgroup["enforced"] != true {
+        // Without a writable cgroup tree the caps are per process (RLIMIT_AS) and
+        // per uid (RLIMIT_NPROC); the escape suite covers those.
+        eprintln!("no call cgroup here: {}", cgroup["detail"]);
+        return;
+    }
+    root.edit_settings(|s| {
+        s["sandbox"]["memory_mb"] = json!(256);
+        s["sandbox"]["max_processes"] = json!(40);
+        s["sandbox"]["user"] = json!("61003");
+    });
+    // Each child stays under its own 256 MiB address-space limit; four of them
+    // together would not fit the call's 256 MiB.
+    let bomb = "for i in 1 2 3 4; do python3 -c 'b = bytearray(150 * 1024**2); import time; time.sleep(1); print(\"held\")' & done; wait";
+    let out = root.run(&["sandbox", "--", "bash", "-c", bomb]);
+    let held = stdout(&out).matches("held").count();
+    assert!(
+        held < 4,
+        "four children held 600 MiB inside a 256 MiB call: {}",
+        stdout(&out)
+    );
+    // Processes: 40 for the whole call, whatever uid budget remains.
+    let out = root.run(&[
+        "sandbox",
+        "--",
+        "bash",
+        "-c",
+        "n=0; for i in $(seq 80); do (sleep 2) 2>/dev/null & n=$((n+1)); done; wait; echo started",
+    ]);
+    let err = stderr(&out);
+    assert!(
+        err.contains("fork") || err.contains("Resource temporarily unavailable"),
+        "80 processes started in a 40-process call: {err}"
     );
 }

@@ -1,0 +1,223 @@
+//! A cgroup per tool call, when the host lets harnessd make one: the whole call's
+//! process tree shares one memory cap (`sandbox.memory_mb`) and one process cap
+//! (`sandbox.max_processes`), so neither a memory bomb across many children nor a
+//! fork bomb can exhaust the host or starve other calls, and every process in it can
+//! be killed at the end. RLIMIT_AS and RLIMIT_NPROC stay in force underneath.
+//!
+//! cgroup v2 (a `cgroup2` mount whose `memory` and `pids` controllers we may use,
+//! e.g. under systemd `Delegate=yes`) or v1 (separate `memory` and `pids`
+//! hierarchies, as on this CI machine). Without either, calls run without one and
+//! `check` says so.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// Where call cgroups are created.
+#[derive(Debug, Clone)]
+enum Layout {
+    /// One unified directory: memory.max, pids.max, cgroup.kill.
+    V2(PathBuf),
+    /// The memory and pids hierarchies' directories for this process.
+    V1 { memory: PathBuf, pids: PathBuf },
+}
+
+/// This process's cgroup path in the hierarchy whose `/proc/self/cgroup` line
+/// matches `controller` ("" for v2).
+fn own_path(controller: &str) -> Option<String> {
+    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    text.lines().find_map(|l| {
+        let mut parts = l.splitn(3, ':');
+        let (_, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
+        let hit = if controller.is_empty() {
+            ctrls.is_empty()
+        } else {
+            ctrls.split(',').any(|c| c == controller)
+        };
+        hit.then(|| path.to_string())
+    })
+}
+
+/// Mount points by filesystem type and super options, from mountinfo.
+fn mount_of(fstype: &str, option: Option<&str>) -> Option<PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    text.lines().find_map(|l| {
+        let (pre, post) = l.split_once(" - ")?;
+        let mut post = post.split_whitespace();
+        let (fs, _src, opts) = (post.next()?, post.next()?, post.next().unwrap_or(""));
+        let mount_point = pre.split_whitespace().nth(4)?;
+        (fs == fstype && option.is_none_or(|o| opts.split(',').any(|x| x == o)))
+            .then(|| PathBuf::from(mount_point))
+    })
+}
+
+fn writable_dir(p: &Path) -> bool {
+    let probe = p.join(format!("harnessd-probe-{}", std::process::id()));
+    let ok = std::fs::create_dir(&probe).is_ok();
+    let _ = std::fs::remove_dir(&probe);
+    ok
+}
+
+fn detect() -> Option<Layout> {
+    if let (Some(mount), Some(path)) = (mount_of("cgroup2", None), own_path("")) {
+        let base = mount.join(path.trim_start_matches('/'));
+        let controllers =
+            std::fs::read_to_string(base.join("cgroup.subtree_control")).unwrap_or_default();
+        if controllers.contains("memory") && controllers.contains("pids") && writable_dir(&base) {
+            return Some(Layout::V2(base));
+        }
+    }
+    let memory =
+        mount_of("cgroup", Some("memory"))?.join(own_path("memory")?.trim_start_matches('/'));
+    let pids = mount_of("cgroup", Some("pids"))?.join(own_path("pids")?.trim_start_matches('/'));
+    (writable_dir(&memory) && writable_dir(&pids)).then_some(Layout::V1 { memory, pids })
+}
+
+fn layout() -> Option<&'static Layout> {
+    static LAYOUT: OnceLock<Option<Layout>> = OnceLock::new();
+    LAYOUT
+        .get_or_init(|| {
+            let layout = detect();
+            if let Some(l) = &layout {
+                remove_stale(l);
+            }
+            layout
+        })
+        .as_ref()
+}
+
+/// Removes call cgroups left by a harnessd that died (`harnessd-<pid>-<n>` whose
+/// pid is gone); a cgroup whose processes are all gone is just an empty directory.
+fn remove_stale(layout: &Layout) {
+    let dirs: Vec<&PathBuf> = match layout {
+        Layout::V2(base) => vec![base],
+        Layout::V1 { memory, pids } => vec![memory, pids],
+    };
+    for dir in dirs {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(pid) = name
+                .strip_prefix("harnessd-")
+                .and_then(|r| r.split('-').next())
+                .and_then(|p| p.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            if kill(Pid::from_raw(pid), None).is_err() {
+                let _ = std::fs::remove_dir(entry.path());
+            }
+        }
+    }
+}
+
+/// Whether call cgroups are available here, and which kind.
+pub fn available() -> Option<&'static str> {
+    layout().map(|l| match l {
+        Layout::V2(_) => "cgroup v2",
+        Layout::V1 { .. } => "cgroup v1 (memory, pids)",
+    })
+}
+
+/// A limit to write: (index into the call's dirs, file, value).
+type Limit = (usize, &'static str, String);
+
+/// One call's cgroup; removed on drop after its processes are killed.
+#[derive(Debug)]
+pub struct CallCgroup {
+    dirs: Vec<PathBuf>,
+    v2: bool,
+}
+
+impl CallCgroup {
+    /// Creates a cgroup capped at `memory_mb` and `max_processes`, or `None` where
+    /// cgroups are unavailable.
+    pub fn create(memory_mb: u64, max_processes: u64) -> Option<CallCgroup> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let name = format!(
+            "harnessd-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let bytes = memory_mb.saturating_mul(1024 * 1024).to_string();
+        let (dirs, v2, limits): (Vec<PathBuf>, bool, Vec<Limit>) = match layout()? {
+            Layout::V2(base) => (
+                vec![base.join(&name)],
+                true,
+                vec![
+                    (0, "memory.max", bytes),
+                    (0, "memory.swap.max", "0".into()),
+                    (0, "pids.max", max_processes.to_string()),
+                ],
+            ),
+            Layout::V1 { memory, pids } => (
+                vec![memory.join(&name), pids.join(&name)],
+                false,
+                vec![
+                    (0, "memory.limit_in_bytes", bytes),
+                    (1, "pids.max", max_processes.to_string()),
+                ],
+            ),
+        };
+        let cg = CallCgroup { dirs, v2 };
+        for d in &cg.dirs {
+            std::fs::create_dir(d).ok()?;
+        }
+        for (i, file, value) in limits {
+            // memory.swap.max may not exist without swap accounting; the rest must.
+            if std::fs::write(cg.dirs[i].join(file), value).is_err() && file != "memory.swap.max" {
+                return None;
+            }
+        }
+        Some(cg)
+    }
+
+    /// Moves `pid` (and so everything it will start) into the cgroup.
+    pub fn add(&self, pid: u32) -> std::io::Result<()> {
+        for d in &self.dirs {
+            std::fs::write(d.join("cgroup.procs"), pid.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Kills every process in the cgroup.
+    pub fn kill_all(&self) {
+        if self.v2 {
+            let _ = std::fs::write(self.dirs[0].join("cgroup.kill"), "1");
+            return;
+        }
+        // v1 has no cgroup.kill: kill what is listed until nothing is (a fork in
+        // flight may add one more).
+        let procs = self.dirs.last().map(|d| d.join("cgroup.procs"));
+        for _ in 0..50 {
+            let Some(list) = procs.as_ref().and_then(|p| std::fs::read_to_string(p).ok()) else {
+                return;
+            };
+            let pids: Vec<i32> = list.lines().filter_map(|l| l.trim().parse().ok()).collect();
+            if pids.is_empty() {
+                return;
+            }
+            for pid in pids {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+}
+
+impl Drop for CallCgroup {
+    fn drop(&mut self) {
+        self.kill_all();
+        for d in &self.dirs {
+            // A cgroup can be removed once its last process is reaped.
+            for _ in 0..100 {
+                if std::fs::remove_dir(d).is_ok() || !d.exists() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
+    }
+}
