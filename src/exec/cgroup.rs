@@ -9,7 +9,7 @@
 //! hierarchies, as on this CI machine). Without either, calls run without one and
 //! `check` says so.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -54,26 +54,19 @@ fn mount_of(fstype: &str, option: Option<&str>) -> Option<PathBuf> {
     })
 }
 
-fn writable_dir(p: &Path) -> bool {
-    let probe = p.join(format!("harnessd-probe-{}", std::process::id()));
-    let ok = std::fs::create_dir(&probe).is_ok();
-    let _ = std::fs::remove_dir(&probe);
-    ok
-}
-
 fn detect() -> Option<Layout> {
     if let (Some(mount), Some(path)) = (mount_of("cgroup2", None), own_path("")) {
         let base = mount.join(path.trim_start_matches('/'));
         let controllers =
             std::fs::read_to_string(base.join("cgroup.subtree_control")).unwrap_or_default();
-        if controllers.contains("memory") && controllers.contains("pids") && writable_dir(&base) {
+        if controllers.contains("memory") && controllers.contains("pids") {
             return Some(Layout::V2(base));
         }
     }
     let memory =
         mount_of("cgroup", Some("memory"))?.join(own_path("memory")?.trim_start_matches('/'));
     let pids = mount_of("cgroup", Some("pids"))?.join(own_path("pids")?.trim_start_matches('/'));
-    (writable_dir(&memory) && writable_dir(&pids)).then_some(Layout::V1 { memory, pids })
+    Some(Layout::V1 { memory, pids })
 }
 
 fn layout() -> Option<&'static Layout> {
@@ -113,8 +106,15 @@ fn remove_stale(layout: &Layout) {
     }
 }
 
-/// Whether call cgroups are available here, and which kind.
+/// Whether a call cgroup could be made (unknown until the first attempt).
+static WORKS: OnceLock<bool> = OnceLock::new();
+
+/// Whether call cgroups are available here, and which kind: the layout exists and
+/// creating one worked (the start-up probe makes the first attempt).
 pub fn available() -> Option<&'static str> {
+    if WORKS.get() != Some(&true) {
+        return None;
+    }
     layout().map(|l| match l {
         Layout::V2(_) => "cgroup v2",
         Layout::V1 { .. } => "cgroup v1 (memory, pids)",
@@ -124,47 +124,47 @@ pub fn available() -> Option<&'static str> {
 /// A limit to write: (index into the call's dirs, file, value).
 type Limit = (usize, &'static str, String);
 
-/// One call's cgroup; removed on drop after its processes are killed.
+/// One call's cgroup. Dropping it kills what is left in it and returns it to a
+/// pool: creating and removing cgroups costs the kernel far more than reusing them
+/// (cgroup v1 frees them through RCU work), and a daemon runs few calls at once.
 #[derive(Debug)]
 pub struct CallCgroup {
     dirs: Vec<PathBuf>,
     v2: bool,
 }
 
+/// Empty cgroups ready for the next call.
+static POOL: std::sync::Mutex<Vec<CallCgroup>> = std::sync::Mutex::new(Vec::new());
+
 impl CallCgroup {
-    /// Creates a cgroup capped at `memory_mb` and `max_processes`, or `None` where
-    /// cgroups are unavailable.
+    /// A cgroup capped at `memory_mb` and `max_processes` (limits written afresh,
+    /// since the policy may have changed), or `None` where cgroups are unavailable.
     pub fn create(memory_mb: u64, max_processes: u64) -> Option<CallCgroup> {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let name = format!(
-            "harnessd-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        let bytes = memory_mb.saturating_mul(1024 * 1024).to_string();
-        let (dirs, v2, limits): (Vec<PathBuf>, bool, Vec<Limit>) = match layout()? {
-            Layout::V2(base) => (
-                vec![base.join(&name)],
-                true,
-                vec![
-                    (0, "memory.max", bytes),
-                    (0, "memory.swap.max", "0".into()),
-                    (0, "pids.max", max_processes.to_string()),
-                ],
-            ),
-            Layout::V1 { memory, pids } => (
-                vec![memory.join(&name), pids.join(&name)],
-                false,
-                vec![
-                    (0, "memory.limit_in_bytes", bytes),
-                    (1, "pids.max", max_processes.to_string()),
-                ],
-            ),
-        };
-        let cg = CallCgroup { dirs, v2 };
-        for d in &cg.dirs {
-            std::fs::create_dir(d).ok()?;
+        if WORKS.get() == Some(&false) {
+            return None;
         }
+        let reused = POOL.lock().ok().and_then(|mut p| p.pop());
+        let cg = match reused {
+            Some(cg) => cg,
+            None => {
+                let made = CallCgroup::make();
+                let _ = WORKS.set(made.is_some());
+                made?
+            }
+        };
+        let bytes = memory_mb.saturating_mul(1024 * 1024).to_string();
+        let limits: Vec<Limit> = if cg.v2 {
+            vec![
+                (0, "memory.max", bytes),
+                (0, "memory.swap.max", "0".into()),
+                (0, "pids.max", max_processes.to_string()),
+            ]
+        } else {
+            vec![
+                (0, "memory.limit_in_bytes", bytes),
+                (1, "pids.max", max_processes.to_string()),
+            ]
+        };
         for (i, file, value) in limits {
             // memory.swap.max may not exist without swap accounting; the rest must.
             if std::fs::write(cg.dirs[i].join(file), value).is_err() && file != "memory.swap.max" {
@@ -172,6 +172,25 @@ impl CallCgroup {
             }
         }
         Some(cg)
+    }
+
+    fn make() -> Option<CallCgroup> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let name = format!(
+            "harnessd-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let (dirs, v2) = match layout()? {
+            Layout::V2(base) => (vec![base.join(&name)], true),
+            Layout::V1 { memory, pids } => (vec![memory.join(&name), pids.join(&name)], false),
+        };
+        for d in &dirs {
+            if std::fs::create_dir(d).is_err() {
+                return None;
+            }
+        }
+        Some(CallCgroup { dirs, v2 })
     }
 
     /// Moves `pid` (and so everything it will start) into the cgroup.
@@ -207,17 +226,17 @@ impl CallCgroup {
     }
 }
 
-impl Drop for CallCgroup {
-    fn drop(&mut self) {
+impl CallCgroup {
+    /// Kills what is left and returns the cgroup to the pool once it is empty.
+    pub fn release(self) {
         self.kill_all();
-        for d in &self.dirs {
-            // A cgroup can be removed once its last process is reaped.
-            for _ in 0..100 {
-                if std::fs::remove_dir(d).is_ok() || !d.exists() {
-                    break;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
+        let procs = self.dirs.last().map(|d| d.join("cgroup.procs"));
+        let empty = procs
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .is_some_and(|l| l.trim().is_empty());
+        if empty && let Ok(mut pool) = POOL.lock() {
+            pool.push(self);
         }
+        // Otherwise it is left for remove_stale at the next start.
     }
 }

@@ -176,6 +176,9 @@ impl Executor {
         let mut child = match self.spawn(req, cgroup.as_ref()) {
             Ok(child) => child,
             Err(e) => {
+                if let Some(cg) = cgroup {
+                    cg.release();
+                }
                 return ExecOutcome {
                     ending: Ending::SpawnFailed(format!(
                         "cannot start {}: {e}",
@@ -221,11 +224,10 @@ impl Executor {
         // Whatever the ending, nothing the job started may outlive it: background
         // jobs left behind would also hold our pipes open.
         kill_tree(pgid);
-        if let Some(cg) = &cgroup {
-            cg.kill_all();
-        }
         let _ = child.wait();
-        drop(cgroup);
+        if let Some(cg) = cgroup {
+            cg.release();
+        }
         let deadline = Instant::now() + DRAIN_GRACE;
         let mut notes = Vec::new();
         for _ in 0..readers {
