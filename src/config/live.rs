@@ -85,6 +85,11 @@ impl LiveConfig {
             restart_needed.push("daemon.socket".to_string());
             new.config.daemon.socket = old.config.daemon.socket.clone();
         }
+        // The scheduler's slots are sized at start.
+        if new.config.daemon.max_concurrent_tasks != old.config.daemon.max_concurrent_tasks {
+            restart_needed.push("daemon.max_concurrent_tasks".to_string());
+            new.config.daemon.max_concurrent_tasks = old.config.daemon.max_concurrent_tasks;
+        }
         let as_value =
             |l: &Loaded| serde_json::json!({"config": l.config, "settings": l.policy.settings});
         let changed = changes(&as_value(&old), &as_value(&new));
