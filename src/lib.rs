@@ -4,20 +4,30 @@
 //! Data flows one way:
 //!
 //! ```text
-//! config ──► agent loop ──► policy ──► approval ──► tools ──► exec ──► sandbox helper
-//!                │                                              │
-//!                └──────────── events / transcripts ◄───────────┘
+//! config (+ reload) ──► daemon scheduler / run ──► agent loop ──► policy ──► approval
+//!                                 ▲                   │                        │
+//!                            control API              │          tools ──► exec ──► sandbox helper
+//!                                                     └──── events / transcripts ◄─┘
 //! ```
 //!
-//! - [`config`]: the two operator-edited files, parsed and validated.
+//! - [`config`]: the two operator-edited files, parsed, validated, swapped live.
+//! - [`reload`]: file watching and SIGHUP into [`config::LiveConfig`].
+//! - [`daemon`]: `harnessd serve`: control API, scheduler, approvals, metrics.
+//! - [`startup`]: what `run` and `serve` do before the first task.
 //! - [`agent`]: the turn loop and the transcript.
 //! - [`llm`]: the Anthropic Messages API client and wire types.
-//! - [`policy`]: pure allow / ask / deny decisions.
+//! - [`policy`]: pure allow / ask / deny decisions and the shell splitter.
 //! - [`approval`]: who answers `ask` calls.
 //! - [`tools`]: tool names, schemas, validation, results.
-//! - [`exec`]: the only place processes are spawned; bounded output, timeouts.
-//! - [`sandbox`]: the child side, re-executed from this binary.
+//! - [`exec`]: the only place processes are spawned; bounded output, timeouts,
+//!   per-call cgroups.
+//! - [`sandbox`]: the child side, re-executed from this binary; every confinement
+//!   layer.
 //! - [`events`]: the audit log writer.
+//! - [`commands`]: one module per subcommand; [`cli`] holds their clap types.
+//! - [`text`]: cutting long text in the middle.
+
+#![warn(missing_docs)]
 
 pub mod agent;
 pub mod approval;
