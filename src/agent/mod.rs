@@ -4,7 +4,7 @@
 //!
 //! The loop owns the history and its invariants (every `tool_use` answered exactly
 //! once, in order; the assistant message appended exactly as received). It never
-//! touches the filesystem for a tool: calls go through [`calls`] to the executor.
+//! touches the filesystem for a tool: calls go through `calls` to the executor.
 
 mod calls;
 mod stop;

@@ -5,7 +5,7 @@
 //! helper:
 //! 1. reads the request; stdin is then replaced by `/dev/null`, so a tool never
 //!    reads from the daemon;
-//! 2. confines itself with every layer of [`confine`] (session, parent-death signal,
+//! 2. confines itself with every layer of `confine` (session, parent-death signal,
 //!    closed descriptors, PID namespace, rlimits, privilege drop, no_new_privs,
 //!    Landlock, seccomp), refusing the job if `sandbox.require` is `full` and a
 //!    layer cannot be had;

@@ -1,5 +1,5 @@
 //! The tools the model sees: names, input schemas, validation, and turning a
-//! validated call into a [`Job`] for the executor and its outcome into a result.
+//! validated call into a [`Job`](crate::sandbox::Job) for the executor and its outcome into a result.
 //!
 //! Inputs are validated against the same Rust types that generate the advertised
 //! schemas, so the model is held to exactly what it was shown. Nothing here touches
