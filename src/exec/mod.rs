@@ -2,7 +2,7 @@
 //!
 //! [`Executor::run`] starts the helper (`harnessd __sandbox-helper`, see
 //! [`crate::sandbox`]) with a cleared, allow-listed environment in its own process
-//! group, hands it the [`Job`](crate::sandbox::Job) on stdin, reads stdout and stderr with a bound
+//! group, hands it the [`Job`] on stdin, reads stdout and stderr with a bound
 //! ([`capture`]), enforces the wall-clock timeout, and kills the whole process group
 //! when the job ends, times out, floods its output or is cancelled. It decides no
 //! policy: what it is given has already been allowed.
