@@ -18,8 +18,11 @@ pub fn prepare_workspace(workspace: &Path, user: &str) -> std::io::Result<usize>
     if !Uid::effective().is_root() {
         return Ok(0);
     }
-    // An unknown user is reported by the helper, which refuses to run tools.
-    let Ok((uid, gid)) = crate::sandbox::resolve_user(user) else {
+    // An unknown user is reported by the helper, which refuses to run tools, or
+    // under best_effort drops to nobody's uid: the workspace goes to that one.
+    let Ok((uid, gid)) =
+        crate::sandbox::resolve_user(user).or_else(|_| crate::sandbox::resolve_user("65534"))
+    else {
         return Ok(0);
     };
     let (uid, gid) = (uid.as_raw(), gid.as_raw());

@@ -29,6 +29,9 @@ use super::job::Confinement;
 use super::report::Report;
 use crate::config::SandboxRequire;
 
+/// The uid a best_effort sandbox drops to when `sandbox.user` cannot be had.
+const FALLBACK_UID: &str = "65534";
+
 /// Applies every layer; returns in the process that should do the job (the PID 1
 /// of the new namespace, or the helper itself without one). `Err` says which layer
 /// a `full` sandbox could not have.
@@ -66,6 +69,18 @@ pub fn apply(c: &Confinement, report: &mut Report) -> Result<(), String> {
     // A tool that keeps the daemon's uid could open the daemon's own sockets.
     let same_uid_as_daemon = !Uid::effective().is_root();
     layer(report, "privilege_drop", drop_privileges(&c.user))?;
+    // SPEC §10: tools never run as uid 0, whatever `require` says. A best_effort
+    // sandbox whose user cannot be had falls back to `nobody`'s uid, or refuses.
+    if Uid::effective().is_root() {
+        drop_privileges(FALLBACK_UID).map_err(|e| {
+            format!("tools never run as root, and dropping to uid {FALLBACK_UID} failed too: {e}")
+        })?;
+        report.push(
+            "privilege_drop",
+            true,
+            format!("fell back to uid {FALLBACK_UID}"),
+        );
+    }
     layer(report, "no_new_privs", no_new_privs())?;
     layer(
         report,

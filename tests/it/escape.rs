@@ -709,6 +709,11 @@ fn best_effort_runs_weakened_and_says_so_in_every_tool_finished() {
     let out = root.run(&["run", "--yes", "x"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(root.workspace().join("ran").exists());
+    // Never root, even weakened: the drop fell back to nobody's uid.
+    let owner = std::os::unix::fs::MetadataExt::uid(
+        &std::fs::metadata(root.workspace().join("ran")).unwrap(),
+    );
+    assert_eq!(owner, 65534);
     // Still confined by the other layers: Landlock keeps /etc/shadow out.
     let text = last_results(&api.requests()[1].body)[0]["content"]
         .as_str()
