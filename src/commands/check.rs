@@ -6,7 +6,6 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use super::EXIT_CONFIG;
 use crate::agent::advertised;
 use crate::config::{ApiKey, Loaded, SandboxRequire};
 use crate::exec::Executor;
@@ -56,12 +55,9 @@ pub fn run(
     helper: &Path,
     env: impl Fn(&str) -> Option<String>,
 ) -> anyhow::Result<i32> {
-    let loaded = match crate::config::load(root) {
+    let loaded = match crate::commands::load_root(root) {
         Ok(l) => l,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Ok(EXIT_CONFIG);
-        }
+        Err(code) => return Ok(code),
     };
     let key_warning = ApiKey::load(&loaded, env).err().map(|e| e.to_string());
     let (abi, layers, probe_error) = enforcement(&loaded, helper);

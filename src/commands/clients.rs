@@ -133,12 +133,9 @@ pub fn run(root: &Path, cmd: ClientCommand, json_out: bool) -> anyhow::Result<i3
 
 /// `events` without a running daemon: the matching lines of events.jsonl.
 fn read_events_file(root: &Path, task: Option<&str>, kind: Option<&str>) -> anyhow::Result<i32> {
-    let loaded = match crate::config::load(root) {
+    let loaded = match crate::commands::load_root(root) {
         Ok(l) => l,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Ok(EXIT_CONFIG);
-        }
+        Err(code) => return Ok(code),
     };
     let text = std::fs::read_to_string(&loaded.paths.events).unwrap_or_default();
     let mut out = std::io::stdout().lock();

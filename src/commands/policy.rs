@@ -64,12 +64,9 @@ fn input_from_arg(tool: &str, arg: &str) -> Value {
 
 /// Runs `policy test`.
 pub fn test(root: &Path, tool: &str, arg: &str, json_out: bool) -> anyhow::Result<i32> {
-    let loaded = match crate::config::load(root) {
+    let loaded = match crate::commands::load_root(root) {
         Ok(l) => l,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Ok(EXIT_CONFIG);
-        }
+        Err(code) => return Ok(code),
     };
     let report = match evaluate(&loaded, tool, &input_from_arg(tool, arg)) {
         Ok(r) => r,

@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use super::EXIT_CONFIG;
 use super::policy::evaluate;
 use crate::agent::Transcript;
 use crate::llm::Role;
@@ -51,12 +50,9 @@ fn transcripts(path: &Path) -> std::io::Result<Vec<PathBuf>> {
 
 /// Runs `replay`.
 pub fn run(root: &Path, path: &Path, json_out: bool) -> anyhow::Result<i32> {
-    let loaded = match crate::config::load(root) {
+    let loaded = match crate::commands::load_root(root) {
         Ok(l) => l,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Ok(EXIT_CONFIG);
-        }
+        Err(code) => return Ok(code),
     };
     let recorded = recorded_decisions(&loaded.paths.events);
     let mut rows = Vec::new();

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use super::EXIT_CONFIG;
 use crate::agent::{TaskEnv, TaskSpec, new_task_id, run_task};
 use crate::approval::TerminalApprover;
-use crate::config::{ApiKey, LiveConfig, Loaded};
+use crate::config::{LiveConfig, Loaded};
 use crate::exec::Executor;
 use crate::llm::AnthropicClient;
 
@@ -39,15 +39,10 @@ pub fn run(opts: RunOptions, env: impl Fn(&str) -> Option<String>) -> anyhow::Re
     if opts.max_turns == Some(0) {
         return Ok(config_error("--max-turns must be at least 1"));
     }
-    let loaded = match crate::config::load(&opts.root) {
-        Ok(l) => Arc::new(l),
-        Err(e) => return Ok(config_error(e)),
+    let (loaded, client) = match super::load_with_client(&opts.root, env)? {
+        Ok(v) => v,
+        Err(code) => return Ok(code),
     };
-    let key = match ApiKey::load(&loaded, env) {
-        Ok(k) => k,
-        Err(e) => return Ok(config_error(e)),
-    };
-    let client = AnthropicClient::new(&loaded.config.api, key)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::EXIT_CONFIG;
 use crate::exec::{Ending, ExecRequest, Executor, prepare_workspace};
 use crate::sandbox::{Confinement, Job};
 
@@ -17,12 +16,9 @@ pub const EXIT_TIMEOUT: i32 = 124;
 
 /// Runs `sandbox`.
 pub fn run(root: &Path, argv: Vec<String>, helper: &Path) -> anyhow::Result<i32> {
-    let loaded = match crate::config::load(root) {
+    let loaded = match crate::commands::load_root(root) {
         Ok(l) => l,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Ok(EXIT_CONFIG);
-        }
+        Err(code) => return Ok(code),
     };
     let settings = &loaded.policy.settings;
     prepare_workspace(&loaded.paths.workspace, &settings.sandbox.user)?;

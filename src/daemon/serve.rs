@@ -16,7 +16,7 @@ use super::approvals::Approvals;
 use super::metrics::Metrics;
 use super::tasks::{Registry, Scheduler, SchedulerParts, Status, TaskInfo};
 use crate::agent::Transcript;
-use crate::config::{ApiKey, ConfigSource, LiveConfig, Loaded, resolve};
+use crate::config::{ConfigSource, LiveConfig, Loaded, resolve};
 use crate::events::{Event, EventLog};
 use crate::exec::Executor;
 use crate::llm::AnthropicClient;
@@ -101,21 +101,10 @@ async fn recover_tasks(
 
 /// Runs `serve`; returns the exit code.
 pub fn serve(opts: ServeOptions, env: impl Fn(&str) -> Option<String>) -> anyhow::Result<i32> {
-    let loaded = match crate::config::load(&opts.root) {
-        Ok(l) => Arc::new(l),
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Ok(crate::commands::EXIT_CONFIG);
-        }
+    let (loaded, client) = match crate::commands::load_with_client(&opts.root, env)? {
+        Ok(v) => v,
+        Err(code) => return Ok(code),
     };
-    let key = match ApiKey::load(&loaded, env) {
-        Ok(k) => k,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Ok(crate::commands::EXIT_CONFIG);
-        }
-    };
-    let client = AnthropicClient::new(&loaded.config.api, key)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
