@@ -85,6 +85,29 @@ impl LiveConfig {
             restart_needed.push("daemon.socket".to_string());
             new.config.daemon.socket = old.config.daemon.socket.clone();
         }
+        // The model client (endpoint, timeouts, retries, key) is built at start.
+        let client_keys = |c: &super::ApiConfig| {
+            (
+                c.provider.clone(),
+                c.base_url.clone(),
+                c.api_key_env.clone(),
+                c.api_key_file.clone(),
+                c.timeout_secs,
+                c.max_retries,
+            )
+        };
+        if client_keys(&new.config.api) != client_keys(&old.config.api) {
+            restart_needed
+                .push("api (provider, base_url, key, timeout_secs, max_retries)".to_string());
+            let api = &mut new.config.api;
+            let was = &old.config.api;
+            api.provider = was.provider.clone();
+            api.base_url = was.base_url.clone();
+            api.api_key_env = was.api_key_env.clone();
+            api.api_key_file = was.api_key_file.clone();
+            api.timeout_secs = was.timeout_secs;
+            api.max_retries = was.max_retries;
+        }
         // The scheduler's slots are sized at start.
         if new.config.daemon.max_concurrent_tasks != old.config.daemon.max_concurrent_tasks {
             restart_needed.push("daemon.max_concurrent_tasks".to_string());

@@ -492,3 +492,58 @@ fn events_follow_streams_new_lines() {
     assert_eq!(lines.len(), 1, "{text}");
     assert_eq!(lines[0]["task_id"], id.as_str());
 }
+
+#[test]
+fn submit_wait_exits_like_run_and_the_clients_show_the_task() {
+    let api = FakeApi::start(vec![
+        Reply::tool("t", "get_time", json!({})),
+        Reply::text("summary of the work"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    let _d = Daemon::start(&root);
+    let out = root.run(&["submit", "--wait", "--max-turns", "2", "what time is it?"]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "max_turns exits 3 like run: {}",
+        stderr(&out)
+    );
+    assert_eq!(stdout(&out), "summary of the work\n");
+    let tasks = stdout(&root.run(&["tasks"]));
+    assert!(
+        tasks.contains("finished") && tasks.contains("max_turns"),
+        "{tasks}"
+    );
+    let id = tasks.split_whitespace().next().unwrap().to_string();
+    let shown = stdout(&root.run(&["show", &id]));
+    assert!(
+        shown.contains(&id) && shown.contains("summary of the work"),
+        "{shown}"
+    );
+    let json_out: Value =
+        serde_json::from_slice(&root.run(&["show", "--json", &id]).stdout).unwrap();
+    assert_eq!(json_out["stop_reason"], "max_turns");
+    let out = root.run(&["show", "t-nope"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("no task"), "{}", stderr(&out));
+    // A bare submit prints the id alone.
+    let out = root.run(&["submit", "y"]);
+    assert_eq!(out.status.code(), Some(0));
+    let printed = stdout(&out);
+    assert!(
+        printed.starts_with("t-") && printed.split_whitespace().count() == 1,
+        "{printed}"
+    );
+}
+
+#[test]
+fn clients_without_a_daemon_say_so() {
+    let root = TestRoot::new("http://127.0.0.1:9");
+    let out = root.run(&["tasks"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("is `harnessd serve` running"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -264,6 +264,7 @@ fn restart_only_keys_are_reported_not_applied() {
         |_| {},
         |root, _| {
             root.set_config("daemon", "socket", "\"run/other.sock\"");
+            root.set_config("api", "timeout_secs", "60");
             root.set_config("loop", "max_turns", "7");
         },
     );
@@ -274,7 +275,13 @@ fn restart_only_keys_are_reported_not_applied() {
         .collect();
     assert_eq!(loaded.len(), 1);
     assert_eq!(loaded[0]["file"], "config/config.toml");
-    assert_eq!(loaded[0]["restart_needed"], json!(["daemon.socket"]));
+    assert_eq!(
+        loaded[0]["restart_needed"],
+        json!([
+            "daemon.socket",
+            "api (provider, base_url, key, timeout_secs, max_retries)"
+        ])
+    );
     assert!(
         loaded[0]["changes"]
             .to_string()
@@ -282,6 +289,6 @@ fn restart_only_keys_are_reported_not_applied() {
         "{}",
         loaded[0]
     );
-    assert!(err.contains("needs a restart: daemon.socket"), "{err}");
+    assert!(err.contains("needs a restart: daemon.socket, api"), "{err}");
     let _ = Path::new("");
 }
