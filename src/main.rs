@@ -18,84 +18,91 @@ fn main() {
     let cli = Cli::parse();
     let _log_guard = init_logging();
     let env = |name: &str| std::env::var(name).ok();
-    // Tools run as this executable re-executed (the sandbox helper).
-    let result = std::env::current_exe()
-        .map_err(|e| anyhow::anyhow!("cannot find the harnessd executable: {e}"))
-        .and_then(|helper| match cli.command {
-            Command::Run {
+    // Tools run as this executable re-executed (the sandbox helper). Through
+    // /proc/self/exe, so a daemon whose binary was replaced by an upgrade still
+    // starts helpers of its own version.
+    let self_exe = std::path::PathBuf::from("/proc/self/exe");
+    let result = (if self_exe.exists() {
+        Ok(self_exe)
+    } else {
+        std::env::current_exe()
+    })
+    .map_err(|e| anyhow::anyhow!("cannot find the harnessd executable: {e}"))
+    .and_then(|helper| match cli.command {
+        Command::Run {
+            yes,
+            max_turns,
+            task,
+        } => commands::run::run(
+            commands::run::RunOptions {
+                root: cli.root,
+                task,
                 yes,
                 max_turns,
-                task,
-            } => commands::run::run(
-                commands::run::RunOptions {
-                    root: cli.root,
-                    task,
-                    yes,
-                    max_turns,
-                    helper,
-                },
-                env,
-            ),
-            Command::Check { json } => commands::check::run(&cli.root, json, &helper, env),
-            Command::Init { dir } => commands::init::run(&dir.unwrap_or(cli.root)),
-            Command::Sandbox { command } => commands::sandbox::run(&cli.root, command, &helper),
-            Command::Policy { command } => match command {
-                PolicyCommand::Test { tool, input, json } => {
-                    commands::policy::test(&cli.root, &tool, &input, json)
-                }
-                PolicyCommand::Schema => commands::policy::schema(),
+                helper,
             },
-            Command::Replay { path, json } => commands::replay::run(&cli.root, &path, json),
-            Command::Serve => harnessd::daemon::serve::serve(
-                harnessd::daemon::serve::ServeOptions {
-                    root: cli.root,
-                    helper,
-                },
-                env,
-            ),
-            Command::Submit {
-                wait,
+            env,
+        ),
+        Command::Check { json } => commands::check::run(&cli.root, json, &helper, env),
+        Command::Init { dir } => commands::init::run(&dir.unwrap_or(cli.root)),
+        Command::Sandbox { command } => commands::sandbox::run(&cli.root, command, &helper),
+        Command::Policy { command } => match command {
+            PolicyCommand::Test { tool, input, json } => {
+                commands::policy::test(&cli.root, &tool, &input, json)
+            }
+            PolicyCommand::Schema => commands::policy::schema(),
+        },
+        Command::Replay { path, json } => commands::replay::run(&cli.root, &path, json),
+        Command::Serve => harnessd::daemon::serve::serve(
+            harnessd::daemon::serve::ServeOptions {
+                root: cli.root,
+                helper,
+            },
+            env,
+        ),
+        Command::Submit {
+            wait,
+            max_turns,
+            json,
+            task,
+        } => client(
+            &cli.root,
+            ClientCommand::Submit {
+                prompt: task,
                 max_turns,
-                json,
-                task,
-            } => client(
-                &cli.root,
-                ClientCommand::Submit {
-                    prompt: task,
-                    max_turns,
-                    wait,
-                },
-                json,
-            ),
-            Command::Tasks { json } => client(&cli.root, ClientCommand::Tasks, json),
-            Command::Show { id, json } => client(&cli.root, ClientCommand::Show(id), json),
-            Command::Cancel { id, json } => client(&cli.root, ClientCommand::Cancel(id), json),
-            Command::Resume { id, json } => client(&cli.root, ClientCommand::Resume(id), json),
-            Command::Approvals { json } => client(&cli.root, ClientCommand::Approvals, json),
-            Command::Approve { id, json } => client(
-                &cli.root,
-                ClientCommand::Answer {
-                    id,
-                    approve: true,
-                    reason: None,
-                },
-                json,
-            ),
-            Command::Deny { id, reason, json } => client(
-                &cli.root,
-                ClientCommand::Answer {
-                    id,
-                    approve: false,
-                    reason,
-                },
-                json,
-            ),
-            Command::Events { task, kind, follow } => client(
-                &cli.root,
-                ClientCommand::Events { task, kind, follow },
-                false,
-            ),
-        });
+                wait,
+            },
+            json,
+        ),
+        Command::Tasks { json } => client(&cli.root, ClientCommand::Tasks, json),
+        Command::Show { id, json } => client(&cli.root, ClientCommand::Show(id), json),
+        Command::Cancel { id, json } => client(&cli.root, ClientCommand::Cancel(id), json),
+        Command::Resume { id, json } => client(&cli.root, ClientCommand::Resume(id), json),
+        Command::Approvals { json } => client(&cli.root, ClientCommand::Approvals, json),
+        Command::Approve { id, json } => client(
+            &cli.root,
+            ClientCommand::Answer {
+                id,
+                approve: true,
+                reason: None,
+            },
+            json,
+        ),
+        Command::Deny { id, reason, json } => client(
+            &cli.root,
+            ClientCommand::Answer {
+                id,
+                approve: false,
+                reason,
+            },
+            json,
+        ),
+        Command::Events { task, kind, follow } => client(
+            &cli.root,
+            ClientCommand::Events { task, kind, follow },
+            false,
+        ),
+    });
     match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {

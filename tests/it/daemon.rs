@@ -547,3 +547,44 @@ fn clients_without_a_daemon_say_so() {
         stderr(&out)
     );
 }
+
+#[test]
+fn tools_still_run_after_the_daemons_binary_is_replaced() {
+    let api = FakeApi::start(vec![
+        Reply::tool(
+            "t",
+            "run_bash",
+            json!({"command": "echo still sandboxed; id -u"}),
+        ),
+        Reply::text("done"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    allow_commands(&root);
+    // Serve from a copy of the binary, then delete it, as an upgrade would.
+    let copy = root.dir.join("harnessd-old");
+    std::fs::copy(crate::common::bin(), &copy).unwrap();
+    let mut child = std::process::Command::new(&copy)
+        .arg("--root")
+        .arg(&root.dir)
+        .arg("serve")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("ANTHROPIC_API_KEY", crate::common::SECRET_KEY)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let socket = root.dir.join("run/harnessd.sock");
+    wait_until("the daemon", || socket.exists());
+    std::fs::remove_file(&copy).unwrap();
+    let out = root.run(&["submit", "--wait", "x"]);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let result = &last_results(&api.requests()[1].body)[0];
+    let text = result["content"].as_str().unwrap();
+    assert!(
+        text.contains("still sandboxed") && !text.contains("\n0\n"),
+        "{text}"
+    );
+}
