@@ -9,6 +9,7 @@
 
 pub mod capture;
 pub mod cgroup;
+mod spare;
 mod workspace;
 
 pub use workspace::prepare_workspace;
@@ -101,12 +102,15 @@ pub struct Executor {
     /// Layers the sandbox lacks when `sandbox.require` is `best_effort` (from a
     /// probe at start), stated in every `tool_finished`.
     weakened: Option<String>,
+    /// Starts helpers ahead of need; shared by every clone.
+    spares: Arc<spare::Spares>,
 }
 
 impl Executor {
-    /// An executor that re-executes `helper` (normally `std::env::current_exe()`).
+    /// An executor that re-executes `helper` (normally `/proc/self/exe`).
     pub fn new(helper: PathBuf) -> Executor {
         Executor {
+            spares: Arc::new(spare::Spares::new(helper.clone())),
             helper,
             weakened: None,
         }
@@ -276,15 +280,19 @@ impl Executor {
             confine: req.confine.clone(),
         })
         .map_err(std::io::Error::other)?;
-        let mut child = Command::new(&self.helper)
-            .arg(HELPER_ARG)
-            .env_clear()
-            .envs(tool_environment(req.workspace))
-            .current_dir(req.workspace)
-            .stdin(Stdio::piped())
-            .stdout(output())
-            .stderr(output())
-            .spawn()?;
+        let mut child = if req.inherit_output {
+            Command::new(&self.helper)
+                .arg(HELPER_ARG)
+                .env_clear()
+                .envs(tool_environment(req.workspace))
+                .current_dir(req.workspace)
+                .stdin(Stdio::piped())
+                .stdout(output())
+                .stderr(output())
+                .spawn()?
+        } else {
+            self.spares.take(req.workspace)?
+        };
         if let Some(cg) = cgroup
             && let Err(e) = cg.add(child.id())
         {
