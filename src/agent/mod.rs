@@ -142,7 +142,6 @@ struct Run<'a> {
     env: &'a TaskEnv,
     spec: &'a TaskSpec,
     transcript: Transcript,
-    usage: Usage,
     turn: u32,
     started: Instant,
 }
@@ -198,6 +197,10 @@ impl Run<'_> {
         let mut last_signature: Option<String> = None;
         let mut repeats = 0u32;
         loop {
+            // A task cancelled between steps (or while queued) sends nothing more.
+            if self.env.cancel.is_cancelled() {
+                return Ok((StopReason::Cancelled, None));
+            }
             let loaded = self.env.config.current();
             let limits = &loaded.config.loop_;
             let max_turns = self.spec.max_turns.unwrap_or(limits.max_turns);
@@ -238,8 +241,7 @@ impl Run<'_> {
                 latency_ms,
             })
             .await?;
-            self.usage.add(&response.usage);
-            self.transcript.usage = self.usage;
+            self.transcript.usage.add(&response.usage);
             self.transcript.turns.push(TurnRecord {
                 turn: self.turn,
                 stop_reason: model_stop.clone(),
@@ -278,7 +280,7 @@ impl Run<'_> {
                 }
                 _ => {}
             }
-            if self.usage.total() >= limits.token_budget {
+            if self.transcript.usage.total() >= limits.token_budget {
                 let why = format!(
                     "not executed: the task's token budget ({} tokens) is used up; the task \
                      stops here",
@@ -314,9 +316,6 @@ impl Run<'_> {
                 calls::execute_calls(self.env, &self.spec.task_id, loaded.clone(), &uses).await?;
             self.push_user(blocks);
             self.save();
-            if self.env.cancel.is_cancelled() {
-                return Ok((StopReason::Cancelled, None));
-            }
         }
     }
 }
@@ -350,7 +349,6 @@ pub async fn run_task(env: &TaskEnv, spec: &TaskSpec) -> Result<TaskOutcome, Eve
     let mut run = Run {
         env,
         spec,
-        usage: transcript.usage,
         turn: transcript.turns.len() as u32,
         transcript,
         started: Instant::now(),
@@ -398,7 +396,7 @@ pub async fn run_task(env: &TaskEnv, spec: &TaskSpec) -> Result<TaskOutcome, Eve
     run.record(Event::TaskFinished {
         stop_reason: stop_reason.as_str().into(),
         turns: run.turn,
-        usage: run.usage,
+        usage: run.transcript.usage,
         duration_ms: run.started.elapsed().as_millis() as u64,
         error: error.clone(),
     })
@@ -407,7 +405,7 @@ pub async fn run_task(env: &TaskEnv, spec: &TaskSpec) -> Result<TaskOutcome, Eve
         stop_reason,
         answer,
         turns: run.turn,
-        usage: run.usage,
+        usage: run.transcript.usage,
         error,
     })
 }

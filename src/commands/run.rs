@@ -2,7 +2,7 @@
 //! stderr, exit code from the stop reason (SPEC §8).
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
@@ -98,7 +98,7 @@ async fn run_async(
     let _ = printer.await;
     let outcome = outcome?;
     let transcript = crate::agent::Transcript::path(&loaded.paths.transcripts, &spec.task_id);
-    eprintln!("transcript: {}", display(&loaded, &transcript));
+    eprintln!("transcript: {}", loaded.paths.display(&transcript));
     if let Some(e) = &outcome.error {
         eprintln!("error: {e}");
     }
@@ -108,8 +108,4 @@ async fn run_async(
     }
     out.flush()?;
     Ok(outcome.stop_reason.exit_code())
-}
-
-fn display(loaded: &Loaded, path: &Path) -> String {
-    loaded.paths.display(path)
 }

@@ -266,9 +266,8 @@ impl Scheduler {
             approver: self.approver.clone(),
             cancel: cancel.clone(),
         };
-        if permit.is_none() {
-            // Cancelled while queued: it still gets a record and a transcript.
-        }
+        // Cancelled while queued (no permit): run_task still records the task and
+        // writes its transcript, then stops before any model request.
         self.registry.set_status(&id, Status::Running);
         match run_task(&env, &spec).await {
             Ok(outcome) => self.registry.finish(&id, &outcome),

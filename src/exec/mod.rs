@@ -130,7 +130,7 @@ impl Executor {
     /// refusing, so every layer is reported) and returns its report.
     pub fn probe(&self, confine: &Confinement, workspace: &Path) -> Result<Report, String> {
         let mut confine = confine.clone();
-        confine.require = SandboxRequire::BestEffort;
+        confine.limits.require = SandboxRequire::BestEffort;
         let never = CancellationToken::new();
         let outcome = self.run(&ExecRequest {
             job: &Job::Probe,
@@ -154,7 +154,7 @@ impl Executor {
         // Not required (a `full` sandbox runs without it): the rlimits still hold
         // per process and per uid.
         match cgroup::available() {
-            Some(kind) => report.push_optional("cgroup", true, format!("{kind}: memory {} MiB and {} processes for the whole call", confine.memory_mb, confine.max_processes)),
+            Some(kind) => report.push_optional("cgroup", true, format!("{kind}: memory {} MiB and {} processes for the whole call", confine.limits.memory_mb, confine.limits.max_processes)),
             None => report.push_optional("cgroup", false, "no writable cgroup with memory and pids controllers (run under systemd with Delegate=yes): limits are per process and per uid only"),
         }
         Ok(report)
@@ -176,7 +176,10 @@ impl Executor {
         ];
         // Created before the spawn so the helper joins it before it reads its job,
         // that is before it can start anything.
-        let cgroup = cgroup::CallCgroup::create(req.confine.memory_mb, req.confine.max_processes);
+        let cgroup = cgroup::CallCgroup::create(
+            req.confine.limits.memory_mb,
+            req.confine.limits.max_processes,
+        );
         let mut child = match self.spawn(req, cgroup.as_ref()) {
             Ok(child) => child,
             Err(e) => {

@@ -36,7 +36,7 @@ const FALLBACK_UID: &str = "65534";
 /// of the new namespace, or the helper itself without one). `Err` says which layer
 /// a `full` sandbox could not have.
 pub fn apply(c: &Confinement, report: &mut Report) -> Result<(), String> {
-    let full = c.require == SandboxRequire::Full;
+    let full = c.limits.require == SandboxRequire::Full;
     let layer = |report: &mut Report, name: &str, r: Result<String, String>| match r {
         Ok(detail) => {
             report.push(name, true, detail);
@@ -68,7 +68,7 @@ pub fn apply(c: &Confinement, report: &mut Report) -> Result<(), String> {
     layer(report, "rlimits", set_rlimits(c))?;
     // A tool that keeps the daemon's uid could open the daemon's own sockets.
     let same_uid_as_daemon = !Uid::effective().is_root();
-    layer(report, "privilege_drop", drop_privileges(&c.user))?;
+    layer(report, "privilege_drop", drop_privileges(&c.limits.user))?;
     // SPEC §10: tools never run as uid 0, whatever `require` says. A best_effort
     // sandbox whose user cannot be had falls back to `nobody`'s uid, or refuses.
     if Uid::effective().is_root() {
@@ -88,10 +88,10 @@ pub fn apply(c: &Confinement, report: &mut Report) -> Result<(), String> {
         super::landlock::restrict(c, report.landlock_abi),
     )?;
     let unix_sockets = !same_uid_as_daemon;
-    let seccomp = super::seccomp::filters(c.network, unix_sockets)
+    let seccomp = super::seccomp::filters(c.limits.network, unix_sockets)
         .and_then(|f| super::seccomp::install(&f))
         .map(|()| {
-            let net = match (c.network, unix_sockets) {
+            let net = match (c.limits.network, unix_sockets) {
                 (true, _) => "",
                 (false, true) => "sockets other than AF_UNIX, ",
                 (false, false) => "every socket (socketpair allowed), ",
@@ -184,26 +184,34 @@ fn set_rlimits(c: &Confinement) -> Result<String, String> {
     const MIB: u64 = 1024 * 1024;
     let limits = [
         (Resource::RLIMIT_CORE, 0, "core 0"),
-        (Resource::RLIMIT_CPU, c.cpu_secs, "cpu"),
+        (Resource::RLIMIT_CPU, c.limits.cpu_secs, "cpu"),
         (
             Resource::RLIMIT_AS,
-            c.memory_mb.saturating_mul(MIB),
+            c.limits.memory_mb.saturating_mul(MIB),
             "address space",
         ),
-        (Resource::RLIMIT_NPROC, c.max_processes, "processes"),
+        (Resource::RLIMIT_NPROC, c.limits.max_processes, "processes"),
         (
             Resource::RLIMIT_FSIZE,
-            c.max_file_mb.saturating_mul(MIB),
+            c.limits.max_file_mb.saturating_mul(MIB),
             "file size",
         ),
-        (Resource::RLIMIT_NOFILE, c.max_open_files, "open files"),
+        (
+            Resource::RLIMIT_NOFILE,
+            c.limits.max_open_files,
+            "open files",
+        ),
     ];
     for (resource, value, name) in limits {
         setrlimit(resource, value, value).map_err(|e| format!("{name}: {e}"))?;
     }
     Ok(format!(
         "cpu {} s, address space {} MiB, {} processes, files {} MiB, {} open files, no core",
-        c.cpu_secs, c.memory_mb, c.max_processes, c.max_file_mb, c.max_open_files
+        c.limits.cpu_secs,
+        c.limits.memory_mb,
+        c.limits.max_processes,
+        c.limits.max_file_mb,
+        c.limits.max_open_files
     ))
 }
 

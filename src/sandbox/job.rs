@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{SandboxRequire, Settings, resolve};
+use crate::config::{SandboxSettings, Settings, resolve};
 
 /// One request to the helper: the job and the confinement to apply first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -23,22 +23,9 @@ pub struct Confinement {
     pub read: Vec<PathBuf>,
     /// Absolute paths writable (and readable).
     pub write: Vec<PathBuf>,
-    /// Whether sockets other than AF_UNIX may be created.
-    pub network: bool,
-    /// RLIMIT_CPU, seconds.
-    pub cpu_secs: u64,
-    /// RLIMIT_AS, MiB.
-    pub memory_mb: u64,
-    /// RLIMIT_NPROC.
-    pub max_processes: u64,
-    /// RLIMIT_FSIZE, MiB.
-    pub max_file_mb: u64,
-    /// RLIMIT_NOFILE.
-    pub max_open_files: u64,
-    /// Account to drop to when the helper starts as root.
-    pub user: String,
-    /// Whether a layer that cannot be enforced refuses the job.
-    pub require: SandboxRequire,
+    /// `settings.sandbox` as it was when the call started: network, resource
+    /// limits, user, require.
+    pub limits: SandboxSettings,
 }
 
 impl Confinement {
@@ -46,18 +33,10 @@ impl Confinement {
     /// `root`.
     pub fn from_settings(settings: &Settings, root: &std::path::Path) -> Confinement {
         let paths = |list: &[String]| list.iter().map(|p| resolve(root, p)).collect();
-        let s = &settings.sandbox;
         Confinement {
             read: paths(&settings.allowed_paths.read),
             write: paths(&settings.allowed_paths.write),
-            network: s.network,
-            cpu_secs: s.cpu_secs,
-            memory_mb: s.memory_mb,
-            max_processes: s.max_processes,
-            max_file_mb: s.max_file_mb,
-            max_open_files: s.max_open_files,
-            user: s.user.clone(),
-            require: s.require,
+            limits: settings.sandbox.clone(),
         }
     }
 }

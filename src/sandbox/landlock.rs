@@ -31,7 +31,7 @@ pub fn restrict(c: &Confinement, kernel_abi: u32) -> Result<String, String> {
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(AccessFs::from_all(abi))
         .map_err(e)?;
-    let net_handled = !c.network && kernel_abi >= 4;
+    let net_handled = !c.limits.network && kernel_abi >= 4;
     if net_handled {
         ruleset = ruleset.handle_access(AccessNet::from_all(abi)).map_err(e)?;
     }

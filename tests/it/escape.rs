@@ -685,9 +685,9 @@ fn a_sandbox_that_cannot_be_had_refuses_tools_when_full() {
     assert!(!root.workspace().join("ran").exists());
     let check = root.run(&["check"]);
     assert!(
-        stdout_of(&check).contains("NO  privilege_drop"),
+        stdout(&check).contains("NO  privilege_drop"),
         "{}",
-        stdout_of(&check)
+        stdout(&check)
     );
 }
 
@@ -730,10 +730,6 @@ fn best_effort_runs_weakened_and_says_so_in_every_tool_finished() {
     );
 }
 
-fn stdout_of(o: &std::process::Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
 #[test]
 fn sandbox_command_runs_confined_with_the_commands_exit_code() {
     let root = TestRoot::new("http://127.0.0.1:9");
@@ -745,7 +741,7 @@ fn sandbox_command_runs_confined_with_the_commands_exit_code() {
         "id -u; cat /etc/shadow; exit 7",
     ]);
     assert_eq!(out.status.code(), Some(7));
-    let uid = stdout_of(&out).trim().to_string();
+    let uid = stdout(&out).trim().to_string();
     assert_ne!(uid, "0", "the command ran as root");
     assert!(
         stderr(&out).contains("Permission denied"),

@@ -26,18 +26,10 @@ fn events_record_a_task_in_order_and_seq_continues_across_runs() {
     assert_eq!(
         types,
         [
-            "config_loaded",
-            "config_loaded",
-            "task_started",
-            "model_request",
-            "model_response",
-            "tool_requested",
-            "policy_decision",
-            "tool_finished",
-            "model_request",
-            "model_response",
-            "task_finished"
+            ["config_loaded", "config_loaded"].as_slice(),
+            &crate::common::ONE_TOOL_TASK
         ]
+        .concat()
     );
     for e in &events {
         let ts = e["ts"].as_str().unwrap();

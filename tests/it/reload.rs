@@ -3,11 +3,11 @@
 //! edit is kept out and the old policy goes on deciding.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::common::{FakeApi, Reply, TestRoot, last_results, stderr};
+use crate::common::{FakeApi, Reply, TestRoot, last_results, stderr, wait_until};
 
 const DENY_TWO: &str = "run_bash(echo two*)";
 
@@ -19,14 +19,6 @@ fn settings_with_deny(root: &TestRoot) -> String {
         .unwrap()
         .push(json!(DENY_TWO));
     serde_json::to_string_pretty(&v).unwrap()
-}
-
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// Runs a task whose first call runs `echo one`; once it has finished, `edit`

@@ -263,18 +263,6 @@ fn permanent_server_error_exits_1_and_keeps_the_transcript() {
     assert_eq!(root.events_of("model_error").len(), 2);
 }
 
-fn wait_for(path: &std::path::Path) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !path.exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{} never appeared",
-            path.display()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn interrupt_during_a_tool_kills_it_saves_the_transcript_and_exits_130() {
     let api = FakeApi::start(vec![
@@ -293,7 +281,7 @@ fn interrupt_during_a_tool_kills_it_saves_the_transcript_and_exits_130() {
         .spawn()
         .unwrap();
     let heartbeat = root.workspace().join("heartbeat");
-    wait_for(&heartbeat);
+    crate::common::wait_until("the heartbeat", || heartbeat.exists());
     std::thread::sleep(std::time::Duration::from_millis(100));
     let started = std::time::Instant::now();
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };

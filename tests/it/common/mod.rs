@@ -183,3 +183,28 @@ pub fn last_results(body: &Value) -> Vec<Value> {
         })
         .unwrap_or_default()
 }
+
+/// Polls `f` every 10 ms until it holds; fails the test after 20 s, naming `what`.
+pub fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !f() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// The events of a task that makes one tool call and then answers, in order.
+pub const ONE_TOOL_TASK: [&str; 9] = [
+    "task_started",
+    "model_request",
+    "model_response",
+    "tool_requested",
+    "policy_decision",
+    "tool_finished",
+    "model_request",
+    "model_response",
+    "task_finished",
+];
