@@ -16,7 +16,7 @@ pub use workspace::prepare_workspace;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
@@ -29,7 +29,7 @@ pub use capture::Captured;
 use capture::Sink;
 
 use crate::config::SandboxRequire;
-use crate::sandbox::{Confinement, HELPER_ARG, HelperRequest, Job, Report};
+use crate::sandbox::{Confinement, HelperRequest, Job, Report};
 
 /// Bytes of one stream written to disk before the process tree is killed.
 pub const FLOOD_CAP_BYTES: u64 = 64 * 1024 * 1024;
@@ -271,28 +271,14 @@ impl Executor {
         req: &ExecRequest<'_>,
         cgroup: Option<&cgroup::CallCgroup>,
     ) -> std::io::Result<Child> {
-        let output = || {
-            if req.inherit_output {
-                Stdio::inherit()
-            } else {
-                Stdio::piped()
-            }
-        };
         let job = serde_json::to_vec(&HelperRequest {
             job: req.job.clone(),
             confine: req.confine.clone(),
         })
         .map_err(std::io::Error::other)?;
+        // A spare's output is piped; a command writing to the terminal gets a fresh one.
         let mut child = if req.inherit_output {
-            Command::new(&self.helper)
-                .arg(HELPER_ARG)
-                .env_clear()
-                .envs(tool_environment(req.workspace))
-                .current_dir(req.workspace)
-                .stdin(Stdio::piped())
-                .stdout(output())
-                .stderr(output())
-                .spawn()?
+            spare::start(&self.helper, req.workspace, true)?
         } else {
             self.spares.take(req.workspace)?
         };

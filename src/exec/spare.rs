@@ -35,15 +35,28 @@ impl std::fmt::Debug for Spawn {
     }
 }
 
-fn start(helper: &Path, workspace: &Path) -> std::io::Result<Child> {
+/// Starts a helper in `workspace` with a cleared, allow-listed environment; its
+/// output is piped, or goes to harnessd's own stdout/stderr with `inherit_output`.
+pub(crate) fn start(
+    helper: &Path,
+    workspace: &Path,
+    inherit_output: bool,
+) -> std::io::Result<Child> {
+    let output = || {
+        if inherit_output {
+            Stdio::inherit()
+        } else {
+            Stdio::piped()
+        }
+    };
     Command::new(helper)
         .arg(HELPER_ARG)
         .env_clear()
         .envs(tool_environment(workspace))
         .current_dir(workspace)
         .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdout(output())
+        .stderr(output())
         .spawn()
 }
 
@@ -57,7 +70,7 @@ impl Spares {
             .name("helper-spawner".into())
             .spawn(move || {
                 while let Ok(req) = rx.recv() {
-                    let child = start(&helper, &req.workspace);
+                    let child = start(&helper, &req.workspace, false);
                     match req.reply {
                         Some(reply) => {
                             let _ = reply.send(child);
