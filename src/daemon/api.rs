@@ -135,6 +135,14 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// The task `id`, or a 404.
+fn task(s: &AppState, id: &str) -> Result<super::tasks::TaskInfo, ApiError> {
+    s.scheduler
+        .registry
+        .get(id)
+        .ok_or_else(|| ApiError::not_found("task", id))
+}
+
 async fn metrics(State(s): State<AppState>) -> Response {
     let body = s.metrics.render(&s.scheduler.registry);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
@@ -179,11 +187,7 @@ async fn show_task(
     State(s): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let t = s
-        .scheduler
-        .registry
-        .get(&id)
-        .ok_or_else(|| ApiError::not_found("task", &id))?;
+    let t = task(&s, &id)?;
     Ok(Json(json!(t)))
 }
 
@@ -203,11 +207,7 @@ async fn resume_task(
     State(s): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let t = s
-        .scheduler
-        .registry
-        .get(&id)
-        .ok_or_else(|| ApiError::not_found("task", &id))?;
+    let t = task(&s, &id)?;
     if !matches!(t.status, Status::Interrupted | Status::Finished) {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -238,11 +238,7 @@ async fn resume_task(
             )
         })?;
     s.scheduler.resume(transcript);
-    let t = s
-        .scheduler
-        .registry
-        .get(&id)
-        .ok_or_else(|| ApiError::not_found("task", &id))?;
+    let t = task(&s, &id)?;
     Ok((StatusCode::ACCEPTED, Json(json!(t))).into_response())
 }
 
