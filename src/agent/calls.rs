@@ -148,6 +148,9 @@ async fn admit(
                 tier: decision.tier.as_str().into(),
                 rule: decision.rule_label(),
                 subject: subject.clone(),
+                commands: decision.shell.as_ref().map(|s| s.commands.clone()),
+                provable: decision.shell.as_ref().map(|s| s.provable),
+                not_provable: decision.shell.as_ref().and_then(|s| s.not_provable.clone()),
             },
         )
         .await?;

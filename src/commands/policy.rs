@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::EXIT_CONFIG;
 use crate::config::{Loaded, Settings};
-use crate::policy::{self, Subject, shell};
+use crate::policy::{self, Subject};
 use crate::tools::{self, ToolInput, ToolName};
 
 /// The decision for one call, as printed by `policy test` and used by `replay`.
@@ -35,15 +35,12 @@ pub fn evaluate(loaded: &Loaded, tool: &str, input: &Value) -> Result<Value, Str
         "rule": decision.rule_label(),
         "subject": subject,
     });
-    if let (ToolName::RunBash, Some(cmd)) = (name, &subject) {
-        let split = shell::split(cmd);
-        out["simple_commands"] = split
-            .parts
-            .iter()
-            .map(|p| json!({"text": p.text, "runs": p.effective}))
-            .collect();
-        out["confident"] = split.confident.into();
-        out["redirections"] = json!(split.redirections);
+    if let Some(view) = &decision.shell {
+        out["simple_commands"] = json!(view.commands);
+        out["provable"] = view.provable.into();
+        if let Some(reason) = &view.not_provable {
+            out["not_provable"] = reason.as_str().into();
+        }
     }
     Ok(out)
 }
@@ -90,25 +87,15 @@ pub fn test(root: &Path, tool: &str, arg: &str, json_out: bool) -> anyhow::Resul
         writeln!(out, "subject: {s}")?;
     }
     if let Some(parts) = report["simple_commands"].as_array() {
-        writeln!(
-            out,
-            "simple commands ({}):",
-            if report["confident"] == true {
-                "split with confidence"
-            } else {
-                "NOT split with confidence: no pattern can allow it"
-            }
-        )?;
+        match report["not_provable"].as_str() {
+            None => writeln!(out, "simple commands (provable: allow patterns apply):")?,
+            Some(why) => writeln!(
+                out,
+                "simple commands seen (NOT provable: {why}; no allow pattern applies):"
+            )?,
+        }
         for p in parts {
-            let (text, runs) = (
-                p["text"].as_str().unwrap_or(""),
-                p["runs"].as_str().unwrap_or(""),
-            );
-            if text == runs {
-                writeln!(out, "  - {text}")?;
-            } else {
-                writeln!(out, "  - {text}   (runs: {runs})")?;
-            }
+            writeln!(out, "  - {}", p.as_str().unwrap_or(""))?;
         }
     }
     Ok(0)

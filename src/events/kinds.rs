@@ -133,6 +133,16 @@ pub enum Event {
         rule: String,
         /// The argument matched (normalised path or command).
         subject: Option<String>,
+        /// For `run_bash`: the simple commands seen (quoted where needed).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        commands: Option<Vec<String>>,
+        /// For `run_bash`: whether the command was proven literal, so that allow
+        /// patterns could apply.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        provable: Option<bool>,
+        /// For `run_bash`: why it was not provable.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        not_provable: Option<String>,
     },
     /// A human is asked to approve a call.
     ApprovalRequested {

@@ -2,7 +2,9 @@
 //!
 //! Pure: [`decide`] takes the compiled [`Policy`] and the call's primary argument
 //! (already normalised by the caller: a path relative to the root, or a command) and
-//! returns the tier and the rule that made it. No I/O happens here; *what* a running
+//! returns the tier and the rule that made it. For `run_bash`, deny and ask patterns
+//! see every command [`shell::analyse`] can find, in normalised forms; allow patterns
+//! apply only to a command it proves literal. No I/O happens here; *what* a running
 //! tool can touch is the sandbox's business, not this module's.
 //!
 //! Precedence is deny > ask > allow > default. A deny rule that matches wins outright.
@@ -51,6 +53,46 @@ pub struct Decision {
     pub tier: Tier,
     /// The rule that decided, or `None` when `tools.default` did.
     pub rule: Option<String>,
+    /// For `run_bash`: the simple commands seen and whether the command was provable.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shell: Option<ShellView>,
+}
+
+/// What the judgement of a `run_bash` command saw, for the record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ShellView {
+    /// The simple commands seen, rendered with quotes where needed; at most
+    /// [`ShellView::MAX_LISTED`], then one `… N more` entry.
+    pub commands: Vec<String>,
+    /// Whether harnessd proved that bash runs exactly these commands, so that allow
+    /// patterns could apply.
+    pub provable: bool,
+    /// Why it is not provable.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_provable: Option<String>,
+}
+
+impl ShellView {
+    /// How many commands a record lists.
+    pub const MAX_LISTED: usize = 64;
+
+    fn new(analysis: &shell::Analysis) -> ShellView {
+        let total = analysis.commands.len();
+        let mut commands: Vec<String> = analysis
+            .commands
+            .iter()
+            .take(Self::MAX_LISTED)
+            .map(shell::Command::canonical)
+            .collect();
+        if total > Self::MAX_LISTED {
+            commands.push(format!("… {} more", total - Self::MAX_LISTED));
+        }
+        ShellView {
+            commands,
+            provable: analysis.not_provable.is_none(),
+            not_provable: analysis.not_provable.clone(),
+        }
+    }
 }
 
 impl Decision {
@@ -72,61 +114,68 @@ pub struct Subject<'a> {
 /// Decides one call.
 pub fn decide(policy: &Policy, subject: Subject<'_>) -> Decision {
     let tool = subject.tool;
-    // What patterns are matched against: the whole argument, and for run_bash each
-    // simple command as written and as it runs (assignments and wrappers like
-    // `env` removed).
+    // `subjects`: what deny and ask patterns see (the whole argument, and for
+    // run_bash every seen command in every normalised form). `allowable`: what
+    // allow patterns must cover, one entry per command, or None when no allow
+    // pattern may apply (a run_bash command that is not provable).
     let mut subjects: Vec<String> = subject.arg.map(str::to_string).into_iter().collect();
-    let mut parts: Vec<[String; 2]> = Vec::new();
-    let mut confident = true;
+    let mut allowable: Option<Vec<String>> = None;
+    let mut shell_view = None;
     match (tool, subject.arg) {
         (ToolName::RunBash, Some(cmd)) => {
-            let split = shell::split(cmd);
-            confident = split.confident;
-            for p in split.parts {
-                subjects.push(p.text.clone());
-                subjects.push(p.effective.clone());
-                parts.push([p.text, p.effective]);
+            let analysis = shell::analyse(cmd);
+            for c in &analysis.commands {
+                subjects.extend(c.forms());
             }
+            if analysis.not_provable.is_none() && !analysis.commands.is_empty() {
+                allowable = Some(
+                    analysis
+                        .commands
+                        .iter()
+                        .map(shell::Command::canonical)
+                        .collect(),
+                );
+            }
+            shell_view = Some(ShellView::new(&analysis));
         }
-        (_, Some(arg)) => parts.push([arg.to_string(), arg.to_string()]),
+        (_, Some(arg)) => allowable = Some(vec![arg.to_string()]),
         (_, None) => {}
     }
-    let decided = |tier, r: &Rule| Decision {
+    let decided = |tier, rule: Option<String>| Decision {
         tier,
-        rule: Some(r.text.clone()),
+        rule,
+        shell: shell_view.clone(),
     };
     if let Some(r) = policy.deny.first_hit(tool, &subjects) {
-        return decided(Tier::Deny, r);
+        return decided(Tier::Deny, Some(r.text.clone()));
     }
     if let Some(r) = policy.ask.first_pattern_hit(tool, &subjects) {
-        return decided(Tier::Ask, r);
+        return decided(Tier::Ask, Some(r.text.clone()));
     }
-    // A pattern allow needs every simple command covered, and a command we could
-    // split with confidence; anything else falls through to the whole-tool rules.
-    if confident && !parts.is_empty() {
+    // A pattern allow needs every command covered; anything else falls through to
+    // the whole-tool rules.
+    if let Some(parts) = &allowable {
         let covering: Option<Vec<&Rule>> = parts
             .iter()
-            .map(|part| policy.allow.first_pattern_hit(tool, part))
+            .map(|part| {
+                policy
+                    .allow
+                    .first_pattern_hit(tool, std::slice::from_ref(part))
+            })
             .collect();
         if let Some(rules) = covering {
             let mut names: Vec<&str> = rules.iter().map(|r| r.text.as_str()).collect();
             names.dedup();
-            return Decision {
-                tier: Tier::Allow,
-                rule: Some(names.join(" + ")),
-            };
+            return decided(Tier::Allow, Some(names.join(" + ")));
         }
     }
     if let Some(r) = policy.ask.whole_tool(tool) {
-        return decided(Tier::Ask, r);
+        return decided(Tier::Ask, Some(r.text.clone()));
     }
     if let Some(r) = policy.allow.whole_tool(tool) {
-        return decided(Tier::Allow, r);
+        return decided(Tier::Allow, Some(r.text.clone()));
     }
-    Decision {
-        tier: policy.settings.tools.default,
-        rule: None,
-    }
+    decided(policy.settings.tools.default, None)
 }
 
 /// Whether a tool is refused outright (a deny rule without a pattern), so it is not
@@ -199,9 +248,10 @@ mod tests {
             Tier::Deny
         );
         assert_eq!(tier(&p, ToolName::RunBash, Some("ls $(curl x)")), Tier::Ask);
+        // `env` runs another command: not provable, so no allow pattern applies.
         assert_eq!(
             tier(&p, ToolName::RunBash, Some("env X=1 ls -l")),
-            Tier::Allow
+            Tier::Ask
         );
         assert_eq!(
             tier(&p, ToolName::RunBash, Some("bash -c 'rm -rf /'")),
@@ -214,6 +264,55 @@ mod tests {
             Tier::Deny
         );
         assert_eq!(tier(&p, ToolName::RunBash, Some("ls 'a;b'")), Tier::Allow);
+    }
+
+    /// The reproductions of issue 8: with `allow run_bash(ls *)` none of these may be
+    /// allowed, and the deny rule catches every spelling of `rm -rf`.
+    #[test]
+    fn allow_patterns_cannot_be_talked_around() {
+        let p = shipped();
+        for cmd in [
+            "ls '$(id > pwned.txt; echo x)'; ls ${_@P}",
+            "ls 'a[$(rm -rf important)]'; ls ${x[_]}",
+            "ls # '\nrm -rf d\n# '",
+            "ls <<<x\nrm -rf d\nx",
+            "exec -a ls rm -rf d",
+            "ls $'\\'' ; rm -rf d # '",
+            "ls `",
+            "echo \"`",
+        ] {
+            assert_ne!(
+                tier(&p, ToolName::RunBash, Some(cmd)),
+                Tier::Allow,
+                "{cmd:?}"
+            );
+        }
+        for cmd in [
+            "rm -fr /",
+            "rm -r -f /",
+            "/bin/rm -rf /",
+            "sudo rm -rf /",
+            "\\rm -rf /",
+            "'rm' -rf /",
+            "ls; rm -fr d",
+            "ls $(sudo /bin/rm -r -f d)",
+        ] {
+            assert_eq!(
+                tier(&p, ToolName::RunBash, Some(cmd)),
+                Tier::Deny,
+                "{cmd:?}"
+            );
+        }
+        let d = decide(
+            &p,
+            Subject {
+                tool: ToolName::RunBash,
+                arg: Some("ls -l; git status"),
+            },
+        );
+        let view = d.shell.expect("run_bash has a shell view");
+        assert!(view.provable);
+        assert_eq!(view.commands, ["ls -l", "git status"]);
     }
 
     #[test]
@@ -232,7 +331,8 @@ mod tests {
             d,
             Decision {
                 tier: Tier::Deny,
-                rule: Some("run_bash".into())
+                rule: Some("run_bash".into()),
+                shell: d.shell.clone(),
             }
         );
         assert!(denied_outright(&p, ToolName::RunBash));
@@ -258,7 +358,8 @@ mod tests {
             d,
             Decision {
                 tier: Tier::Deny,
-                rule: None
+                rule: None,
+                shell: None,
             }
         );
     }

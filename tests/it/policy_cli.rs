@@ -30,7 +30,7 @@ fn policy_test_shows_decision_rule_and_simple_commands() {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["tier"], "deny");
     assert_eq!(v["rule"], "run_bash(rm -rf *)");
-    assert_eq!(v["confident"], true);
+    assert_eq!(v["provable"], true);
     let out = root.run(&["policy", "test", "--json", "read_file", "./x/..//secrets/k"]);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["tier"], "deny");

@@ -1,0 +1,102 @@
+//! What a `run_bash` command would run, for policy (SPEC §4).
+//!
+//! [`analyse`] reads a command once and gives two answers:
+//!
+//! - **Seen commands**, for deny and ask rules: every simple command harnessd can
+//!   find, provable or not — inside `$(…)`, backticks, `<(…)`, subshells, here-document
+//!   bodies that expand, `bash -c '…'`, `eval …`, `find -exec … ;`, and through
+//!   wrappers (`sudo`, `env`, `xargs`, …). Each is matched in several normalised
+//!   forms ([`Command::forms`]) so spelling cannot dodge a deny rule.
+//! - **Provable commands**, for allow rules: the argv of each simple command, but only
+//!   when harnessd can prove that bash runs exactly those and nothing else. The
+//!   proof is a strict tokenizer, not a bash grammar: it accepts words made of
+//!   literal characters, quotes without expansions, and backslash escapes; commands
+//!   joined by `;` `&&` `||` `|` `|&` `&` or newlines; redirections to literal files
+//!   or descriptor numbers. Everything else — any `$`, backquote, glob, brace, tilde,
+//!   comment, here-document or here-string, keyword, assignment, parenthesis, a
+//!   builtin other than a few inert ones, or a program that runs other text — makes
+//!   the command not provable, with the reason ([`Analysis::provable`]).
+//!
+//! Why a strict tokenizer rather than a full bash parser (such as `brush-parser`):
+//! a parser answers "what is the syntax tree", but a proof needs "what will bash
+//! execute", and every construct a parser accepts would then need its own argument
+//! that it cannot run anything else (prompt expansion, arithmetic subscripts,
+//! aliases…). Refusing everything outside a subset that is literal by construction
+//! keeps the argument short, and the differential test against bash checks it.
+//!
+//! Hostile input: no slicing by arithmetic, recursion bounded by [`MAX_DEPTH`], time
+//! linear in the input times that bound; an unbalanced or unparseable command is
+//! never an error, only "not provable".
+
+mod lex;
+mod normal;
+
+pub use normal::quote_word;
+
+/// How deep substitutions, `bash -c` scripts and subshells are followed for seen
+/// commands. Deeper nesting is still scanned (so its end is found) but not split.
+pub const MAX_DEPTH: usize = 24;
+
+/// One simple command harnessd saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Command {
+    /// The words after quote removal (best effort when not provable), assignments
+    /// and redirections left out.
+    pub words: Vec<String>,
+    /// As written in the source, trimmed.
+    pub text: String,
+    /// Seen inside another command (a substitution, a `bash -c` script, …) rather
+    /// than at the top level.
+    pub nested: bool,
+}
+
+/// What [`analyse`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Analysis {
+    /// Every simple command seen, in source order (nested ones where they occur).
+    pub commands: Vec<Command>,
+    /// Why the command is not provable; `None` when it is.
+    pub not_provable: Option<String>,
+}
+
+impl Analysis {
+    /// The argv of each simple command when the whole command is provable, or the
+    /// reason it is not.
+    pub fn provable(&self) -> Result<Vec<&[String]>, &str> {
+        match &self.not_provable {
+            Some(reason) => Err(reason),
+            None => Ok(self.commands.iter().map(|c| c.words.as_slice()).collect()),
+        }
+    }
+
+    pub(crate) fn refuse(&mut self, reason: impl FnOnce() -> String) {
+        if self.not_provable.is_none() {
+            self.not_provable = Some(reason());
+        }
+    }
+}
+
+impl Command {
+    /// The command rendered with each word shell-quoted where needed: what allow
+    /// patterns are matched against (`ls 'a b'`, never a word boundary moved).
+    pub fn canonical(&self) -> String {
+        normal::render(&self.words)
+    }
+
+    /// The strings deny and ask patterns are matched against: as written, after
+    /// quote removal, and normalised (wrappers looked through, program base name,
+    /// short options merged and sorted).
+    pub fn forms(&self) -> Vec<String> {
+        normal::forms(self)
+    }
+}
+
+/// Analyses `cmd`. Never fails: whatever cannot be read is "not provable".
+pub fn analyse(cmd: &str) -> Analysis {
+    let mut out = Analysis::default();
+    lex::script(cmd, 0, &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests;

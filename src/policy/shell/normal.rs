@@ -1,0 +1,380 @@
+//! Normalised forms of a seen command, for deny rules (SPEC §4), and the programs
+//! that make a command not provable.
+//!
+//! A deny rule such as `run_bash(rm -rf *)` must also catch `/bin/rm -fr /`,
+//! `sudo rm -r -f /` and `\rm -rf /`: each seen command is matched as written, after
+//! quote removal, with wrappers looked through and the program's base name, and with
+//! its short options merged and sorted in every order a pattern might spell them.
+
+use super::Command;
+
+/// Shell builtins (bash 5) and the few of them that are provable: they run nothing
+/// else, read no variable name or arithmetic from their arguments, and do not
+/// change how later commands are found. Any other builtin — `eval`, `source`,
+/// `hash -p`, `enable -f`, `alias`, `declare`, `printf -v`, `read`, `test -v`… —
+/// can run or redirect other text.
+const BUILTINS: [&str; 61] = [
+    ".",
+    ":",
+    "[",
+    "alias",
+    "bg",
+    "bind",
+    "break",
+    "builtin",
+    "caller",
+    "cd",
+    "command",
+    "compgen",
+    "complete",
+    "compopt",
+    "continue",
+    "declare",
+    "dirs",
+    "disown",
+    "echo",
+    "enable",
+    "eval",
+    "exec",
+    "exit",
+    "export",
+    "false",
+    "fc",
+    "fg",
+    "getopts",
+    "hash",
+    "help",
+    "history",
+    "jobs",
+    "kill",
+    "let",
+    "local",
+    "logout",
+    "mapfile",
+    "popd",
+    "printf",
+    "pushd",
+    "pwd",
+    "read",
+    "readarray",
+    "readonly",
+    "return",
+    "set",
+    "shift",
+    "shopt",
+    "source",
+    "suspend",
+    "test",
+    "times",
+    "trap",
+    "true",
+    "type",
+    "typeset",
+    "ulimit",
+    "umask",
+    "unalias",
+    "unset",
+    "wait",
+];
+const PROVABLE_BUILTINS: [&str; 6] = [":", "cd", "echo", "false", "pwd", "true"];
+
+/// Programs whose arguments are another command or script: running them runs text
+/// harnessd has not proven.
+const RUNS_OTHER: [&str; 40] = [
+    "bash",
+    "sh",
+    "dash",
+    "zsh",
+    "ksh",
+    "mksh",
+    "rbash",
+    "fish",
+    "csh",
+    "tcsh",
+    "busybox",
+    "env",
+    "xargs",
+    "nohup",
+    "nice",
+    "timeout",
+    "time",
+    "sudo",
+    "doas",
+    "su",
+    "runuser",
+    "setsid",
+    "stdbuf",
+    "chroot",
+    "unshare",
+    "nsenter",
+    "flock",
+    "ionice",
+    "taskset",
+    "chrt",
+    "watch",
+    "parallel",
+    "script",
+    "strace",
+    "ltrace",
+    "systemd-run",
+    "setpriv",
+    "prlimit",
+    "unbuffer",
+    "expect",
+];
+const SHELLS: [&str; 11] = [
+    "bash", "sh", "dash", "zsh", "ksh", "mksh", "rbash", "fish", "csh", "tcsh", "busybox",
+];
+const FIND_RUNS: [&str; 4] = ["-exec", "-execdir", "-ok", "-okdir"];
+
+/// At most this many wrappers are looked through in one command.
+const MAX_WRAPPERS: usize = 64;
+
+/// The last path component: `/bin/rm` → `rm`.
+fn base_name(word: &str) -> &str {
+    word.rsplit('/').next().unwrap_or(word)
+}
+
+/// Why a command with these words (assignments removed) is not provable, if it is
+/// not.
+pub(super) fn not_provable_program(words: &[String]) -> Option<String> {
+    let program = words.first()?;
+    if BUILTINS.contains(&program.as_str()) && !PROVABLE_BUILTINS.contains(&program.as_str()) {
+        return Some(format!(
+            "`{program}` is a shell builtin that can run or redirect other commands"
+        ));
+    }
+    let base = base_name(program);
+    if RUNS_OTHER.contains(&base) {
+        return Some(format!("`{base}` runs another command"));
+    }
+    if base == "find" && words.iter().any(|w| FIND_RUNS.contains(&w.as_str())) {
+        return Some("`find -exec` runs another command".into());
+    }
+    None
+}
+
+/// Something a command runs itself, followed for seen commands.
+pub(super) enum Inner {
+    /// A script: `bash -c SCRIPT`, `eval ARGS…`, `trap SCRIPT …`.
+    Script(String),
+    /// A command line: `find … -exec CMD… ;`.
+    Argv(Vec<String>),
+}
+
+/// What the command (with wrappers looked through) runs itself.
+pub(super) fn inner(words: &[String]) -> Vec<Inner> {
+    let eff = effective(words);
+    let Some(program) = eff.first() else {
+        return Vec::new();
+    };
+    let args = eff.get(1..).unwrap_or_default();
+    let mut out = Vec::new();
+    match program.as_str() {
+        p if SHELLS.contains(&p) => {
+            // `-c`, or a cluster holding c (`-lc`, `-ec`): the first operand after it
+            // is the script.
+            let takes_script =
+                |w: &String| w.starts_with('-') && !w.starts_with("--") && w.contains('c');
+            if let Some(at) = args.iter().position(takes_script)
+                && let Some(script) = args
+                    .get(at + 1..)
+                    .and_then(|rest| rest.iter().find(|w| !w.starts_with('-')))
+            {
+                out.push(Inner::Script(script.clone()));
+            }
+        }
+        "eval" => out.push(Inner::Script(args.join(" "))),
+        "trap" => out.extend(args.first().map(|s| Inner::Script(s.clone()))),
+        "su" | "runuser" => {
+            if let Some(at) = args.iter().position(|w| w == "-c" || w == "--command") {
+                out.extend(args.get(at + 1).map(|s| Inner::Script(s.clone())));
+            }
+        }
+        "find" => {
+            let mut rest = args;
+            while let Some(at) = rest.iter().position(|w| FIND_RUNS.contains(&w.as_str())) {
+                let after = rest.get(at + 1..).unwrap_or_default();
+                let end = after
+                    .iter()
+                    .position(|w| w == ";" || w == "+")
+                    .unwrap_or(after.len());
+                let argv = after.get(..end).unwrap_or_default().to_vec();
+                if !argv.is_empty() {
+                    out.push(Inner::Argv(argv));
+                }
+                rest = after.get(end..).unwrap_or_default();
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
+/// Whether `word` is `NAME=…`.
+fn is_assignment(word: &str) -> bool {
+    word.split_once('=').is_some_and(|(name, _)| {
+        let mut c = name.chars();
+        c.next()
+            .is_some_and(|c| c == '_' || c.is_ascii_alphabetic())
+            && c.all(|c| c == '_' || c.is_ascii_alphanumeric())
+    })
+}
+
+/// How many words after a wrapper's own name are its options (and their
+/// arguments), for the wrappers SPEC §4 names and a few alike.
+fn wrapper_arity(wrapper: &str, args: &[String]) -> Option<usize> {
+    // Options that take a separate argument, per wrapper.
+    let with_arg: &[&str] = match wrapper {
+        "sudo" | "doas" => &[
+            "-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "-T", "-R",
+        ],
+        "env" => &["-u", "--unset", "-C", "--chdir"],
+        "nice" => &["-n", "--adjustment"],
+        "timeout" => &["-s", "--signal", "-k", "--kill-after"],
+        "time" => &["-f", "--format", "-o", "--output"],
+        "xargs" => &["-I", "-n", "-L", "-P", "-s", "-d", "-E", "-a", "--arg-file"],
+        "exec" => &["-a"],
+        "nohup" | "command" | "builtin" | "setsid" | "stdbuf" => &[],
+        _ => return None,
+    };
+    let mut i = 0;
+    while let Some(w) = args.get(i) {
+        if w == "--" {
+            i += 1;
+            break;
+        }
+        if wrapper == "env" && is_assignment(w) {
+            i += 1;
+        } else if w.starts_with('-') && w.len() > 1 {
+            i += if with_arg.contains(&w.as_str()) { 2 } else { 1 };
+        } else {
+            break;
+        }
+    }
+    // `timeout DURATION CMD`.
+    if wrapper == "timeout" {
+        i += 1;
+    }
+    Some(i.min(args.len()))
+}
+
+/// The words of what actually runs: leading assignments and wrappers removed, the
+/// program as its base name. `env -S 'a b'` is split like env splits it.
+pub(super) fn effective(words: &[String]) -> Vec<String> {
+    let mut words: Vec<String> = words.to_vec();
+    for _ in 0..MAX_WRAPPERS {
+        let skip = words.iter().take_while(|w| is_assignment(w)).count();
+        words.drain(..skip);
+        let Some(first) = words.first() else { break };
+        let base = base_name(first).to_string();
+        let args = words.get(1..).unwrap_or_default();
+        if base == "env"
+            && let Some(at) = args.iter().position(|w| w == "-S" || w == "--split-string")
+        {
+            let split: Vec<String> = args
+                .get(at + 1)
+                .map(|s| s.split_whitespace().map(str::to_string).collect())
+                .unwrap_or_default();
+            let rest = args.get(at + 2..).unwrap_or_default().to_vec();
+            words = split.into_iter().chain(rest).collect();
+            continue;
+        }
+        match wrapper_arity(&base, args) {
+            Some(n) => {
+                words.drain(..(n + 1).min(words.len()));
+            }
+            None => {
+                if let Some(first) = words.first_mut() {
+                    *first = base;
+                }
+                break;
+            }
+        }
+    }
+    words
+}
+
+/// Characters a word may hold and still be written without quotes.
+fn plain(c: char) -> bool {
+    c.is_ascii_alphanumeric() || "-_./,:=+%@^".contains(c)
+}
+
+/// `word` quoted for a shell only where needed: `a b` → `'a b'`, `it's` → `'it'\''s'`.
+pub fn quote_word(word: &str) -> String {
+    if !word.is_empty() && word.chars().all(plain) {
+        return word.to_string();
+    }
+    format!("'{}'", word.replace('\'', r"'\''"))
+}
+
+/// Words rendered with [`quote_word`], joined by spaces.
+pub(super) fn render(words: &[String]) -> String {
+    words
+        .iter()
+        .map(|w| quote_word(w))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Every form of `cmd` deny and ask patterns are tried against.
+pub(super) fn forms(cmd: &Command) -> Vec<String> {
+    let mut out = vec![cmd.text.clone(), cmd.words.join(" ")];
+    let eff = effective(&cmd.words);
+    out.push(eff.join(" "));
+    if let Some((program, args)) = eff.split_first() {
+        let mut letters: Vec<char> = Vec::new();
+        let mut rest: Vec<&str> = Vec::new();
+        let mut options_end = false;
+        for w in args {
+            let short = !options_end
+                && w.len() > 1
+                && w.starts_with('-')
+                && !w.starts_with("--")
+                && w.chars().skip(1).all(|c| c.is_ascii_alphanumeric());
+            if short {
+                letters.extend(w.chars().skip(1));
+            } else {
+                options_end |= w == "--";
+                rest.push(w);
+            }
+        }
+        letters.sort_unstable();
+        letters.dedup();
+        if !letters.is_empty() {
+            let rest = rest.join(" ");
+            for order in orders(&letters) {
+                let merged = format!("{program} -{order} {rest}");
+                out.push(merged.trim_end().to_string());
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The orders merged option letters are written in: every permutation of up to
+/// four letters, else sorted and reverse-sorted.
+fn orders(letters: &[char]) -> Vec<String> {
+    if letters.len() > 4 {
+        let asc: String = letters.iter().collect();
+        let desc: String = letters.iter().rev().collect();
+        return vec![asc, desc];
+    }
+    let mut out = Vec::new();
+    permute(letters.to_vec(), 0, &mut out);
+    out
+}
+
+fn permute(mut v: Vec<char>, k: usize, out: &mut Vec<String>) {
+    if k + 1 >= v.len() {
+        out.push(v.iter().collect());
+        return;
+    }
+    for j in k..v.len() {
+        v.swap(k, j);
+        permute(v.clone(), k + 1, out);
+        v.swap(k, j);
+    }
+}

@@ -1,0 +1,237 @@
+use super::*;
+
+fn provable(cmd: &str) -> Vec<Vec<String>> {
+    let a = analyse(cmd);
+    match a.provable() {
+        Ok(cmds) => cmds.into_iter().map(<[String]>::to_vec).collect(),
+        Err(reason) => panic!("{cmd:?} should be provable, but: {reason}"),
+    }
+}
+
+fn seen(cmd: &str) -> Vec<String> {
+    analyse(cmd)
+        .commands
+        .iter()
+        .map(|c| c.words.join(" "))
+        .collect()
+}
+
+fn v(words: &[&str]) -> Vec<String> {
+    words.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn literal_commands_are_provable_with_their_argv() {
+    assert_eq!(provable("ls -la /tmp"), [v(&["ls", "-la", "/tmp"])]);
+    assert_eq!(
+        provable("git status && ls 'a b' || cat \"x;y\" | wc -l; echo hi &"),
+        [
+            v(&["git", "status"]),
+            v(&["ls", "a b"]),
+            v(&["cat", "x;y"]),
+            v(&["wc", "-l"]),
+            v(&["echo", "hi"])
+        ]
+    );
+    assert_eq!(provable("ls a\\;b"), [v(&["ls", "a;b"])]);
+    assert_eq!(provable("ls\nls -l\n"), [v(&["ls"]), v(&["ls", "-l"])]);
+    assert_eq!(
+        provable("ls > out.txt 2>&1 2>>err <in &>all >&2"),
+        [v(&["ls"])]
+    );
+    assert_eq!(provable("ls \"a\\\"b\" x#y"), [v(&["ls", "a\"b", "x#y"])]);
+    assert_eq!(provable("cd sub && pwd"), [v(&["cd", "sub"]), v(&["pwd"])]);
+}
+
+#[test]
+fn the_issue_reproductions_are_not_provable() {
+    for cmd in [
+        "ls '$(id > pwned.txt; echo x)'; ls ${_@P}",
+        "ls 'a[$(rm -rf important)]'; ls ${x[_]}",
+        "ls # '\nrm -rf d\n# '",
+        "ls <<<x\nrm -rf d\nx",
+        "exec -a ls rm -rf d",
+        "ls $'\\'' ; rm -rf d # '",
+        "ls `",
+        "echo \"`",
+        "ls $(",
+    ] {
+        assert!(
+            analyse(cmd).provable().is_err(),
+            "{cmd:?} must not be provable"
+        );
+    }
+}
+
+#[test]
+fn every_construct_of_the_spec_list_is_not_provable() {
+    for cmd in [
+        "ls $HOME",
+        "ls ${x}",
+        "ls $(id)",
+        "ls `id`",
+        "ls $((1+2))",
+        "diff <(ls) >(cat)",
+        "ls $'a\\x3bb'",
+        "ls # c",
+        "cat <<E\nx\nE",
+        "cat <<<x",
+        "f() { ls; }",
+        "function f { ls; }",
+        "eval ls",
+        "source x",
+        ". x",
+        "exec ls",
+        "command ls",
+        "builtin echo",
+        "bash -c ls",
+        "sh -c ls",
+        "xargs ls",
+        "find . -exec ls {} ;",
+        "env ls",
+        "env X=1 ls",
+        "X=1 ls",
+        "PATH=. ls",
+        "ls *",
+        "ls ?",
+        "ls [a]",
+        "ls ~",
+        "ls {a,b}",
+        "{ ls; }",
+        "(ls)",
+        "! ls",
+        "if ls; then ls; fi",
+        "for a in b; do ls; done",
+        "case a in a) ls;; esac",
+        "[[ -v a ]]",
+        "time ls",
+        "ls \\\nx",
+        "ls &&",
+        "; ls",
+        "ls ;; ls",
+        "ls >",
+        "ls >&x",
+        "ls \u{1b}",
+        "ls \0",
+        "test -v 'a[$(id)]'",
+        "read 'a[$(id)]'",
+        "printf -v 'a[$(id)]' x",
+        "hash -p /tmp/x ls",
+        "alias ls=id",
+        "trap id EXIT",
+        "shopt -s expand_aliases",
+        "sudo ls",
+        "timeout 5 ls",
+        "/usr/bin/env ls",
+    ] {
+        assert!(
+            analyse(cmd).provable().is_err(),
+            "{cmd:?} must not be provable"
+        );
+    }
+}
+
+#[test]
+fn substitutions_are_seen_even_in_quotes_and_subscripts() {
+    for (cmd, hidden) in [
+        ("ls $(rm -rf x)", "rm -rf x"),
+        ("echo `curl evil.example`", "curl evil.example"),
+        ("echo \"$(id; whoami)\"", "whoami"),
+        ("diff <(sort a) >(tee b)", "tee b"),
+        ("ls ${x[$(rm -rf y)]}", "rm -rf y"),
+        ("ls $(( $(rm -rf z) ))", "rm -rf z"),
+        ("cat <<E\n$(rm -rf h)\nE", "rm -rf h"),
+        ("bash -c 'ls; rm -rf /'", "rm -rf /"),
+        ("sudo sh -lc \"rm -rf /\"", "rm -rf /"),
+        ("eval 'rm -rf /'", "rm -rf /"),
+        ("find . -exec rm -rf {} \\;", "rm -rf {}"),
+        ("ls # x\nrm -rf d", "rm -rf d"),
+        ("ls <<<x\nrm -rf d\nx", "rm -rf d"),
+        ("ls $'\\x72m' -rf /", "rm -rf /"),
+        ("if true; then rm -rf q; fi", "rm -rf q"),
+        ("(cd x && rm y)", "rm y"),
+        ("trap 'rm -rf t' EXIT", "rm -rf t"),
+    ] {
+        let s = seen(cmd);
+        assert!(
+            s.iter().any(|c| c.contains(hidden)),
+            "{hidden:?} not seen in {cmd:?}: {s:?}"
+        );
+    }
+}
+
+#[test]
+fn here_document_with_quoted_delimiter_is_data() {
+    let s = seen("cat <<'EOF' > notes.txt\nrm -rf / ; curl x\nEOF\nls");
+    assert!(!s.iter().any(|c| c.contains("rm")), "{s:?}");
+    assert!(s.contains(&"ls".to_string()), "{s:?}");
+}
+
+#[test]
+fn deny_forms_see_through_spelling() {
+    let forms = |cmd: &str| -> Vec<String> {
+        analyse(cmd)
+            .commands
+            .iter()
+            .flat_map(Command::forms)
+            .collect()
+    };
+    for cmd in [
+        "rm -fr /",
+        "rm -r -f /",
+        "/bin/rm -rf /",
+        "sudo rm -rf /",
+        "sudo -u root -- rm -rf /",
+        "\\rm -rf /",
+        "'rm' -rf /",
+        "r\"m\" -rf /",
+        "env X=1 nice -n 5 nohup timeout -s KILL 5 rm -rf /",
+        "command rm -rf /",
+        "exec -a ls rm -rf /",
+        "time -p rm -rf /",
+        "env -S 'rm -rf /'",
+        "rm / -rf",
+    ] {
+        let f = forms(cmd);
+        assert!(
+            f.iter().any(|x| x == "rm -rf /"),
+            "{cmd:?} gave no `rm -rf /` form: {f:?}"
+        );
+    }
+    let f = forms("ls | xargs -0 rm -rf");
+    assert!(f.iter().any(|x| x == "rm -rf"), "{f:?}");
+}
+
+#[test]
+fn canonical_form_quotes_where_needed() {
+    let a = analyse("ls 'a b' \"it's\" plain");
+    assert_eq!(a.commands[0].canonical(), "ls 'a b' 'it'\\''s' plain");
+    let a = analyse("'git status' x");
+    assert_eq!(a.commands[0].canonical(), "'git status' x");
+}
+
+#[test]
+fn hostile_inputs_do_not_panic_and_are_not_provable() {
+    let long = |unit: &str| unit.repeat(500_000 / unit.len().max(1));
+    for cmd in [
+        long("("),
+        long(")"),
+        long("$("),
+        long("${"),
+        long("`"),
+        long("'") + "'",
+        long("\"") + "\"",
+        long("<<E\n"),
+        long("$'\\"),
+        long(";"),
+        long("{"),
+    ] {
+        let a = analyse(&cmd);
+        assert!(a.provable().is_err(), "{:?}… is provable", cmd.get(..10));
+    }
+    // Escaped backquotes are one literal word: provable, and no panic.
+    assert_eq!(analyse(&long("\\`")).provable().map(|c| c.len()), Ok(1));
+    // Many plain commands are fine and all seen.
+    let many = "ls;".repeat(1000);
+    assert_eq!(analyse(&many).commands.len(), 1000);
+}
