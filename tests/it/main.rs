@@ -11,6 +11,7 @@ mod escape;
 mod policy_cli;
 mod records;
 mod reload;
+mod shell_diff;
 mod stops;
 mod systemd;
 mod tools;

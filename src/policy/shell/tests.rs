@@ -235,3 +235,51 @@ fn hostile_inputs_do_not_panic_and_are_not_provable() {
     let many = "ls;".repeat(1000);
     assert_eq!(analyse(&many).commands.len(), 1000);
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Characters that mean something to bash, plus a few plain ones.
+    const ALPHABET: &str = "a-z0-9 \t\n$(){}\\[\\]`'\"\\\\;&|<>*?#~!=@-";
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// No input panics, and what comes out is linear in what went in.
+        #[test]
+        fn never_panics_and_output_is_bounded(cmd in proptest::string::string_regex(&format!("[{ALPHABET}]{{0,300}}")).unwrap()) {
+            let a = analyse(&cmd);
+            let size: usize = a.commands.iter().map(|c| c.text.len() + c.words.iter().map(String::len).sum::<usize>()).sum();
+            prop_assert!(size <= 8 * (MAX_DEPTH + 1) * (cmd.len() + 1));
+            for c in &a.commands {
+                let _ = c.forms();
+            }
+        }
+
+        /// A provable command rendered canonically reads back as the same argv, so
+        /// allow patterns match exactly the words bash receives.
+        #[test]
+        fn canonical_rendering_round_trips(cmd in proptest::string::string_regex(&format!("[{ALPHABET}]{{0,120}}")).unwrap()) {
+            let a = analyse(&cmd);
+            if let Ok(argvs) = a.provable() {
+                for (c, argv) in a.commands.iter().zip(argvs) {
+                    if argv.is_empty() {
+                        continue;
+                    }
+                    let again = analyse(&c.canonical());
+                    prop_assert_eq!(again.provable().map_err(str::to_string), Ok(vec![argv]));
+                }
+            }
+        }
+
+        /// Arbitrary Unicode, not only shell characters.
+        #[test]
+        fn any_text_never_panics(cmd in any::<String>()) {
+            let a = analyse(&cmd);
+            for c in &a.commands {
+                let _ = (c.forms(), c.canonical());
+            }
+        }
+    }
+}
