@@ -44,9 +44,9 @@ pub enum PathError {
     },
     /// The path leads into `/proc`, directly or through a link.
     #[error(
-        "refused: {raw:?} leads through /proc ({at}). File tools do not open anything under \
-         /proc, where a name means something different in every process. Use the file's real \
-         path (inside the workspace) instead"
+        "refused: {raw:?} leads into {at}, a proc filesystem. File tools do not open anything \
+         under /proc, where a name means something different in every process. Use the file's \
+         real path (inside the workspace) instead"
     )]
     Proc {
         /// The path as the model gave it.
