@@ -14,7 +14,7 @@ use crate::approval::ApprovalRequest;
 use crate::config::Loaded;
 use crate::events::{Event, EventError};
 use crate::llm::Block;
-use crate::policy::{self, Subject, Tier};
+use crate::policy::{self, Tier};
 use crate::tools::{self, RunContext, ToolInput, ToolName, ToolResult};
 
 /// A `tool_use` block's fields: id, name, input.
@@ -26,6 +26,8 @@ struct Runnable {
     id: String,
     tool: ToolName,
     input: ToolInput,
+    /// What it was judged on; a file tool opens exactly this path.
+    judged: tools::Judged,
     /// The snapshot that admitted it: its sandbox limits apply to the process.
     loaded: Arc<Loaded>,
 }
@@ -104,7 +106,7 @@ async fn admit(
     loaded: &Loaded,
     index: usize,
     (id, name, input): &ToolUse,
-) -> Result<Result<(ToolName, ToolInput), ToolResult>, EventError> {
+) -> Result<Result<(ToolName, ToolInput, tools::Judged), ToolResult>, EventError> {
     let max_calls = loaded.config.loop_.max_tool_calls_per_turn as usize;
     if index >= max_calls {
         return Ok(Err(ToolResult::error(format!(
@@ -131,14 +133,12 @@ async fn admit(
             ))));
         }
     };
-    let subject = tools::policy_subject(&parsed, loaded);
-    let decision = policy::decide(
-        &loaded.policy,
-        Subject {
-            tool,
-            arg: subject.as_deref(),
-        },
-    );
+    let tools::Verdict {
+        judged,
+        decision,
+        refusal,
+    } = tools::decide(tool, &parsed, loaded);
+    let subject = judged.subject.clone();
     env.events
         .record(
             Some(task_id),
@@ -155,12 +155,14 @@ async fn admit(
         )
         .await?;
     match decision.tier {
-        Tier::Allow => Ok(Ok((tool, parsed))),
-        Tier::Deny => Ok(Err(ToolResult::error(format!(
-            "denied by policy (rule `{}`): this call will not run. Do not retry it; use another \
-             approach within the policy, or tell the user what you need.",
-            decision.rule_label()
-        )))),
+        Tier::Allow => Ok(Ok((tool, parsed, judged))),
+        Tier::Deny => Ok(Err(ToolResult::error(refusal.unwrap_or_else(|| {
+            format!(
+                "denied by policy (rule `{}`): this call will not run. Do not retry it; use \
+                 another approach within the policy, or tell the user what you need.",
+                decision.rule_label()
+            )
+        })))),
         Tier::Ask => {
             let req = ApprovalRequest {
                 approval_id: format!("ap-{:012x}", fastrand::u64(..) >> 16),
@@ -202,7 +204,7 @@ async fn admit(
                 )
                 .await?;
             if answer.approved {
-                return Ok(Ok((tool, parsed)));
+                return Ok(Ok((tool, parsed, judged)));
             }
             let why = answer.reason.map(|r| format!(": {r}")).unwrap_or_default();
             Ok(Err(ToolResult::error(format!(
@@ -240,11 +242,12 @@ pub async fn execute_calls(
         // Each call is judged by the policy in force when it is reached.
         let now = env.config.current();
         match admit(env, task_id, &now, index, call).await? {
-            Ok((tool, input)) => runnable.push(Runnable {
+            Ok((tool, input, judged)) => runnable.push(Runnable {
                 index,
                 id: call.0.clone(),
                 tool,
                 input,
+                judged,
                 loaded: now,
             }),
             Err(result) => {
@@ -285,7 +288,7 @@ pub async fn execute_calls(
                 loaded: r.loaded.clone(),
                 ..ctx.clone()
             };
-            let (result, file) = tools::run(&r.id, &r.input, &ctx).await;
+            let (result, file) = tools::run(&r.id, &r.input, &r.judged, &ctx).await;
             (result, file, started.elapsed())
         }))
         .await;

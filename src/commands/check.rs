@@ -1,5 +1,6 @@
 //! `harnessd check`: validate both files and print the effective settings, the
-//! tier of every tool, and what the sandbox enforces here.
+//! tier of every tool, and what the sandbox enforces here; warn about settings
+//! that weaken the boundary and state the one documented gap (see [`super::boundary`]).
 
 use std::io::Write;
 use std::path::Path;
@@ -67,6 +68,9 @@ pub fn run(
         .collect();
     let refused = loaded.policy.settings.sandbox.require == SandboxRequire::Full
         && (probe_error.is_some() || !missing.is_empty());
+    // Unreadable passwd: /home and /root are still checked.
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let boundary = super::boundary::warnings(&loaded, &super::boundary::passwd_homes(&passwd));
     let report = json!({
         "root": loaded.paths.root.display().to_string(),
         "config": {"file": crate::config::CONFIG_FILE, "sha256": loaded.config_sha256},
@@ -89,6 +93,8 @@ pub fn run(
             "probe_error": probe_error,
             "tools_refused": refused,
         },
+        "warnings": boundary,
+        "documented_gap": super::boundary::HARD_LINK_GAP,
     });
     let mut out = std::io::stdout().lock();
     if json_out {
@@ -165,6 +171,10 @@ pub fn run(
     }
     if let Some(e) = &probe_error {
         writeln!(out, "  NO  probe           {e}")?;
+    }
+    writeln!(out, "gap        {}", super::boundary::HARD_LINK_GAP)?;
+    for w in &boundary {
+        eprintln!("warning: {w}");
     }
     if refused {
         eprintln!(

@@ -1,6 +1,7 @@
 //! One module per subcommand. Each returns the process exit code; only `main`
 //! exits.
 
+pub mod boundary;
 pub mod check;
 pub mod clients;
 pub mod init;

@@ -8,7 +8,6 @@ use serde_json::{Value, json};
 
 use super::EXIT_CONFIG;
 use crate::config::{Loaded, Settings};
-use crate::policy::{self, Subject};
 use crate::tools::{self, ToolInput, ToolName};
 
 /// The decision for one call, as printed by `policy test` and used by `replay`.
@@ -21,20 +20,17 @@ pub fn evaluate(loaded: &Loaded, tool: &str, input: &Value) -> Result<Value, Str
     })?;
     let parsed =
         ToolInput::parse(name, input).map_err(|e| format!("invalid input for {tool}: {e}"))?;
-    let subject = tools::policy_subject(&parsed, loaded);
-    let decision = policy::decide(
-        &loaded.policy,
-        Subject {
-            tool: name,
-            arg: subject.as_deref(),
-        },
-    );
+    let verdict = tools::decide(name, &parsed, loaded);
+    let (decision, subject) = (verdict.decision, verdict.judged.subject);
     let mut out = json!({
         "tool": tool,
         "tier": decision.tier.as_str(),
         "rule": decision.rule_label(),
         "subject": subject,
     });
+    if let Some(refusal) = verdict.refusal {
+        out["refused"] = refusal.into();
+    }
     if let Some(view) = &decision.shell {
         out["simple_commands"] = json!(view.commands);
         out["provable"] = view.provable.into();
@@ -85,6 +81,9 @@ pub fn test(root: &Path, tool: &str, arg: &str, json_out: bool) -> anyhow::Resul
     )?;
     if let Some(s) = report["subject"].as_str() {
         writeln!(out, "subject: {s}")?;
+    }
+    if let Some(why) = report["refused"].as_str() {
+        writeln!(out, "{why}")?;
     }
     if let Some(parts) = report["simple_commands"].as_array() {
         match report["not_provable"].as_str() {

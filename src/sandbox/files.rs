@@ -1,11 +1,14 @@
 //! File jobs, performed by the helper itself after confinement: success prints the
 //! result on stdout (exit 0), failure prints a message for the model on stderr
-//! (exit 1).
+//! (exit 1). Every file is opened through [`open_judged`]: exactly the path the
+//! daemon judged, following no link.
 
-use std::io::Write;
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use super::Job;
+use super::open::{Access, open_judged};
 
 const DEFAULT_LIMIT: u64 = 2000;
 
@@ -48,18 +51,17 @@ pub fn run(job: Job) -> i32 {
 }
 
 fn io_err(op: &str, path: &Path, e: std::io::Error) -> String {
-    let hint = match e.kind() {
-        std::io::ErrorKind::NotFound => " (check the path with list_dir)",
-        std::io::ErrorKind::PermissionDenied => {
-            " (the sandbox does not allow this path; use a path inside the workspace)"
-        }
-        _ => "",
-    };
-    format!("cannot {op} {}: {e}{hint}", path.display())
+    match e.raw_os_error() {
+        Some(n) => super::open::failed(op, path, nix::errno::Errno::from_raw(n)),
+        None => format!("cannot {op} {}: {e}", path.display()),
+    }
 }
 
-fn read_text(path: &Path) -> Result<String, String> {
-    let bytes = std::fs::read(path).map_err(|e| io_err("read", path, e))?;
+/// The whole of an open file, as UTF-8.
+fn read_text(file: &mut File, path: &Path) -> Result<String, String> {
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)
+        .map_err(|e| io_err("read", path, e))?;
     String::from_utf8(bytes).map_err(|_| {
         format!(
             "{} is not UTF-8 text; inspect it with run_bash (e.g. `file` or `xxd | head`)",
@@ -69,7 +71,8 @@ fn read_text(path: &Path) -> Result<String, String> {
 }
 
 fn read_file(path: &Path, offset: u64, limit: u64) -> Result<String, String> {
-    let text = read_text(path)?;
+    let mut file = open_judged(path, Access::Read, "read")?;
+    let text = read_text(&mut file, path)?;
     let total = text.lines().count() as u64;
     let start = offset.saturating_sub(1);
     if start >= total && total > 0 {
@@ -99,10 +102,9 @@ fn read_file(path: &Path, offset: u64, limit: u64) -> Result<String, String> {
 }
 
 fn write_file(path: &Path, content: &str) -> Result<String, String> {
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| io_err("create directory", parent, e))?;
-    }
-    std::fs::write(path, content).map_err(|e| io_err("write", path, e))?;
+    let mut file = open_judged(path, Access::Create, "write")?;
+    file.write_all(content.as_bytes())
+        .map_err(|e| io_err("write", path, e))?;
     Ok(format!(
         "wrote {} bytes to {}",
         content.len(),
@@ -111,7 +113,9 @@ fn write_file(path: &Path, content: &str) -> Result<String, String> {
 }
 
 fn edit_file(path: &Path, old: &str, new: &str) -> Result<String, String> {
-    let text = read_text(path)?;
+    // One descriptor for the read and the write: the file edited is the file read.
+    let mut file = open_judged(path, Access::ReadWrite, "edit")?;
+    let text = read_text(&mut file, path)?;
     match text.matches(old).count() {
         0 => Err(format!(
             "old_string not found in {}; read the file again and copy the text exactly",
@@ -119,7 +123,10 @@ fn edit_file(path: &Path, old: &str, new: &str) -> Result<String, String> {
         )),
         1 => {
             let edited = text.replacen(old, new, 1);
-            std::fs::write(path, &edited).map_err(|e| io_err("write", path, e))?;
+            file.set_len(0)
+                .and_then(|()| file.seek(SeekFrom::Start(0)))
+                .and_then(|_| file.write_all(edited.as_bytes()))
+                .map_err(|e| io_err("write", path, e))?;
             Ok(format!("edited {}", path.display()))
         }
         n => Err(format!(
@@ -130,11 +137,17 @@ fn edit_file(path: &Path, old: &str, new: &str) -> Result<String, String> {
 }
 
 fn list_dir(path: &Path) -> Result<String, String> {
-    let entries = std::fs::read_dir(path).map_err(|e| io_err("list", path, e))?;
+    let dir = open_judged(path, Access::Directory, "list")?;
+    // Listing "." after fchdir reads the directory that was opened, by descriptor,
+    // with no name to resolve again. The helper exits after this job, so its
+    // working directory is nobody else's concern.
+    nix::unistd::fchdir(&dir).map_err(|e| super::open::failed("list", path, e))?;
+    let entries = std::fs::read_dir(".").map_err(|e| io_err("list", path, e))?;
     let mut names: Vec<String> = entries
         .filter_map(Result::ok)
         .map(|entry| {
             let name = entry.file_name().to_string_lossy().into_owned();
+            // d_type, or an lstat of "./name": a link is reported, not followed.
             match entry.file_type() {
                 Ok(t) if t.is_dir() => format!("{name}/"),
                 Ok(t) if t.is_symlink() => format!("{name}@"),

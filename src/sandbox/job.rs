@@ -41,8 +41,10 @@ impl Confinement {
     }
 }
 
-/// One unit of work for the helper. Paths are absolute (resolved against the
-/// workspace by the parent); the kernel, not this type, decides what is reachable.
+/// One unit of work for the helper. A file job's `path` is the path the daemon
+/// judged: absolute, normalised and free of symbolic links when it was judged. The
+/// helper opens exactly that name, following no link, or refuses; the kernel, not
+/// this type, decides what is reachable.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Job {

@@ -9,7 +9,9 @@
 //!    closed descriptors, PID namespace, rlimits, privilege drop, no_new_privs,
 //!    Landlock, seccomp), refusing the job if `sandbox.require` is `full` and a
 //!    layer cannot be had;
-//! 3. performs a file job itself, or `exec`s `bash`, `python3` or the given program.
+//! 3. performs a file job itself — opening exactly the path the daemon judged,
+//!    following no link (see [`open`]) — or `exec`s `bash`, `python3` or the given
+//!    program.
 //!
 //! It never decides policy: by the time a job reaches it, the call was allowed.
 //! Building Landlock and seccomp rules allocates, which is why this happens here,
@@ -19,6 +21,7 @@ mod confine;
 mod files;
 mod job;
 mod landlock;
+mod open;
 mod report;
 mod seccomp;
 mod user;

@@ -4,7 +4,8 @@
 //! Inputs are validated against the same Rust types that generate the advertised
 //! schemas, so the model is held to exactly what it was shown. Nothing here touches
 //! the filesystem on a tool's behalf: every tool but `get_time` runs as a job in the
-//! executor's child process.
+//! executor's child process. File tools' paths are judged here (see [`judge`]): links
+//! followed to where they lead, `/proc` refused; the job carries the judged path.
 
 mod input;
 mod output;
@@ -16,8 +17,8 @@ pub use input::{
     ToolInput, WriteFileInput,
 };
 pub use output::{ToolResult, render_result};
-pub use paths::{normalize_for_policy, resolve_in_workspace};
-pub use run::{RunContext, policy_subject, run};
+pub use paths::{JudgedPath, MAX_LINKS, PathError, Walk, WalkError, resolve_in_workspace, walk};
+pub use run::{Judged, RunContext, Verdict, decide, judge, run};
 
 use serde_json::{Value, json};
 

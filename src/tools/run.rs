@@ -1,14 +1,16 @@
 //! Running one validated, allowed call: `get_time` in-process, everything else as a
 //! [`Job`] in the executor's child process, on a blocking thread.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{ToolInput, ToolResult, render_result, resolve_in_workspace};
+use super::paths::PathError;
+use super::{ToolInput, ToolName, ToolResult, render_result};
 use crate::config::Loaded;
 use crate::exec::{ExecRequest, Executor};
+use crate::policy::{self, Decision, Subject, Tier};
 use crate::sandbox::{Confinement, Job};
 
 /// What a call needs from its surroundings.
@@ -24,50 +26,117 @@ pub struct RunContext {
     pub cancel: CancellationToken,
 }
 
-/// The argument policy matches for this input: a normalised path, the command or
-/// the code; `None` for `get_time`.
-pub fn policy_subject(input: &ToolInput, loaded: &Loaded) -> Option<String> {
-    let norm =
-        |p: &str| super::normalize_for_policy(&loaded.paths.root, &loaded.paths.workspace, p);
+/// What a call is judged on, and for a file tool the path it will open.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Judged {
+    /// The argument policy matches: a normalised path, the command or the code;
+    /// `None` for `get_time`.
+    pub subject: Option<String>,
+    /// For a file tool: the absolute, link-free path that was judged. The helper
+    /// opens exactly this name or refuses (see `sandbox::files`).
+    pub path: Option<PathBuf>,
+}
+
+/// Judges `input`: its policy subject and, for a file tool, the path it resolves
+/// to. `Err` refuses the call before any rule is read (a path through `/proc`, a
+/// link loop, a NUL byte …); its message is written for the model.
+pub fn judge(input: &ToolInput, loaded: &Loaded) -> Result<Judged, PathError> {
+    let file = |p: &str| {
+        super::paths::judge(&loaded.paths.root, &loaded.paths.workspace, p).map(|j| Judged {
+            subject: Some(j.subject),
+            path: Some(j.absolute),
+        })
+    };
+    let text = |t: &str| {
+        Ok(Judged {
+            subject: Some(t.to_string()),
+            path: None,
+        })
+    };
     match input {
-        ToolInput::ReadFile(i) => Some(norm(&i.path)),
-        ToolInput::WriteFile(i) => Some(norm(&i.path)),
-        ToolInput::EditFile(i) => Some(norm(&i.path)),
-        ToolInput::ListDir(i) => Some(norm(i.path.as_deref().unwrap_or("."))),
-        ToolInput::RunBash(i) => Some(i.command.clone()),
-        ToolInput::RunPython(i) => Some(i.code.clone()),
-        ToolInput::GetTime(_) => None,
+        ToolInput::ReadFile(i) => file(&i.path),
+        ToolInput::WriteFile(i) => file(&i.path),
+        ToolInput::EditFile(i) => file(&i.path),
+        ToolInput::ListDir(i) => file(i.path.as_deref().unwrap_or(".")),
+        ToolInput::RunBash(i) => text(&i.command),
+        ToolInput::RunPython(i) => text(&i.code),
+        ToolInput::GetTime(_) => Ok(Judged::default()),
     }
 }
 
-fn job_for(input: &ToolInput, workspace: &Path) -> Option<Job> {
-    let path = |p: &str| resolve_in_workspace(workspace, p);
-    Some(match input {
+/// A call's decision with what it was judged on.
+#[derive(Debug, Clone)]
+pub struct Verdict {
+    /// The subject and, for a file tool, the path it will open.
+    pub judged: Judged,
+    /// The tier and the rule that made it.
+    pub decision: Decision,
+    /// Why the call was refused before any rule was read, written for the model.
+    pub refusal: Option<String>,
+}
+
+/// Decides a call: judges it, then asks the policy. A path harnessd will not
+/// resolve (through `/proc`, a link loop …) is a `deny` before any rule is read,
+/// with the refusal as its rule, so it is recorded like every other denial.
+pub fn decide(tool: ToolName, input: &ToolInput, loaded: &Loaded) -> Verdict {
+    match judge(input, loaded) {
+        Ok(judged) => Verdict {
+            decision: policy::decide(
+                &loaded.policy,
+                Subject {
+                    tool,
+                    arg: judged.subject.as_deref(),
+                },
+            ),
+            judged,
+            refusal: None,
+        },
+        Err(e) => Verdict {
+            judged: Judged::default(),
+            decision: Decision {
+                tier: Tier::Deny,
+                rule: Some(e.rule().into()),
+                shell: None,
+            },
+            refusal: Some(e.to_string()),
+        },
+    }
+}
+
+/// The helper's job for `input`; `Ok(None)` for `get_time`, which runs in-process.
+/// A file job carries the judged path, never the path as the model wrote it.
+fn job_for(input: &ToolInput, judged: &Judged) -> Result<Option<Job>, String> {
+    let path = || {
+        judged.path.clone().ok_or_else(|| {
+            "internal error: a file tool reached the executor without a judged path; \
+             call the tool again"
+                .to_string()
+        })
+    };
+    Ok(Some(match input {
         ToolInput::ReadFile(i) => Job::ReadFile {
-            path: path(&i.path),
+            path: path()?,
             offset: i.offset,
             limit: i.limit,
         },
         ToolInput::WriteFile(i) => Job::WriteFile {
-            path: path(&i.path),
+            path: path()?,
             content: i.content.clone(),
         },
         ToolInput::EditFile(i) => Job::EditFile {
-            path: path(&i.path),
+            path: path()?,
             old_string: i.old_string.clone(),
             new_string: i.new_string.clone(),
         },
-        ToolInput::ListDir(i) => Job::ListDir {
-            path: path(i.path.as_deref().unwrap_or(".")),
-        },
+        ToolInput::ListDir(_) => Job::ListDir { path: path()? },
         ToolInput::RunBash(i) => Job::Bash {
             command: i.command.clone(),
         },
         ToolInput::RunPython(i) => Job::Python {
             code: i.code.clone(),
         },
-        ToolInput::GetTime(_) => return None,
-    })
+        ToolInput::GetTime(_) => return Ok(None),
+    }))
 }
 
 /// A file name safe to build from a model-chosen id.
@@ -84,14 +153,20 @@ fn safe_file_name(id: &str) -> String {
         .collect()
 }
 
-/// Runs the call; returns its result and the full-output file, if one was kept.
+/// Runs the call as it was judged; returns its result and the full-output file,
+/// if one was kept.
 pub async fn run(
     tool_use_id: &str,
     input: &ToolInput,
+    judged: &Judged,
     ctx: &RunContext,
 ) -> (ToolResult, Option<PathBuf>) {
     let loaded = &ctx.loaded;
-    let Some(job) = job_for(input, &loaded.paths.workspace) else {
+    let job = match job_for(input, judged) {
+        Ok(job) => job,
+        Err(message) => return (ToolResult::error(message), None),
+    };
+    let Some(job) = job else {
         let now = chrono::Local::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, false);
         return (ToolResult::ok(now), None);
     };

@@ -150,3 +150,103 @@ fn init_keeps_existing_files() {
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(std::fs::read_to_string(&path).unwrap(), custom);
 }
+
+/// The warning lines of `check`'s stderr.
+fn warnings(out: &std::process::Output) -> Vec<String> {
+    stderr(out)
+        .lines()
+        .filter(|l| l.starts_with("warning:"))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn check_warns_about_settings_that_weaken_the_boundary() {
+    let r = root();
+    r.edit_settings(|s| {
+        s["allowed_paths"]["write"] = serde_json::json!(["workspace", ".", "transcripts", "run"]);
+        s["allowed_paths"]["read"] = serde_json::json!(["/usr", "/", "/proc"]);
+        s["sandbox"]["network"] = serde_json::json!(true);
+        s["sandbox"]["require"] = serde_json::json!("best_effort");
+    });
+    let out = r.run(&["check"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let warned = warnings(&out);
+    let named = |list: &str, entry: &str| {
+        warned
+            .iter()
+            .any(|w| w.contains(&format!("allowed_paths.{list} entry {entry:?}")))
+    };
+    for (list, entry) in [
+        ("write", "."),
+        ("write", "transcripts"),
+        ("write", "run"),
+        ("read", "/"),
+        ("read", "/proc"),
+    ] {
+        assert!(
+            named(list, entry),
+            "no warning names {list} {entry:?}: {warned:#?}"
+        );
+    }
+    assert!(!named("write", "workspace"), "{warned:#?}");
+    assert!(!named("read", "/usr"), "{warned:#?}");
+    assert!(warned.iter().any(|w| w.contains("sandbox.network")));
+    assert!(warned.iter().any(|w| w.contains("best_effort")));
+    let all = stdout(&out) + &stderr(&out);
+    assert!(all.contains("hard link"), "{all}");
+
+    let out = r.run(&["check", "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        report["warnings"].as_array().unwrap().len() >= 7,
+        "{report}"
+    );
+}
+
+#[test]
+fn check_warns_about_read_access_to_homes_and_the_key_file() {
+    let r = root();
+    std::fs::write(r.dir.join("config/key"), "sk-not-a-real-key").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        r.dir.join("config/key"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    r.set_config("api", "api_key_file", "\"config/key\"");
+    r.edit_settings(|s| {
+        s["allowed_paths"]["read"] = serde_json::json!(["/home", "/root", "/sys/kernel", "config"]);
+    });
+    let out = r.run(&["check"]);
+    let warned = warnings(&out);
+    for entry in ["/home", "/root", "/sys/kernel", "config"] {
+        assert!(
+            warned
+                .iter()
+                .any(|w| w.contains(&format!("allowed_paths.read entry {entry:?}"))),
+            "no warning names {entry:?}: {warned:#?}"
+        );
+    }
+    assert!(
+        warned.iter().any(|w| w.contains("API key file")),
+        "{warned:#?}"
+    );
+}
+
+#[test]
+fn shipped_settings_raise_no_boundary_warning_but_state_the_hard_link_gap() {
+    let r = root();
+    let out = r.run(&["check"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let warned = warnings(&out);
+    assert!(
+        !warned.iter().any(|w| w.contains("allowed_paths")),
+        "{warned:#?}"
+    );
+    let all = stdout(&out) + &stderr(&out);
+    assert!(
+        all.contains("a hard link placed inside an allowed tree"),
+        "{all}"
+    );
+}

@@ -8,6 +8,7 @@ mod api;
 mod check;
 mod daemon;
 mod escape;
+mod paths;
 mod policy_cli;
 mod records;
 mod reload;

@@ -1,0 +1,289 @@
+//! What `check` warns about: settings that weaken the boundary (SPEC §4), and the
+//! one gap no path rule can close.
+//!
+//! An allowed path weakens the boundary when it overlaps a guarded place after
+//! both are normalised (resolved against the root, links followed): write access
+//! covering the root itself, or touching its `config/`, `policies/`, `transcripts/`
+//! or socket directory; read access (which write access implies) to `/`, touching
+//! `/proc` or `/sys`, covering a home directory or the API key file. "Covering"
+//! is by path prefix, so read access to `/` covers everything and write access to
+//! `.` covers the root. Pure apart from the resolution of links: the caller reads
+//! `/etc/passwd`.
+
+use std::path::{Path, PathBuf};
+
+use crate::config::{Loaded, SandboxRequire, resolve};
+
+/// The documented gap, stated by every `check`.
+pub const HARD_LINK_GAP: &str = "a hard link placed inside an allowed tree by someone else \
+    gives tools access to its inode under the allowed name; no path-based confinement \
+    (Landlock, bubblewrap or Seatbelt) can see that. Keep files tools must not reach from \
+    being hard-linked into allowed paths (e.g. keep them on another filesystem)";
+
+/// How an allowed path must relate to a guarded one to weaken the boundary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reach {
+    /// The allowed path is the guarded one or above it.
+    Covers,
+    /// Either contains the other: being allowed a part of it is as bad.
+    Overlaps,
+    /// Covers it, or lies inside it and outside the harnessd root (so a workspace
+    /// under someone's home is not a warning, `/home/alice/.ssh` is).
+    CoversOrInsideOutsideRoot,
+}
+
+/// A place tools must not reach.
+struct Guarded {
+    path: PathBuf,
+    what: String,
+    reach: Reach,
+}
+
+/// `path` normalised the way tool paths are: links followed, missing parts kept.
+fn normalise(path: &Path) -> PathBuf {
+    crate::tools::walk(path).map_or_else(|_| fold(path), |w| w.path)
+}
+
+/// `.`, `..` and `//` folded without touching the filesystem: the fallback when
+/// a path cannot be walked (a link loop).
+fn fold(path: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for c in path.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::Normal(n) => out.push(n),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Whether `allowed` reaches `g`: `Some("")` when it covers it, `Some("part of ")`
+/// when it lies inside it, `None` when it does not reach it.
+fn hits(allowed: &Path, g: &Guarded, root: &Path) -> Option<&'static str> {
+    let covers = g.path.starts_with(allowed);
+    let inside = allowed.starts_with(&g.path);
+    let inside_counts = match g.reach {
+        Reach::Covers => false,
+        Reach::Overlaps => true,
+        Reach::CoversOrInsideOutsideRoot => !allowed.starts_with(root),
+    };
+    if covers {
+        Some("")
+    } else if inside && inside_counts {
+        Some("part of ")
+    } else {
+        None
+    }
+}
+
+/// The homes of accounts people log in to (uid 0 and uids from 1000, but not
+/// `nobody`) in `/etc/passwd` text.
+pub fn passwd_homes(passwd: &str) -> Vec<PathBuf> {
+    passwd
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split(':').collect();
+            let uid: u32 = fields.get(2)?.parse().ok()?;
+            let home = *fields.get(5)?;
+            let person = uid == 0 || (1000..65534).contains(&uid);
+            (person && home.starts_with('/') && home != "/").then(|| PathBuf::from(home))
+        })
+        .collect()
+}
+
+fn guarded_for_write(loaded: &Loaded) -> Vec<Guarded> {
+    let p = &loaded.paths;
+    let dir = |path: &Path| path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let socket = resolve(&p.root, &loaded.config.daemon.socket);
+    let places = [
+        (p.root.clone(), "the root itself", Reach::Covers),
+        (
+            p.root.join("config"),
+            "the config directory",
+            Reach::Overlaps,
+        ),
+        (dir(&p.settings), "the settings' directory", Reach::Overlaps),
+        (
+            p.transcripts.clone(),
+            "the transcripts and audit log",
+            Reach::Overlaps,
+        ),
+        (dir(&p.events), "the audit log's directory", Reach::Overlaps),
+        (dir(&socket), "the socket directory", Reach::Overlaps),
+    ];
+    let mut list: Vec<Guarded> = Vec::new();
+    for (path, what, reach) in places {
+        let normal = normalise(&path);
+        // A place is named once, even where two of these are one directory.
+        if list.iter().any(|g| g.path == normal) {
+            continue;
+        }
+        let shown = if path == p.root {
+            path.display().to_string()
+        } else {
+            p.display(&path)
+        };
+        list.push(Guarded {
+            path: normal,
+            what: format!("{what} ({shown})"),
+            reach,
+        });
+    }
+    list
+}
+
+fn guarded_for_read(loaded: &Loaded, homes: &[PathBuf]) -> Vec<Guarded> {
+    let mut list = vec![
+        Guarded {
+            path: "/".into(),
+            what: "the whole filesystem (/)".into(),
+            reach: Reach::Covers,
+        },
+        Guarded {
+            path: "/proc".into(),
+            what: "/proc (other processes' environment, memory maps and descriptors)".into(),
+            reach: Reach::Overlaps,
+        },
+        Guarded {
+            path: "/sys".into(),
+            what: "/sys".into(),
+            reach: Reach::Overlaps,
+        },
+    ];
+    let mut seen = Vec::new();
+    for home in [PathBuf::from("/home"), PathBuf::from("/root")]
+        .iter()
+        .chain(homes)
+    {
+        let path = normalise(home);
+        if seen.contains(&path) {
+            continue;
+        }
+        seen.push(path.clone());
+        list.push(Guarded {
+            what: format!("home directory {}", home.display()),
+            path,
+            reach: Reach::CoversOrInsideOutsideRoot,
+        });
+    }
+    if let Some(key) = &loaded.config.api.api_key_file {
+        let key = resolve(&loaded.paths.root, key);
+        list.push(Guarded {
+            what: format!("the API key file ({})", loaded.paths.display(&key)),
+            path: normalise(&key),
+            reach: Reach::Covers,
+        });
+    }
+    list
+}
+
+/// Every warning `check` prints about the settings, in a stable order.
+pub fn warnings(loaded: &Loaded, homes: &[PathBuf]) -> Vec<String> {
+    let s = &loaded.policy.settings;
+    let root = normalise(&loaded.paths.root);
+    let write_guard = guarded_for_write(loaded);
+    let read_guard = guarded_for_read(loaded, homes);
+    let mut out = Vec::new();
+    let lists = [
+        ("read", &s.allowed_paths.read),
+        ("write", &s.allowed_paths.write),
+    ];
+    for (list, entries) in lists {
+        for entry in entries.iter() {
+            let allowed = normalise(&resolve(&loaded.paths.root, entry));
+            let mut check = |access: &str, guard: &[Guarded], advice: &str| {
+                let what: Vec<String> = guard
+                    .iter()
+                    .filter_map(|g| hits(&allowed, g, &root).map(|how| format!("{how}{}", g.what)))
+                    .collect();
+                if !what.is_empty() {
+                    out.push(format!(
+                        "allowed_paths.{list} entry {entry:?} gives tools {access} access to {}; \
+                         {advice}",
+                        what.join(", ")
+                    ));
+                }
+            };
+            if list == "write" {
+                check(
+                    "write",
+                    &write_guard,
+                    "a tool could then change its own policy, the audit record or the control \
+                     socket: allow writing to the workspace (or directories outside the root) only",
+                );
+            }
+            // Write access includes read access (SPEC §10: read ∪ write).
+            check(
+                "read",
+                &read_guard,
+                "list only the directories tools need to read",
+            );
+        }
+    }
+    if s.sandbox.network {
+        out.push(
+            "sandbox.network is true: tools may open any socket (TCP, UDP, DNS) and reach the \
+             network; set it to false unless tools need it"
+                .into(),
+        );
+    }
+    if s.sandbox.require == SandboxRequire::BestEffort {
+        out.push(
+            "sandbox.require is \"best_effort\": tools run even when a layer of the sandbox \
+             cannot be enforced (each tool_finished event says which); set it to \"full\" to \
+             refuse them instead"
+                .into(),
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwd_homes_are_those_of_people() {
+        let passwd = "root:x:0:0:root:/root:/bin/bash\n\
+                      bin:x:2:2:bin:/bin:/usr/sbin/nologin\n\
+                      alice:x:1000:1000::/home/alice:/bin/bash\n\
+                      nobody:x:65534:65534::/nonexistent:/usr/sbin/nologin\n\
+                      weird:x:1001:1001::/:/bin/sh\n\
+                      broken line\n\
+                      carol:x:notanumber:1::/home/carol:/bin/sh\n";
+        assert_eq!(
+            passwd_homes(passwd),
+            [PathBuf::from("/root"), PathBuf::from("/home/alice")]
+        );
+    }
+
+    #[test]
+    fn reach_is_by_path_prefix() {
+        let root = PathBuf::from("/srv/h");
+        let g = |path: &str, reach| Guarded {
+            path: path.into(),
+            what: String::new(),
+            reach,
+        };
+        let covers = g("/srv/h", Reach::Covers);
+        assert_eq!(hits(Path::new("/"), &covers, &root), Some(""));
+        assert_eq!(hits(Path::new("/srv/h"), &covers, &root), Some(""));
+        assert_eq!(hits(Path::new("/srv/h/workspace"), &covers, &root), None);
+        assert_eq!(hits(Path::new("/srv/hh"), &covers, &root), None);
+        let proc = g("/proc", Reach::Overlaps);
+        assert_eq!(
+            hits(Path::new("/proc/self"), &proc, &root),
+            Some("part of ")
+        );
+        assert_eq!(hits(Path::new("/processes"), &proc, &root), None);
+        let home = g("/home", Reach::CoversOrInsideOutsideRoot);
+        let ssh = Path::new("/home/alice/.ssh");
+        assert_eq!(hits(ssh, &home, &root), Some("part of "));
+        let home_root = PathBuf::from("/home/alice/h");
+        let ws = Path::new("/home/alice/h/workspace");
+        assert_eq!(hits(ws, &home, &home_root), None);
+    }
+}
