@@ -12,7 +12,7 @@ use serde_json::Value;
 use super::TaskEnv;
 use crate::approval::ApprovalRequest;
 use crate::config::Loaded;
-use crate::events::{Event, EventError};
+use crate::events::{Event, EventError, input_sha256};
 use crate::llm::Block;
 use crate::policy::{self, Subject, Tier};
 use crate::tools::{self, RunContext, ToolInput, ToolName, ToolResult};
@@ -86,6 +86,7 @@ pub async fn answer_unexecuted(
                     tool_use_id: id.clone(),
                     tool: name.clone(),
                     input: input.clone(),
+                    input_sha256: input_sha256(input),
                 },
             )
             .await?;
@@ -231,6 +232,7 @@ pub async fn execute_calls(
                     tool_use_id: call.0.clone(),
                     tool: call.1.clone(),
                     input: call.2.clone(),
+                    input_sha256: input_sha256(&call.2),
                 },
             )
             .await?;
