@@ -143,5 +143,7 @@ fn init_logging() -> Option<tracing_appender::non_blocking::WorkerGuard> {
         .with(stderr)
         .with(file)
         .init();
+    // Panics go to the same place as every other diagnostic, once each.
+    harnessd::agent::install_panic_hook();
     guard
 }

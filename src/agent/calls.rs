@@ -10,9 +10,10 @@ use std::time::Instant;
 use serde_json::Value;
 
 use super::TaskEnv;
+use super::guard::{self, FaultPoint, Ledger};
 use crate::approval::ApprovalRequest;
 use crate::config::Loaded;
-use crate::events::{Event, EventError};
+use crate::events::{Event, EventError, input_sha256};
 use crate::llm::Block;
 use crate::policy::{self, Tier};
 use crate::tools::{self, RunContext, ToolInput, ToolName, ToolResult};
@@ -43,7 +44,8 @@ pub fn advertised(loaded: &Loaded, tool: ToolName) -> bool {
     enabled && !policy::denied_outright(&loaded.policy, tool)
 }
 
-async fn finished(
+/// Records a call's end.
+pub(super) async fn finished(
     env: &TaskEnv,
     task_id: &str,
     id: &str,
@@ -88,6 +90,7 @@ pub async fn answer_unexecuted(
                     tool_use_id: id.clone(),
                     tool: name.clone(),
                     input: input.clone(),
+                    input_sha256: input_sha256(input),
                 },
             )
             .await?;
@@ -217,12 +220,14 @@ async fn admit(
 }
 
 /// Validates, decides and runs every call of one turn; returns the `tool_result`
-/// blocks in the calls' order.
+/// blocks in the calls' order. `ledger` follows each call's progress, for the answers
+/// a panic would leave owed.
 pub async fn execute_calls(
     env: &TaskEnv,
     task_id: &str,
     loaded: Arc<Loaded>,
     uses: &[ToolUse],
+    ledger: &Ledger,
 ) -> Result<Vec<Block>, EventError> {
     let mut results: Vec<Option<(ToolResult, Option<String>)>> = vec![None; uses.len()];
     let mut starts = Vec::with_capacity(uses.len());
@@ -236,11 +241,14 @@ pub async fn execute_calls(
                     tool_use_id: call.0.clone(),
                     tool: call.1.clone(),
                     input: call.2.clone(),
+                    input_sha256: input_sha256(&call.2),
                 },
             )
             .await?;
+        ledger.requested(&call.0);
         // Each call is judged by the policy in force when it is reached.
         let now = env.config.current();
+        guard::fault_point(&call.1, FaultPoint::Policy);
         match admit(env, task_id, &now, index, call).await? {
             Ok((tool, input, judged)) => runnable.push(Runnable {
                 index,
@@ -261,6 +269,7 @@ pub async fn execute_calls(
                     None,
                 )
                 .await?;
+                ledger.answered(&call.0, &result);
                 results[index] = Some((result, None));
             }
         }
@@ -281,9 +290,11 @@ pub async fn execute_calls(
             }
         }
         let batch = &runnable[i..end];
+        batch.iter().for_each(|r| ledger.started(&r.id));
         // A run call's duration is its execution, not the wait for approval.
         let outputs = futures::future::join_all(batch.iter().map(|r| async {
             let started = Instant::now();
+            guard::fault_point(r.tool.as_str(), FaultPoint::Dispatch);
             let ctx = RunContext {
                 loaded: r.loaded.clone(),
                 ..ctx.clone()
@@ -304,6 +315,7 @@ pub async fn execute_calls(
                 file.clone(),
             )
             .await?;
+            ledger.answered(&r.id, &result);
             results[r.index] = Some((result, file));
         }
         i = end;

@@ -5,12 +5,16 @@
 //! The loop owns the history and its invariants (every `tool_use` answered exactly
 //! once, in order; the assistant message appended exactly as received). It never
 //! touches the filesystem for a tool: calls go through `calls` to the executor.
+//! [`run_task`] runs the task behind `guard`: a panic ends that task with `error`,
+//! never its caller or the process.
 
 mod calls;
+mod guard;
 mod stop;
 mod transcript;
 
 pub use calls::advertised;
+pub use guard::install_panic_hook;
 pub use stop::StopReason;
 pub use transcript::{Transcript, TurnRecord};
 
@@ -137,13 +141,16 @@ fn build_request<'a>(loaded: &Loaded, messages: &'a [Message], summary: bool) ->
     }
 }
 
-/// Mutable state of a running task.
+/// Mutable state of a running task. It lives outside the guarded future, so after a
+/// panic the transcript and the ledger are still here to finish the task with.
 struct Run<'a> {
     env: &'a TaskEnv,
     spec: &'a TaskSpec,
     transcript: Transcript,
     turn: u32,
     started: Instant,
+    /// How far the current turn's calls got; read only after a panic.
+    ledger: guard::Ledger,
 }
 
 impl Run<'_> {
@@ -201,6 +208,7 @@ impl Run<'_> {
             if self.env.cancel.is_cancelled() {
                 return Ok((StopReason::Cancelled, None));
             }
+            self.ledger.clear();
             let loaded = self.env.config.current();
             let limits = &loaded.config.loop_;
             let max_turns = self.spec.max_turns.unwrap_or(limits.max_turns);
@@ -312,16 +320,124 @@ impl Run<'_> {
             // Saved before the tools run: a crash mid-tool leaves the model's request
             // on disk, so a resume can answer it.
             self.save();
-            let blocks =
-                calls::execute_calls(self.env, &self.spec.task_id, loaded.clone(), &uses).await?;
+            let blocks = calls::execute_calls(
+                self.env,
+                &self.spec.task_id,
+                loaded.clone(),
+                &uses,
+                &self.ledger,
+            )
+            .await?;
             self.push_user(blocks);
             self.save();
         }
     }
 }
 
+impl Run<'_> {
+    /// Everything from the task's first event to its stop. `Err` is an internal error
+    /// (the audit log failed).
+    async fn drive(&mut self) -> Result<(StopReason, Option<String>), EventError> {
+        if self.spec.resume.is_some() {
+            self.record(Event::TaskResumed {
+                turns_so_far: self.turn,
+                source: self.spec.source.clone(),
+            })
+            .await?;
+            self.prepare_resume().await?;
+        } else {
+            let loaded = self.env.config.current();
+            self.record(Event::TaskStarted {
+                prompt: self.spec.prompt.clone(),
+                model: loaded.config.api.model.clone(),
+                source: self.spec.source.clone(),
+            })
+            .await?;
+        }
+        self.save();
+        self.turns().await
+    }
+
+    /// After a panic: stops whatever the task left running and answers the calls the
+    /// panic left open, so the transcript stays valid and resumable.
+    async fn recover(&mut self) -> Result<(), EventError> {
+        // A call of a concurrent batch may still run on a blocking thread after its
+        // future was dropped; the task's token is what kills its process tree.
+        self.env.cancel.cancel();
+        let uses = match self.transcript.messages.last() {
+            Some(last) if last.role == Role::Assistant => last.tool_uses(),
+            _ => return Ok(()),
+        };
+        if uses.is_empty() {
+            return Ok(());
+        }
+        let blocks =
+            guard::answer_open_calls(self.env, &self.spec.task_id, &uses, &self.ledger).await?;
+        self.push_user(blocks);
+        Ok(())
+    }
+
+    /// Saves the final transcript and records `task_finished`.
+    async fn finish(
+        &mut self,
+        stop_reason: StopReason,
+        error: Option<String>,
+    ) -> Result<TaskOutcome, EventError> {
+        let answer = self
+            .transcript
+            .messages
+            .iter()
+            .rev()
+            .find(|m| m.role == Role::Assistant)
+            .map(Message::text)
+            .unwrap_or_default();
+        self.transcript.status = "finished".into();
+        self.transcript.stop_reason = Some(stop_reason.as_str().into());
+        self.transcript.answer = Some(answer.clone());
+        self.transcript.error = error.clone();
+        self.save();
+        self.record(Event::TaskFinished {
+            stop_reason: stop_reason.as_str().into(),
+            turns: self.turn,
+            usage: self.transcript.usage,
+            duration_ms: self.started.elapsed().as_millis() as u64,
+            error: error.clone(),
+        })
+        .await?;
+        Ok(TaskOutcome {
+            stop_reason,
+            answer,
+            turns: self.turn,
+            usage: self.transcript.usage,
+            error,
+        })
+    }
+
+    /// Ends the task after the loop stopped, or after it panicked (`panicked`).
+    async fn conclude(
+        &mut self,
+        ended: (StopReason, Option<String>),
+        panicked: bool,
+    ) -> Result<TaskOutcome, EventError> {
+        if panicked {
+            // The hook already logged the message and where; this ties it to the task.
+            tracing::error!(
+                task_id = %self.spec.task_id,
+                "the task ended by a panic; its open calls are answered, its \
+                 task_finished holds the error"
+            );
+            self.recover().await?;
+        }
+        self.finish(ended.0, ended.1).await
+    }
+}
+
 /// Runs one task to its end, recording everything. The transcript is saved after
 /// every turn and at the end, whatever the ending.
+///
+/// This is the task guard, for `run` and the daemon alike: a panic anywhere in the task
+/// ends it with `error`, its open calls answered and `task_finished` recorded, and is
+/// never passed on to the caller. `Err` means only that the audit log failed.
 pub async fn run_task(env: &TaskEnv, spec: &TaskSpec) -> Result<TaskOutcome, EventError> {
     let loaded = env.config.current();
     let created = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
@@ -352,26 +468,11 @@ pub async fn run_task(env: &TaskEnv, spec: &TaskSpec) -> Result<TaskOutcome, Eve
         turn: transcript.turns.len() as u32,
         transcript,
         started: Instant::now(),
+        ledger: guard::Ledger::default(),
     };
-    if spec.resume.is_some() {
-        run.record(Event::TaskResumed {
-            turns_so_far: run.turn,
-            source: spec.source.clone(),
-        })
-        .await?;
-        run.prepare_resume().await?;
-    } else {
-        run.record(Event::TaskStarted {
-            prompt: spec.prompt.clone(),
-            model: loaded.config.api.model.clone(),
-            source: spec.source.clone(),
-        })
-        .await?;
-    }
-    run.save();
-    let (stop_reason, error) = match run.turns().await {
-        Ok(r) => r,
-        Err(e) => {
+    let (ended, panic) = match guard::catch(run.drive()).await {
+        Ok(Ok(ended)) => (ended, None),
+        Ok(Err(e)) => {
             // The audit log failed: nothing more may happen unrecorded.
             run.transcript.status = "finished".into();
             run.transcript.stop_reason = Some(StopReason::Error.as_str().into());
@@ -379,35 +480,39 @@ pub async fn run_task(env: &TaskEnv, spec: &TaskSpec) -> Result<TaskOutcome, Eve
             run.save();
             return Err(e);
         }
+        Err(panic) => ((StopReason::Error, Some(panic.to_string())), Some(panic)),
     };
-    let answer = run
-        .transcript
-        .messages
-        .iter()
-        .rev()
-        .find(|m| m.role == Role::Assistant)
-        .map(Message::text)
-        .unwrap_or_default();
-    run.transcript.status = "finished".into();
-    run.transcript.stop_reason = Some(stop_reason.as_str().into());
-    run.transcript.answer = Some(answer.clone());
-    run.transcript.error = error.clone();
-    run.save();
-    run.record(Event::TaskFinished {
-        stop_reason: stop_reason.as_str().into(),
-        turns: run.turn,
-        usage: run.transcript.usage,
-        duration_ms: run.started.elapsed().as_millis() as u64,
-        error: error.clone(),
-    })
-    .await?;
-    Ok(TaskOutcome {
-        stop_reason,
-        answer,
-        turns: run.turn,
-        usage: run.transcript.usage,
-        error,
-    })
+    match guard::catch(run.conclude(ended, panic.is_some())).await {
+        Ok(outcome) => outcome,
+        Err(late) => {
+            // Ending the task panicked (saving or recording it): the transcript keeps
+            // its last saved state, but the log still gets the task's end.
+            let error = match &panic {
+                Some(first) => format!("{first}; then, ending the task: {late}"),
+                None => late.to_string(),
+            };
+            env.cancel.cancel();
+            env.events
+                .record(
+                    Some(&spec.task_id),
+                    Event::TaskFinished {
+                        stop_reason: StopReason::Error.as_str().into(),
+                        turns: run.turn,
+                        usage: run.transcript.usage,
+                        duration_ms: run.started.elapsed().as_millis() as u64,
+                        error: Some(error.clone()),
+                    },
+                )
+                .await?;
+            Ok(TaskOutcome {
+                stop_reason: StopReason::Error,
+                answer: String::new(),
+                turns: run.turn,
+                usage: run.transcript.usage,
+                error: Some(error),
+            })
+        }
+    }
 }
 
 #[cfg(test)]

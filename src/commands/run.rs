@@ -91,6 +91,7 @@ async fn run_async(
         source: "cli".into(),
         resume: None,
     };
+    // A panic in the task comes back as an `error` outcome (exit 1), not an unwind.
     let outcome = run_task(&env, &spec).await;
     stop_reloader.cancel();
     let _ = reloader.await;

@@ -269,6 +269,8 @@ impl Scheduler {
         // Cancelled while queued (no permit): run_task still records the task and
         // writes its transcript, then stops before any model request.
         self.registry.set_status(&id, Status::Running);
+        // run_task is the task guard: a panic in the task comes back as an `error`
+        // outcome, so this entry always reaches `finished` and the daemon serves on.
         match run_task(&env, &spec).await {
             Ok(outcome) => self.registry.finish(&id, &outcome),
             Err(e) => {

@@ -118,8 +118,11 @@ pub enum Event {
         tool_use_id: String,
         /// Tool name as the model wrote it.
         tool: String,
-        /// Input as the model wrote it.
+        /// Input as the model wrote it (strings over the cap are cut).
         input: Value,
+        /// Hex SHA-256 of the whole input as the transcript holds it (see
+        /// [`input_sha256`](super::input_sha256)): ties a cut `input` to the full one.
+        input_sha256: String,
     },
     /// Policy decided a call.
     PolicyDecision {

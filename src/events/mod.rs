@@ -114,6 +114,17 @@ fn body(task_id: Option<&str>, event: &Event) -> Map<String, Value> {
     out
 }
 
+/// The `input_sha256` of a `tool_requested` event: lowercase hex SHA-256 of the
+/// input's compact JSON serialisation as `serde_json` writes it (no whitespace, object
+/// keys in the order the model sent them, non-ASCII as UTF-8). The transcript is
+/// written by the same serialiser, so these are the exact bytes of the call's `input`
+/// value in `transcripts/<task_id>.json`: the hash ties an event whose input was cut
+/// to the full input there. A `tool_use` without `input` hashes as `null`.
+pub fn input_sha256(input: &Value) -> String {
+    // Serialising a `Value` cannot fail: its map keys are strings.
+    crate::config::sha256_hex(&serde_json::to_vec(input).unwrap_or_default())
+}
+
 /// Cuts every string longer than [`MAX_FIELD_CHARS`], at any depth.
 pub fn cap_strings(value: &mut Value) {
     match value {
@@ -191,6 +202,19 @@ mod tests {
             seqs.push(log.record(None, stop("x")).await.unwrap());
         }
         assert_eq!(seqs, (1..=10).collect::<Vec<u64>>());
+    }
+
+    #[test]
+    fn input_sha256_hashes_the_compact_serialisation_in_key_order() {
+        let input: Value = serde_json::from_str(r#"{ "b": "é\n", "a": [1, 2.5] }"#).unwrap();
+        assert_eq!(
+            input_sha256(&input),
+            crate::config::sha256_hex(r#"{"b":"é\n","a":[1,2.5]}"#.as_bytes())
+        );
+        assert_ne!(
+            input_sha256(&input),
+            input_sha256(&serde_json::json!({"a": [1, 2.5], "b": "é\n"}))
+        );
     }
 
     #[test]

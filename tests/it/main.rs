@@ -8,6 +8,7 @@ mod api;
 mod check;
 mod daemon;
 mod escape;
+mod guard;
 mod paths;
 mod policy_cli;
 mod records;

@@ -191,3 +191,58 @@ fn events_command_reads_the_log_without_a_daemon() {
     assert_eq!(lines.len(), 1);
     assert_eq!(lines[0]["stop_reason"], "end_turn");
 }
+
+#[test]
+fn a_long_command_is_cut_in_its_event_and_tied_to_the_whole_input_by_input_sha256() {
+    use sha2::{Digest, Sha256};
+    let hidden = "rm -rf ~/.ssh";
+    let head = format!("echo {}", "a".repeat(5990));
+    let mut command = format!("{head}; {hidden}; echo ");
+    command.push_str(&"b".repeat(12_000 - command.len()));
+    assert_eq!(command.len(), 12_000);
+    let api = FakeApi::start(vec![
+        Reply::tool(
+            "long",
+            "run_bash",
+            json!({"command": command, "timeout_secs": 5}),
+        ),
+        Reply::text("ok"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    // No TTY and no --yes: the ask-tier call is denied, never run.
+    let out = root.run(&["run", "clean up"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    let requested = &root.events_of("tool_requested")[0];
+    let cut = requested["input"]["command"].as_str().unwrap();
+    assert!(cut.chars().count() <= 4200, "{}", cut.len());
+    assert!(cut.contains("[… 7904 chars omitted …]"), "{cut}");
+    assert!(!cut.contains(hidden), "the middle is cut from the event");
+    let sha = requested["input_sha256"].as_str().unwrap();
+    assert!(
+        sha.len() == 64
+            && sha
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()),
+        "{sha}"
+    );
+
+    // The transcript holds the whole input, and its compact serialisation — the exact
+    // bytes in the transcript file — hashes to input_sha256.
+    let t = root.transcript();
+    let input = &t["messages"][1]["content"][0]["input"];
+    assert_eq!(input["command"].as_str().unwrap(), command);
+    assert!(input["command"].as_str().unwrap().contains(hidden));
+    let serialised = serde_json::to_string(input).unwrap();
+    let file = std::fs::read_to_string(root.dir.join(format!(
+        "transcripts/{}.json",
+        t["task_id"].as_str().unwrap()
+    )))
+    .unwrap();
+    assert!(file.contains(&format!("\"input\":{serialised}")));
+    let digest: String = Sha256::digest(serialised.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(digest, sha);
+}

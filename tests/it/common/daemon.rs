@@ -26,10 +26,16 @@ impl Drop for Daemon {
 
 impl Daemon {
     pub fn start(root: &TestRoot) -> Daemon {
+        Daemon::start_with_env(root, &[])
+    }
+
+    /// Starts the daemon with extra environment variables (test-only switches).
+    pub fn start_with_env(root: &TestRoot, vars: &[(&str, &str)]) -> Daemon {
         let log = root.dir.join("daemon.log");
         let file = std::fs::File::create(&log).unwrap();
         let child = root
             .command(&["serve"])
+            .envs(vars.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::from(file))
             .spawn()
