@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use super::EXIT_CONFIG;
 use crate::config::{Loaded, Settings};
 use crate::policy::{self, Subject, shell};
+use crate::text::{escape_json, escape_line, escape_text};
 use crate::tools::{self, ToolInput, ToolName};
 
 /// The decision for one call, as printed by `policy test` and used by `replay`.
@@ -71,23 +72,29 @@ pub fn test(root: &Path, tool: &str, arg: &str, json_out: bool) -> anyhow::Resul
     let report = match evaluate(&loaded, tool, &input_from_arg(tool, arg)) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", escape_text(&e));
             return Ok(EXIT_CONFIG);
         }
     };
     let mut out = std::io::stdout().lock();
     if json_out {
-        writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+        writeln!(
+            out,
+            "{}",
+            escape_json(&serde_json::to_string_pretty(&report)?)
+        )?;
         return Ok(0);
     }
+    // Every field quotes the input, which may come from a model: one-line escapes.
+    let field = |v: &Value| escape_line(v.as_str().unwrap_or("?")).into_owned();
     writeln!(
         out,
         "{}  (rule: {})",
-        report["tier"].as_str().unwrap_or("?"),
-        report["rule"].as_str().unwrap_or("?")
+        field(&report["tier"]),
+        field(&report["rule"])
     )?;
     if let Some(s) = report["subject"].as_str() {
-        writeln!(out, "subject: {s}")?;
+        writeln!(out, "subject: {}", escape_line(s))?;
     }
     if let Some(parts) = report["simple_commands"].as_array() {
         writeln!(
@@ -101,8 +108,8 @@ pub fn test(root: &Path, tool: &str, arg: &str, json_out: bool) -> anyhow::Resul
         )?;
         for p in parts {
             let (text, runs) = (
-                p["text"].as_str().unwrap_or(""),
-                p["runs"].as_str().unwrap_or(""),
+                escape_line(p["text"].as_str().unwrap_or("")),
+                escape_line(p["runs"].as_str().unwrap_or("")),
             );
             if text == runs {
                 writeln!(out, "  - {text}")?;

@@ -127,7 +127,7 @@ pub async fn run(
             spool_prefix,
             keep_bytes,
             cancel: &cancel,
-            inherit_output: false,
+            relay_output: false,
         })
     })
     .await;

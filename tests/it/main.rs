@@ -13,4 +13,5 @@ mod records;
 mod reload;
 mod stops;
 mod systemd;
+mod terminal;
 mod tools;
