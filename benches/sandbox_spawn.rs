@@ -85,7 +85,7 @@ fn spawn_figures() {
             spool_prefix: None,
             keep_bytes: 4096,
             cancel: &never,
-            inherit_output: false,
+            relay_output: false,
         });
         assert_eq!(o.ending, Ending::Exited(0), "{}", o.stderr.text());
     });

@@ -6,9 +6,12 @@
 
 use std::future::Future;
 use std::io::{BufRead, IsTerminal, Write};
+use std::os::fd::AsFd;
 use std::pin::Pin;
 
 use serde_json::Value;
+
+use crate::text::escape_line;
 
 /// One call waiting for a human.
 #[derive(Debug, Clone)]
@@ -92,12 +95,16 @@ impl Approver for TerminalApprover {
                 };
             }
             let _guard = self.lock.lock().await;
+            // Every character of the input, escaped and wrapped: what is approved is
+            // exactly what is shown (SPEC §8).
+            let width = crate::text::terminal_width(std::io::stderr().as_fd())
+                .unwrap_or(crate::text::DEFAULT_WIDTH);
             let prompt = format!(
-                "\n? {} wants to run {} (rule {}):\n  {}\nApprove? [y/N] ",
-                req.task_id,
-                req.tool,
-                req.rule,
-                crate::text::truncate_middle(&req.input.to_string(), 2000, 0).0
+                "\n? {} wants to run {} (rule {}):\n{}Approve? [y/N] ",
+                escape_line(&req.task_id),
+                escape_line(&req.tool),
+                escape_line(&req.rule),
+                crate::text::render_input(&req.input, width)
             );
             let answer = tokio::task::spawn_blocking(move || {
                 let mut err = std::io::stderr().lock();

@@ -25,7 +25,8 @@
 //!   layer.
 //! - [`events`]: the audit log writer.
 //! - [`commands`]: one module per subcommand; [`cli`] holds their clap types.
-//! - [`text`]: cutting long text in the middle.
+//! - [`text`]: cutting long text in the middle; escaping hostile text before it
+//!   reaches a terminal (every human-readable printer uses it).
 
 #![warn(missing_docs)]
 

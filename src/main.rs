@@ -106,7 +106,8 @@ fn main() {
     match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // Errors can quote model or file text (a transcript that does not parse).
+            eprintln!("error: {}", harnessd::text::escape_text(&format!("{e:#}")));
             std::process::exit(1);
         }
     }

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{ConfigSource, Debouncer, LiveConfig, ReloadOutcome};
 use crate::events::{Event, EventError, EventLog};
+use crate::text::escape_text;
 
 /// Quiet time after the last file event before reloading.
 pub const DEBOUNCE: Duration = Duration::from_millis(50);
@@ -102,18 +103,19 @@ pub async fn reload_and_record(
                     )
                     .await?;
             }
+            // Rules can hold model text (`approve --remember`): escaped for the terminal.
             eprintln!(
                 "config reloaded ({trigger}): {}",
                 if changes.is_empty() {
                     "no effective change".to_string()
                 } else {
-                    changes.join("; ")
+                    escape_text(&changes.join("; ")).into_owned()
                 }
             );
             if !restart_needed.is_empty() {
                 eprintln!(
                     "warning: changed but needs a restart: {}",
-                    restart_needed.join(", ")
+                    escape_text(&restart_needed.join(", "))
                 );
             }
         }
@@ -128,7 +130,10 @@ pub async fn reload_and_record(
                     },
                 )
                 .await?;
-            eprintln!("config rejected ({trigger}), the previous version stays in force: {error}");
+            eprintln!(
+                "config rejected ({trigger}), the previous version stays in force: {}",
+                escape_text(error)
+            );
         }
     }
     Ok(outcome)

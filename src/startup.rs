@@ -88,12 +88,14 @@ pub fn prepare_sandbox(
     };
     if !missing.is_empty() {
         let missing = missing.join("; ");
+        // A failed probe quotes the helper's stderr.
+        let shown = crate::text::escape_text(&missing);
         match settings.sandbox.require {
-            SandboxRequire::Full => eprintln!(
-                "warning: tools will be refused, the sandbox is incomplete here: {missing}"
-            ),
+            SandboxRequire::Full => {
+                eprintln!("warning: tools will be refused, the sandbox is incomplete here: {shown}")
+            }
             SandboxRequire::BestEffort => {
-                eprintln!("warning: tools run in a weakened sandbox (best_effort): {missing}");
+                eprintln!("warning: tools run in a weakened sandbox (best_effort): {shown}");
                 executor.set_weakened(Some(missing));
             }
         }

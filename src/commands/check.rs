@@ -12,6 +12,7 @@ use crate::config::{ApiKey, Loaded, SandboxRequire};
 use crate::exec::Executor;
 use crate::policy::{self, Subject};
 use crate::sandbox::{Confinement, Layer};
+use crate::text::{escape_json, escape_line, escape_text};
 use crate::tools::ToolName;
 
 fn tool_tiers(loaded: &Loaded) -> Vec<Value> {
@@ -98,23 +99,38 @@ pub fn run(
     });
     let mut out = std::io::stdout().lock();
     if json_out {
-        writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+        writeln!(
+            out,
+            "{}",
+            escape_json(&serde_json::to_string_pretty(&report)?)
+        )?;
         return Ok(0);
     }
     if let Some(w) = key_warning {
-        eprintln!("warning: {w} (check does not need it; run does)");
+        eprintln!(
+            "warning: {} (check does not need it; run does)",
+            escape_text(&w)
+        );
     }
+    // Rules can hold model text (`approve --remember` writes the literal command),
+    // and the probe's details quote the helper: every field is escaped.
+    let field = |v: &Value| escape_line(v.as_str().unwrap_or("")).into_owned();
     writeln!(
         out,
         "ok: {} and {} are valid",
-        report["config"]["file"].as_str().unwrap_or(""),
-        report["settings"]["file"].as_str().unwrap_or("")
+        field(&report["config"]["file"]),
+        field(&report["settings"]["file"])
     )?;
-    writeln!(out, "root       {}", loaded.paths.root.display())?;
+    writeln!(
+        out,
+        "root       {}",
+        escape_line(&loaded.paths.root.display().to_string())
+    )?;
     writeln!(
         out,
         "model      {} at {}",
-        loaded.config.api.model, loaded.config.api.base_url
+        escape_line(&loaded.config.api.model),
+        escape_line(&loaded.config.api.base_url)
     )?;
     let l = &loaded.config.loop_;
     writeln!(
@@ -135,17 +151,18 @@ pub fn run(
         writeln!(
             out,
             "  {:<11} {:<5} by {}{shown}",
-            t["tool"].as_str().unwrap_or(""),
-            t["tier"].as_str().unwrap_or(""),
-            t["rule"].as_str().unwrap_or("")
+            field(&t["tool"]),
+            field(&t["tier"]),
+            field(&t["rule"])
         )?;
         for p in t["patterns"].as_array().into_iter().flatten() {
-            writeln!(out, "              {}", p.as_str().unwrap_or(""))?;
+            writeln!(out, "              {}", field(p))?;
         }
     }
     let s = &loaded.policy.settings;
-    writeln!(out, "read       {}", s.allowed_paths.read.join(", "))?;
-    writeln!(out, "write      {}", s.allowed_paths.write.join(", "))?;
+    let list = |l: &[String]| escape_line(&l.join(", ")).into_owned();
+    writeln!(out, "read       {}", list(&s.allowed_paths.read))?;
+    writeln!(out, "write      {}", list(&s.allowed_paths.write))?;
     writeln!(out, "output     max_chars {}", s.output.max_chars)?;
     let sb = &s.sandbox;
     writeln!(
@@ -158,7 +175,7 @@ pub fn run(
         sb.max_processes,
         sb.max_file_mb,
         sb.max_open_files,
-        sb.user,
+        escape_line(&sb.user),
         sb.require
     )?;
     writeln!(
@@ -167,10 +184,15 @@ pub fn run(
     )?;
     for l in &layers {
         let mark = if l.enforced { "yes" } else { "NO " };
-        writeln!(out, "  {mark} {:<15} {}", l.name, l.detail)?;
+        writeln!(
+            out,
+            "  {mark} {:<15} {}",
+            escape_line(&l.name),
+            escape_line(&l.detail)
+        )?;
     }
     if let Some(e) = &probe_error {
-        writeln!(out, "  NO  probe           {e}")?;
+        writeln!(out, "  NO  probe           {}", escape_line(e))?;
     }
     writeln!(out, "gap        {}", super::boundary::HARD_LINK_GAP)?;
     for w in &boundary {

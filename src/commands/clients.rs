@@ -1,6 +1,11 @@
 //! The daemon's clients: `submit`, `tasks`, `show`, `cancel`, `resume`,
 //! `approvals`, `approve`, `deny`, `events`. Human-readable by default, `--json`
 //! for scripts.
+//!
+//! Everything printed passes through [`crate::text::escape`]: fields as one-line
+//! text, answers as multi-line text, JSON (`--json`, `events` lines) with JSON
+//! escapes so it still parses to the same value. Approvals show every character
+//! of a call's input, wrapped ([`crate::text::render_input`]).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -12,6 +17,7 @@ use super::EXIT_CONFIG;
 use crate::agent::StopReason;
 use crate::config::resolve;
 use crate::daemon::client::{call, stream_lines};
+use crate::text::{escape_json, escape_line, escape_text};
 
 /// One client command.
 #[derive(Debug)]
@@ -86,13 +92,18 @@ fn enc(s: &str) -> String {
         .collect()
 }
 
+/// A string field of a daemon reply, escaped for one line.
+fn field<'a>(v: &'a Value, default: &'a str) -> std::borrow::Cow<'a, str> {
+    escape_line(v.as_str().unwrap_or(default))
+}
+
 fn print_task(out: &mut impl Write, t: &Value) -> std::io::Result<()> {
     writeln!(
         out,
         "{:<30} {:<18} {:<13} {:>8} tokens  {}",
-        t["task_id"].as_str().unwrap_or(""),
-        t["status"].as_str().unwrap_or(""),
-        t["stop_reason"].as_str().unwrap_or("-"),
+        field(&t["task_id"], ""),
+        field(&t["status"], ""),
+        field(&t["stop_reason"], "-"),
         [
             "input_tokens",
             "output_tokens",
@@ -102,8 +113,22 @@ fn print_task(out: &mut impl Write, t: &Value) -> std::io::Result<()> {
         .iter()
         .map(|k| t["usage"][k].as_u64().unwrap_or(0))
         .sum::<u64>(),
-        t["updated"].as_str().unwrap_or("")
+        field(&t["updated"], "")
     )
+}
+
+/// One pending approval: who asks for what under which rule, then every
+/// character of the input, wrapped at `width`.
+fn print_approval(out: &mut impl Write, a: &Value, width: usize) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{}  {}  {}  rule {}",
+        field(&a["approval_id"], ""),
+        field(&a["task_id"], ""),
+        field(&a["tool"], ""),
+        field(&a["rule"], "")
+    )?;
+    write!(out, "{}", crate::text::render_input(&a["input"], width))
 }
 
 /// Runs a client command.
@@ -111,7 +136,7 @@ pub fn run(root: &Path, cmd: ClientCommand, json_out: bool) -> anyhow::Result<i3
     let socket = match socket_of(root) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", escape_text(&e));
             return Ok(EXIT_CONFIG);
         }
     };
@@ -144,7 +169,7 @@ fn read_events_file(root: &Path, task: Option<&str>, kind: Option<&str>) -> anyh
             continue;
         };
         if task.is_none_or(|t| ev["task_id"] == t) && kind.is_none_or(|k| ev["type"] == k) {
-            writeln!(out, "{line}")?;
+            writeln!(out, "{}", escape_json(line))?;
         }
     }
     Ok(0)
@@ -166,7 +191,7 @@ async fn run_async(socket: &Path, cmd: ClientCommand, json_out: bool) -> anyhow:
             }
             let path = format!("/v1/events?{}", q.join("&"));
             let status = stream_lines(socket, &path, |line| {
-                let _ = writeln!(out, "{line}");
+                let _ = writeln!(out, "{}", escape_json(line));
                 let _ = out.flush();
             })
             .await?;
@@ -221,31 +246,43 @@ async fn run_async(socket: &Path, cmd: ClientCommand, json_out: bool) -> anyhow:
         }
     };
     if status >= 400 {
-        eprintln!("error: {}", api_error(&body, status));
+        eprintln!("error: {}", escape_text(&api_error(&body, status)));
         return Ok(1);
     }
     if json_out && !matches!(cmd, ClientCommand::Submit { wait: true, .. }) {
-        writeln!(out, "{}", serde_json::to_string_pretty(&body)?)?;
+        writeln!(
+            out,
+            "{}",
+            escape_json(&serde_json::to_string_pretty(&body)?)
+        )?;
         return Ok(0);
     }
     match cmd {
         ClientCommand::Submit { wait, .. } => {
             let id = body["task_id"].as_str().unwrap_or("").to_string();
             if !wait {
-                writeln!(out, "{id}")?;
+                writeln!(out, "{}", escape_line(&id))?;
                 return Ok(0);
             }
-            eprintln!("task {id} submitted; waiting");
+            eprintln!("task {} submitted; waiting", escape_line(&id));
+            let mut shown = std::collections::HashSet::new();
             loop {
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 let (_, t) = call(socket, "GET", &format!("/v1/tasks/{}", enc(&id)), None).await?;
+                if t["status"] == "awaiting_approval" {
+                    show_waiting_approvals(socket, &id, &mut shown).await?;
+                }
                 if t["status"] == "finished" {
                     if json_out {
-                        writeln!(out, "{}", serde_json::to_string_pretty(&t)?)?;
+                        writeln!(out, "{}", escape_json(&serde_json::to_string_pretty(&t)?))?;
                     } else if let Some(a) = t["answer"].as_str().filter(|a| !a.is_empty()) {
-                        writeln!(out, "{a}")?;
+                        writeln!(out, "{}", escape_text(a))?;
                     }
                     let reason = t["stop_reason"].as_str().unwrap_or("error");
+                    eprintln!("[done] {}", escape_line(reason));
+                    if let Some(e) = t["error"].as_str() {
+                        eprintln!("error: {}", escape_text(e));
+                    }
                     return Ok(stop_reason_code(reason));
                 }
             }
@@ -258,33 +295,62 @@ async fn run_async(socket: &Path, cmd: ClientCommand, json_out: bool) -> anyhow:
         ClientCommand::Show(_) | ClientCommand::Cancel(_) | ClientCommand::Resume(_) => {
             print_task(&mut out, &body)?;
             if let Some(a) = body["answer"].as_str().filter(|a| !a.is_empty()) {
-                writeln!(out, "\n{a}")?;
+                writeln!(out, "\n{}", escape_text(a))?;
             }
         }
         ClientCommand::Approvals => {
-            for a in body["approvals"].as_array().into_iter().flatten() {
-                writeln!(
-                    out,
-                    "{:<18} {:<30} {:<11} rule {:<28} {}",
-                    a["approval_id"].as_str().unwrap_or(""),
-                    a["task_id"].as_str().unwrap_or(""),
-                    a["tool"].as_str().unwrap_or(""),
-                    a["rule"].as_str().unwrap_or(""),
-                    crate::text::truncate_middle(&a["input"].to_string(), 80, 0).0
-                )?;
+            let width = crate::text::terminal_width(std::os::fd::AsFd::as_fd(&std::io::stdout()))
+                .unwrap_or(crate::text::DEFAULT_WIDTH);
+            for (i, a) in body["approvals"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .enumerate()
+            {
+                if i > 0 {
+                    writeln!(out)?;
+                }
+                print_approval(&mut out, a, width)?;
             }
         }
         ClientCommand::Answer { .. } => {
             writeln!(
                 out,
                 "{} {}",
-                body["approval_id"].as_str().unwrap_or(""),
-                body["decision"].as_str().unwrap_or("")
+                field(&body["approval_id"], ""),
+                field(&body["decision"], "")
             )?;
         }
         ClientCommand::Events { .. } => {}
     }
     Ok(0)
+}
+
+/// For `submit --wait`: prints on stderr each approval task `id` waits for that
+/// is not in `shown` yet, with every character of its input and how to answer it.
+async fn show_waiting_approvals(
+    socket: &Path,
+    id: &str,
+    shown: &mut std::collections::HashSet<String>,
+) -> anyhow::Result<()> {
+    let (_, list) = call(socket, "GET", "/v1/approvals", None).await?;
+    let width = crate::text::terminal_width(std::os::fd::AsFd::as_fd(&std::io::stderr()))
+        .unwrap_or(crate::text::DEFAULT_WIDTH);
+    let mut err = std::io::stderr().lock();
+    for a in list["approvals"].as_array().into_iter().flatten() {
+        let approval = a["approval_id"].as_str().unwrap_or("");
+        if a["task_id"] != id || !shown.insert(approval.to_string()) {
+            continue;
+        }
+        writeln!(err, "waiting for approval:")?;
+        print_approval(&mut err, a, width)?;
+        let approval = escape_line(approval);
+        writeln!(
+            err,
+            "answer: harnessd approve {approval}  |  harnessd deny {approval} [--reason R]"
+        )?;
+    }
+    Ok(())
 }
 
 fn stop_reason_code(reason: &str) -> i32 {

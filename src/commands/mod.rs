@@ -18,7 +18,7 @@ pub const EXIT_CONFIG: i32 = 2;
 /// code the command should end with.
 pub fn load_root(root: &std::path::Path) -> Result<crate::config::Loaded, i32> {
     crate::config::load(root).map_err(|e| {
-        eprintln!("error: {e}");
+        eprintln!("error: {}", crate::text::escape_text(&e.to_string()));
         EXIT_CONFIG
     })
 }
@@ -44,7 +44,7 @@ pub fn load_with_client(
     let key = match crate::config::ApiKey::load(&loaded, env) {
         Ok(k) => k,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", crate::text::escape_text(&e.to_string()));
             return Ok(Err(EXIT_CONFIG));
         }
     };

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use super::EXIT_CONFIG;
 use crate::config::{Loaded, Settings};
+use crate::text::{escape_json, escape_line, escape_text};
 use crate::tools::{self, ToolInput, ToolName};
 
 /// The decision for one call, as printed by `policy test` and used by `replay`.
@@ -64,37 +65,44 @@ pub fn test(root: &Path, tool: &str, arg: &str, json_out: bool) -> anyhow::Resul
     let report = match evaluate(&loaded, tool, &input_from_arg(tool, arg)) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", escape_text(&e));
             return Ok(EXIT_CONFIG);
         }
     };
     let mut out = std::io::stdout().lock();
     if json_out {
-        writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+        writeln!(
+            out,
+            "{}",
+            escape_json(&serde_json::to_string_pretty(&report)?)
+        )?;
         return Ok(0);
     }
+    // Every field quotes the input, which may come from a model: one-line escapes.
+    let field = |v: &Value| escape_line(v.as_str().unwrap_or("?")).into_owned();
     writeln!(
         out,
         "{}  (rule: {})",
-        report["tier"].as_str().unwrap_or("?"),
-        report["rule"].as_str().unwrap_or("?")
+        field(&report["tier"]),
+        field(&report["rule"])
     )?;
     if let Some(s) = report["subject"].as_str() {
-        writeln!(out, "subject: {s}")?;
+        writeln!(out, "subject: {}", escape_line(s))?;
     }
     if let Some(why) = report["refused"].as_str() {
-        writeln!(out, "{why}")?;
+        writeln!(out, "{}", escape_line(why))?;
     }
     if let Some(parts) = report["simple_commands"].as_array() {
         match report["not_provable"].as_str() {
             None => writeln!(out, "simple commands (provable: allow patterns apply):")?,
             Some(why) => writeln!(
                 out,
-                "simple commands seen (NOT provable: {why}; no allow pattern applies):"
+                "simple commands seen (NOT provable: {}; no allow pattern applies):",
+                escape_line(why)
             )?,
         }
         for p in parts {
-            writeln!(out, "  - {}", p.as_str().unwrap_or(""))?;
+            writeln!(out, "  - {}", escape_line(p.as_str().unwrap_or("")))?;
         }
     }
     Ok(0)

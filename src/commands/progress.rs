@@ -1,21 +1,28 @@
 //! The readable progress trail of `harnessd run` on stderr, drawn from the events
-//! as they are written (so it shows exactly what the record holds).
+//! as they are written (so it shows exactly what the record holds). Every text
+//! field goes through `short`, which escapes it (SPEC §8).
 
 use std::io::Write;
 
 use serde_json::Value;
 
+use crate::text::{Mode, escape};
+
+/// A field of an event for one line of the trail: cut to `max` characters, then
+/// escaped (text as a one-line field, other values as JSON), so model text in it
+/// never reaches the terminal raw.
 fn short(v: &Value, max: usize) -> String {
-    let s = match v {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
+    let (s, mode) = match v {
+        Value::String(s) => (s.clone(), Mode::Line),
+        other => (other.to_string(), Mode::Json),
     };
-    let s = s.replace('\n', "⏎");
-    if s.chars().count() <= max {
-        return s;
-    }
-    let cut: String = s.chars().take(max).collect();
-    format!("{cut}…")
+    let cut = if s.chars().count() <= max {
+        s
+    } else {
+        let head: String = s.chars().take(max).collect();
+        format!("{head}…")
+    };
+    escape(&cut, mode).into_owned()
 }
 
 /// One line for an event, or `None` for events not worth a line.
@@ -40,7 +47,7 @@ pub fn line(ev: &Value, total_tokens: &mut u64) -> Option<String> {
             *total_tokens += this;
             format!(
                 "[turn {turn}] {} in {} ms · in {} out {} cache read {} write {} · {} tokens so far",
-                ev["stop_reason"].as_str().unwrap_or("?"),
+                short(&ev["stop_reason"], 20),
                 ev["latency_ms"],
                 n("input_tokens"),
                 n("output_tokens"),
@@ -100,7 +107,7 @@ pub fn line(ev: &Value, total_tokens: &mut u64) -> Option<String> {
         }
         "task_finished" => format!(
             "[done] {} after {} turns · {} tokens · {} ms",
-            ev["stop_reason"].as_str().unwrap_or("?"),
+            short(&ev["stop_reason"], 20),
             ev["turns"],
             total_tokens,
             ev["duration_ms"]

@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use super::policy::evaluate;
 use crate::agent::Transcript;
 use crate::llm::Role;
+use crate::text::{escape_json, escape_line};
 
 /// Decisions recorded in events.jsonl: (task_id, tool_use_id) → "tier (rule)".
 fn recorded_decisions(events: &Path) -> HashMap<(String, String), String> {
@@ -91,7 +92,9 @@ pub fn run(root: &Path, path: &Path, json_out: bool) -> anyhow::Result<i32> {
         writeln!(
             out,
             "{}",
-            serde_json::to_string_pretty(&json!({"calls": total, "changed": rows}))?
+            escape_json(&serde_json::to_string_pretty(
+                &json!({"calls": total, "changed": rows})
+            )?)
         )?;
         return Ok(0);
     }
@@ -107,6 +110,8 @@ pub fn run(root: &Path, path: &Path, json_out: bool) -> anyhow::Result<i32> {
             "task", "call", "tool", "input", "was"
         )?;
     }
+    // Every field comes from a transcript (model text): one-line escapes.
+    let field = |v: &Value| escape_line(v.as_str().unwrap_or("")).into_owned();
     for r in &rows {
         let input = crate::text::truncate_middle(&r["input"].to_string(), 38, 0)
             .0
@@ -114,12 +119,12 @@ pub fn run(root: &Path, path: &Path, json_out: bool) -> anyhow::Result<i32> {
         writeln!(
             out,
             "{:<28} {:<14} {:<11} {:<40} {:<32} {}",
-            r["task_id"].as_str().unwrap_or(""),
-            r["tool_use_id"].as_str().unwrap_or(""),
-            r["tool"].as_str().unwrap_or(""),
-            input,
-            r["was"].as_str().unwrap_or(""),
-            r["now"].as_str().unwrap_or("")
+            field(&r["task_id"]),
+            field(&r["tool_use_id"]),
+            field(&r["tool"]),
+            escape_json(&input),
+            field(&r["was"]),
+            field(&r["now"])
         )?;
     }
     Ok(0)

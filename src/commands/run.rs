@@ -13,6 +13,7 @@ use crate::approval::TerminalApprover;
 use crate::config::{LiveConfig, Loaded};
 use crate::exec::Executor;
 use crate::llm::AnthropicClient;
+use crate::text::{escape_line, escape_text};
 
 /// Options of `run`.
 #[derive(Debug)]
@@ -30,7 +31,7 @@ pub struct RunOptions {
 }
 
 fn config_error(e: impl std::fmt::Display) -> i32 {
-    eprintln!("error: {e}");
+    eprintln!("error: {}", escape_text(&e.to_string()));
     EXIT_CONFIG
 }
 
@@ -99,13 +100,17 @@ async fn run_async(
     let _ = printer.await;
     let outcome = outcome?;
     let transcript = crate::agent::Transcript::path(&loaded.paths.transcripts, &spec.task_id);
-    eprintln!("transcript: {}", loaded.paths.display(&transcript));
+    eprintln!(
+        "transcript: {}",
+        escape_line(&loaded.paths.display(&transcript))
+    );
     if let Some(e) = &outcome.error {
-        eprintln!("error: {e}");
+        eprintln!("error: {}", escape_text(&e.to_string()));
     }
     let mut out = std::io::stdout().lock();
+    // The answer is model text: newlines stay, controls are escaped (SPEC §8).
     if !outcome.answer.is_empty() {
-        writeln!(out, "{}", outcome.answer)?;
+        writeln!(out, "{}", escape_text(&outcome.answer))?;
     }
     out.flush()?;
     Ok(outcome.stop_reason.exit_code())

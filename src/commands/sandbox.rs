@@ -1,7 +1,10 @@
 //! `harnessd sandbox -- CMD…`: run a command through exactly the path a tool takes,
-//! with the current policy, so an operator can try a policy out. The command's
-//! output goes straight to the terminal; its exit code is the command's own (124 on
-//! timeout, 125 when the sandbox refused to start it).
+//! with the current policy, so an operator can try a policy out. The command gets
+//! no terminal (SPEC §8): stdin is `/dev/null`, stdout and stderr are pipes whose
+//! bytes harnessd relays to its own (escaped where those are a terminal, byte for
+//! byte to a pipe or a file), and the helper is a session leader with no
+//! controlling terminal. Its exit code is the command's own (124 on timeout, 125
+//! when the sandbox refused to start it).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -32,7 +35,7 @@ pub fn run(root: &Path, argv: Vec<String>, helper: &Path) -> anyhow::Result<i32>
         spool_prefix: None,
         keep_bytes: 0,
         cancel: &never,
-        inherit_output: true,
+        relay_output: true,
     });
     Ok(match outcome.ending {
         Ending::Exited(code) => code,
@@ -46,7 +49,7 @@ pub fn run(root: &Path, argv: Vec<String>, helper: &Path) -> anyhow::Result<i32>
         }
         Ending::Flooded | Ending::Cancelled => 1,
         Ending::SpawnFailed(e) => {
-            eprintln!("harnessd sandbox: {e}");
+            eprintln!("harnessd sandbox: {}", crate::text::escape_text(&e));
             1
         }
     })

@@ -131,14 +131,25 @@ impl Sink {
 }
 
 /// Reads `stream` to its end into `sink`; calls `on_flood` once when the total
-/// passes `cap` and stops reading then (the writer is about to be killed).
-pub(crate) fn pump(mut stream: impl Read, sink: Arc<Mutex<Sink>>, cap: u64, on_flood: impl Fn()) {
+/// passes `cap` and stops reading then (the writer is about to be killed). Each
+/// chunk is also given to `tee` first; when it returns `false` reading stops
+/// (where the chunks were copied is gone).
+pub(crate) fn pump(
+    mut stream: impl Read,
+    sink: Arc<Mutex<Sink>>,
+    cap: u64,
+    on_flood: impl Fn(),
+    mut tee: impl FnMut(&[u8]) -> bool,
+) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let n = match stream.read(&mut buf) {
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
+        if !tee(&buf[..n]) {
+            return;
+        }
         let total = {
             let Ok(mut s) = sink.lock() else { return };
             s.push(&buf[..n]);
@@ -158,7 +169,7 @@ mod tests {
     #[test]
     fn keeps_head_and_tail_only() {
         let sink = Arc::new(Mutex::new(Sink::new(4, None)));
-        pump(&b"0123456789"[..], sink.clone(), u64::MAX, || {});
+        pump(&b"0123456789"[..], sink.clone(), u64::MAX, || {}, |_| true);
         let c = sink.lock().unwrap().snapshot();
         assert_eq!(c.head, b"0123");
         assert_eq!(c.tail, b"6789");
@@ -169,7 +180,7 @@ mod tests {
     #[test]
     fn short_stream_is_whole() {
         let sink = Arc::new(Mutex::new(Sink::new(4, None)));
-        pump(&b"abcdef"[..], sink.clone(), u64::MAX, || {});
+        pump(&b"abcdef"[..], sink.clone(), u64::MAX, || {}, |_| true);
         let c = sink.lock().unwrap().snapshot();
         assert_eq!(c.text(), "abcdef");
         assert_eq!(c.omitted(), 0);
@@ -181,7 +192,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let small = dir.join("small");
         let sink = Arc::new(Mutex::new(Sink::new(4, Some(small.clone()))));
-        pump(&b"12345678"[..], sink.clone(), u64::MAX, || {});
+        pump(&b"12345678"[..], sink.clone(), u64::MAX, || {}, |_| true);
         assert!(!small.exists());
         assert_eq!(sink.lock().unwrap().snapshot().spool, None);
         let big = dir.join("big");
@@ -191,6 +202,7 @@ mod tests {
             sink.clone(),
             u64::MAX,
             || {},
+            |_| true,
         );
         let c = sink.lock().unwrap().snapshot();
         assert_eq!(c.spool.as_deref(), Some(big.as_path()));
@@ -203,7 +215,7 @@ mod tests {
         let sink = Arc::new(Mutex::new(Sink::new(4, None)));
         let flooded = std::cell::Cell::new(false);
         let data = vec![b'y'; 300 * 1024];
-        pump(&data[..], sink.clone(), 100, || flooded.set(true));
+        pump(&data[..], sink.clone(), 100, || flooded.set(true), |_| true);
         assert!(flooded.get());
         assert!(sink.lock().unwrap().total < data.len() as u64);
     }

@@ -4,11 +4,14 @@
 //! [`crate::sandbox`]) with a cleared, allow-listed environment in its own process
 //! group, hands it the [`Job`] on stdin, reads stdout and stderr with a bound
 //! ([`capture`]), enforces the wall-clock timeout, and kills the whole process group
-//! when the job ends, times out, floods its output or is cancelled. It decides no
-//! policy: what it is given has already been allowed.
+//! when the job ends, times out, floods its output or is cancelled. A job's output
+//! is always read through pipes, even when it is relayed to harnessd's own
+//! stdout and stderr (`relay`): a job never holds a descriptor of the operator's
+//! terminal. It decides no policy: what it is given has already been allowed.
 
 pub mod capture;
 pub mod cgroup;
+mod relay;
 mod spare;
 mod workspace;
 
@@ -88,9 +91,11 @@ pub struct ExecRequest<'a> {
     pub spool_prefix: Option<PathBuf>,
     /// Bytes of head and of tail kept in memory per stream.
     pub keep_bytes: usize,
-    /// Let the job write to harnessd's own stdout and stderr instead of capturing
-    /// them (`harnessd sandbox -- CMD`).
-    pub inherit_output: bool,
+    /// Copy the job's stdout and stderr to harnessd's own as they arrive
+    /// (`harnessd sandbox -- CMD`), escaped where those are a terminal, with no
+    /// flood cap (nothing is kept). The job still writes into pipes: it never gets
+    /// the operator's terminal.
+    pub relay_output: bool,
     /// Cancels the job: the tree is killed within about 50 ms.
     pub cancel: &'a CancellationToken,
 }
@@ -140,7 +145,7 @@ impl Executor {
             spool_prefix: None,
             keep_bytes: 64 * 1024,
             cancel: &never,
-            inherit_output: false,
+            relay_output: false,
         });
         if outcome.ending != Ending::Exited(0) {
             return Err(format!(
@@ -214,15 +219,31 @@ impl Executor {
                 .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
         ];
         let mut readers = 0;
-        for (pipe, sink) in pipes.into_iter().zip(sinks.iter()) {
+        let targets = [relay::Target::Stdout, relay::Target::Stderr];
+        // Relayed output goes to harnessd's own streams (`harnessd sandbox` keeps
+        // none of it), so only where it goes bounds it, as when a command runs there
+        // itself.
+        let cap = if req.relay_output {
+            u64::MAX
+        } else {
+            FLOOD_CAP_BYTES
+        };
+        for ((pipe, sink), target) in pipes.into_iter().zip(sinks.iter()).zip(targets) {
             let Some(pipe) = pipe else { continue };
             let (sink, flooded, done_tx) = (sink.clone(), flooded.clone(), done_tx.clone());
+            let mut relay = req.relay_output.then(|| relay::Relay::new(target));
             readers += 1;
             std::thread::spawn(move || {
-                capture::pump(pipe, sink, FLOOD_CAP_BYTES, || {
+                let on_flood = || {
                     flooded.store(true, std::sync::atomic::Ordering::SeqCst);
                     kill_tree(pgid);
+                };
+                capture::pump(pipe, sink, cap, on_flood, |chunk| {
+                    relay.as_mut().is_none_or(|r| r.write(chunk))
                 });
+                if let Some(r) = &mut relay {
+                    r.finish();
+                }
                 let _ = done_tx.send(());
             });
         }
@@ -276,9 +297,9 @@ impl Executor {
             confine: req.confine.clone(),
         })
         .map_err(std::io::Error::other)?;
-        // A spare's output is piped; a command writing to the terminal gets a fresh one.
-        let mut child = if req.inherit_output {
-            spare::start(&self.helper, req.workspace, true)?
+        // A relayed job is a one-off (`harnessd sandbox`): no spare to leave behind.
+        let mut child = if req.relay_output {
+            spare::start(&self.helper, req.workspace)?
         } else {
             self.spares.take(req.workspace)?
         };

@@ -35,28 +35,18 @@ impl std::fmt::Debug for Spawn {
     }
 }
 
-/// Starts a helper in `workspace` with a cleared, allow-listed environment; its
-/// output is piped, or goes to harnessd's own stdout/stderr with `inherit_output`.
-pub(crate) fn start(
-    helper: &Path,
-    workspace: &Path,
-    inherit_output: bool,
-) -> std::io::Result<Child> {
-    let output = || {
-        if inherit_output {
-            Stdio::inherit()
-        } else {
-            Stdio::piped()
-        }
-    };
+/// Starts a helper in `workspace` with a cleared, allow-listed environment and
+/// every standard stream a pipe: it never inherits one of harnessd's (which may
+/// be the operator's terminal).
+pub(crate) fn start(helper: &Path, workspace: &Path) -> std::io::Result<Child> {
     Command::new(helper)
         .arg(HELPER_ARG)
         .env_clear()
         .envs(tool_environment(workspace))
         .current_dir(workspace)
         .stdin(Stdio::piped())
-        .stdout(output())
-        .stderr(output())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
 }
 
@@ -70,7 +60,7 @@ impl Spares {
             .name("helper-spawner".into())
             .spawn(move || {
                 while let Ok(req) = rx.recv() {
-                    let child = start(&helper, &req.workspace, false);
+                    let child = start(&helper, &req.workspace);
                     match req.reply {
                         Some(reply) => {
                             let _ = reply.send(child);

@@ -202,7 +202,7 @@ pub async fn run(
             spool_prefix,
             keep_bytes,
             cancel: &cancel,
-            inherit_output: false,
+            relay_output: false,
         })
     })
     .await;

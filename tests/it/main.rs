@@ -16,4 +16,5 @@ mod reload;
 mod shell_diff;
 mod stops;
 mod systemd;
+mod terminal;
 mod tools;
