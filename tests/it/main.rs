@@ -14,3 +14,4 @@ mod reload;
 mod stops;
 mod systemd;
 mod tools;
+mod workspace_race;
