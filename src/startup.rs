@@ -7,7 +7,7 @@ use tokio::sync::mpsc;
 
 use crate::config::{CONFIG_FILE, Loaded, SandboxRequire};
 use crate::events::{Event, EventError, EventLog};
-use crate::exec::{Executor, prepare_workspace};
+use crate::exec::{Executor, WorkspaceError, prepare_workspace};
 use crate::sandbox::{Confinement, Report};
 
 /// Why start-up failed.
@@ -16,16 +16,10 @@ pub enum StartupError {
     /// The audit log could not be opened or written.
     #[error(transparent)]
     Events(#[from] EventError),
-    /// The workspace could not be prepared.
-    #[error("cannot prepare the workspace {path} for tools running as {user}: {source}")]
-    Workspace {
-        /// The workspace.
-        path: String,
-        /// The sandbox user.
-        user: String,
-        /// The error.
-        source: std::io::Error,
-    },
+    /// The workspace directory itself is unusable (a planted entry inside it never
+    /// is a reason: it is moved aside with a warning).
+    #[error(transparent)]
+    Workspace(#[from] WorkspaceError),
 }
 
 /// Opens events.jsonl with `tap`, records a torn-line repair and `config_loaded`
@@ -73,13 +67,8 @@ pub fn prepare_sandbox(
     loaded: &Loaded,
 ) -> Result<Result<Report, String>, StartupError> {
     let settings = &loaded.policy.settings;
-    prepare_workspace(&loaded.paths.workspace, &settings.sandbox.user).map_err(|source| {
-        StartupError::Workspace {
-            path: loaded.paths.workspace.display().to_string(),
-            user: settings.sandbox.user.clone(),
-            source,
-        }
-    })?;
+    // Its warnings (a planted `.tmp` moved aside…) are logged where they arise.
+    prepare_workspace(&loaded.paths.workspace, &settings.sandbox.user)?;
     let confine = Confinement::from_settings(settings, &loaded.paths.root);
     let report = executor.probe(&confine, &loaded.paths.workspace);
     let missing = match &report {

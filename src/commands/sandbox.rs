@@ -24,6 +24,8 @@ pub fn run(root: &Path, argv: Vec<String>, helper: &Path) -> anyhow::Result<i32>
         Err(code) => return Ok(code),
     };
     let settings = &loaded.policy.settings;
+    // Its warnings (a planted `.tmp` moved aside…) are logged where they arise,
+    // to stderr by default.
     prepare_workspace(&loaded.paths.workspace, &settings.sandbox.user)?;
     let confine = Confinement::from_settings(settings, &loaded.paths.root);
     let never = CancellationToken::new();

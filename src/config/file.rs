@@ -138,6 +138,9 @@ pub struct DaemonConfig {
     pub approval_timeout_secs: u64,
     /// Seconds running tasks get on SIGTERM.
     pub shutdown_grace_secs: u64,
+    /// A group whose members may use the control API besides the daemon's user and
+    /// root (socket mode 0660, that group). Read at start: a change needs a restart.
+    pub operators_group: Option<String>,
 }
 
 impl Default for DaemonConfig {
@@ -147,6 +150,7 @@ impl Default for DaemonConfig {
             max_concurrent_tasks: 4,
             approval_timeout_secs: 600,
             shutdown_grace_secs: 10,
+            operators_group: None,
         }
     }
 }
@@ -236,6 +240,26 @@ impl Config {
                 "must name an environment variable".into(),
             );
         }
+        if let Some(group) = &self.daemon.operators_group {
+            match nix::unistd::Group::from_name(group) {
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    return bad(
+                        "daemon.operators_group",
+                        format!(
+                            "no group named {group:?} on this host; create it (groupadd \
+                             {group}) or remove the key"
+                        ),
+                    );
+                }
+                Err(e) => {
+                    return bad(
+                        "daemon.operators_group",
+                        format!("cannot look up the group {group:?}: {e}"),
+                    );
+                }
+            }
+        }
         if let Some(enabled) = &self.tools.enabled {
             for (i, name) in enabled.iter().enumerate() {
                 if crate::tools::ToolName::parse(name).is_none() {
@@ -294,6 +318,22 @@ mod tests {
         let s = Config::parse(text, "c.toml").expect_err("type").to_string();
         assert!(s.contains("c.toml:2:"), "{s}");
         assert!(s.contains("api.max_tokens"), "{s}");
+    }
+
+    #[test]
+    fn operators_group_must_exist() {
+        let ok = Config::parse("[daemon]\noperators_group = \"root\"\n", "c.toml").expect("root");
+        assert_eq!(ok.daemon.operators_group.as_deref(), Some("root"));
+        let text = "[daemon]\nsocket = \"run/x.sock\"\noperators_group = \"no-such-group-hd\"\n";
+        let s = Config::parse(text, "c.toml")
+            .expect_err("unknown")
+            .to_string();
+        assert!(
+            s.starts_with(
+                "c.toml:3:1: key `daemon.operators_group`: no group named \"no-such-group-hd\""
+            ),
+            "{s}"
+        );
     }
 
     #[test]

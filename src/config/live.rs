@@ -85,6 +85,11 @@ impl LiveConfig {
             restart_needed.push("daemon.socket".to_string());
             new.config.daemon.socket = old.config.daemon.socket.clone();
         }
+        // The socket's group and mode are set at start; who may call follows them.
+        if new.config.daemon.operators_group != old.config.daemon.operators_group {
+            restart_needed.push("daemon.operators_group".to_string());
+            new.config.daemon.operators_group = old.config.daemon.operators_group.clone();
+        }
         // The model client (endpoint, timeouts, retries, key) is built at start.
         let client_keys = |c: &super::ApiConfig| {
             (

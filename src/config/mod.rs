@@ -211,9 +211,20 @@ pub fn init(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     ];
     for (rel, content) in files {
         let path = dir.join(rel);
-        if !path.exists() {
-            std::fs::write(&path, content)?;
-            written.push(path);
+        // Created exclusively: an existing entry is kept, and one that is a link
+        // (a dangling one a tool left in the workspace, say) is never written
+        // through, which `exists()` + `write` would do for a dangling link.
+        let created = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path);
+        match created {
+            Ok(mut file) => {
+                std::io::Write::write_all(&mut file, content.as_bytes())?;
+                written.push(path);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
         }
     }
     Ok(written)

@@ -1,6 +1,7 @@
 //! The control API: HTTP/1.1 + JSON on the unix socket (SPEC §9). Every error is
-//! `{error: {type, message}}` with a fitting status. Who answered an approval is
-//! the peer's uid, from SO_PEERCRED.
+//! `{error: {type, message}}` with a fitting status. Every request is first
+//! authorised by the peer's uid, from SO_PEERCRED ([`super::access`]); who answered
+//! an approval is that uid too.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -66,7 +67,12 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> ApiError {
+    /// An error with this status, `type` and message.
+    pub(crate) fn new(
+        status: StatusCode,
+        kind: &'static str,
+        message: impl Into<String>,
+    ) -> ApiError {
         ApiError {
             status,
             kind,
@@ -132,6 +138,11 @@ pub fn router(state: AppState) -> Router {
             )
         })
         .layer(DefaultBodyLimit::max(MAX_BODY))
+        // Outermost, so it runs first, for every route and both fallbacks.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            super::access::authorize,
+        ))
         .with_state(state)
 }
 

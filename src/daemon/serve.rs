@@ -1,12 +1,12 @@
-//! The daemon's life: lock the root, bind the socket, mark what a crash left as
-//! interrupted, serve until SIGTERM, give running tasks their grace, stop cleanly.
+//! The daemon's life: check the socket's directory, lock the root, bind the
+//! socket, mark what a crash left as interrupted, serve until SIGTERM, give running
+//! tasks their grace, stop cleanly.
 
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use nix::fcntl::{Flock, FlockArg};
+use nix::unistd::Gid;
 use serde_json::Value;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::api::{AppState, Peer, router};
 use super::approvals::Approvals;
 use super::metrics::Metrics;
+use super::socket::SocketDir;
 use super::tasks::{Registry, Scheduler, SchedulerParts, Status, TaskInfo};
 use crate::agent::Transcript;
 use crate::config::{ConfigSource, LiveConfig, Loaded, resolve};
@@ -29,22 +30,17 @@ pub struct ServeOptions {
     pub helper: PathBuf,
 }
 
-/// Takes the root's lock so a second daemon is refused; returns it (held while the
-/// daemon lives).
-fn lock_root(socket: &Path) -> anyhow::Result<Flock<std::fs::File>> {
-    let lock_path = socket.with_extension("lock");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", lock_path.display()))?;
-    Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, _)| {
-        anyhow::anyhow!(
-            "another harnessd is already serving this root (it holds {}); stop it first",
-            lock_path.display()
-        )
-    })
+/// The gid of `daemon.operators_group`, if set. Validated when the config was
+/// loaded; looked up again here since the group may have gone since.
+fn operators_gid(group: Option<&str>) -> anyhow::Result<Option<Gid>> {
+    let Some(name) = group else { return Ok(None) };
+    match nix::unistd::Group::from_name(name) {
+        Ok(Some(g)) => Ok(Some(g.gid)),
+        Ok(None) => anyhow::bail!(
+            "daemon.operators_group {name:?} does not exist (any more); create it or remove the key"
+        ),
+        Err(e) => anyhow::bail!("cannot look up daemon.operators_group {name:?}: {e}"),
+    }
 }
 
 /// Loads every transcript; those still `running` belong to a daemon that died:
@@ -118,13 +114,10 @@ async fn serve_async(
     client: AnthropicClient,
 ) -> anyhow::Result<i32> {
     let socket = resolve(&loaded.paths.root, &loaded.config.daemon.socket);
-    if let Some(dir) = socket.parent() {
-        std::fs::create_dir_all(dir)?;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-    }
-    let _lock = lock_root(&socket)?;
-    // We hold the lock, so a socket file left here is a crashed daemon's.
-    let _ = std::fs::remove_file(&socket);
+    let group = operators_gid(loaded.config.daemon.operators_group.as_deref())?;
+    // Checked and fixed through its descriptor; warnings are logged there.
+    let (socket_dir, _) = SocketDir::prepare(&socket, group)?;
+    let _lock = socket_dir.lock()?;
 
     let (tap_tx, mut tap_rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
     let events = crate::startup::open_audit_log(&loaded, Some(tap_tx)).await?;
@@ -189,9 +182,8 @@ async fn serve_async(
         live_events: live_tx,
     };
 
-    let listener = tokio::net::UnixListener::bind(&socket)
-        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", socket.display()))?;
-    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))?;
+    // We hold the lock, so a socket file left there is a crashed daemon's.
+    let listener = socket_dir.bind()?;
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
     // With WatchdogSec= in the unit, ping at half the interval while the runtime is
     // alive; a wedged runtime stops the pings and systemd restarts the service.
@@ -219,7 +211,7 @@ async fn serve_async(
     };
     // No longer accepting: the listener is gone with the server future.
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
-    let _ = std::fs::remove_file(&socket);
+    socket_dir.remove_socket();
     let grace = Duration::from_secs(live.current().config.daemon.shutdown_grace_secs);
     scheduler.tracker.close();
     if tokio::time::timeout(grace, scheduler.tracker.wait())

@@ -7,7 +7,8 @@
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::path::PathBuf;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 /// What was kept of one stream.
@@ -75,7 +76,7 @@ impl Sink {
         let Some(path) = &self.spool_path else {
             return Ok(());
         };
-        let mut file = File::create(path)?;
+        let mut file = create_exclusive(path)?;
         file.write_all(&self.head)?;
         let (a, b) = self.tail.as_slices();
         file.write_all(a)?;
@@ -127,6 +128,27 @@ impl Sink {
 
     pub(crate) fn spool_error(&self) -> Option<String> {
         self.spool_error.clone()
+    }
+}
+
+/// Creates `path` owner-only, exclusively: an existing entry there, a symlink
+/// above all, is never followed or reused. One left by a crash mid-call (the
+/// same tool_use id) is removed first; unlink never follows a link.
+fn create_exclusive(path: &Path) -> std::io::Result<File> {
+    let open = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+    };
+    match open() {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::remove_file(path)?;
+            open()
+        }
+        other => other,
     }
 }
 
@@ -207,6 +229,31 @@ mod tests {
         let c = sink.lock().unwrap().snapshot();
         assert_eq!(c.spool.as_deref(), Some(big.as_path()));
         assert_eq!(std::fs::read(&big).unwrap(), b"0123456789abcdef");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_spool_never_writes_through_a_planted_link() {
+        let dir = std::env::temp_dir().join(format!("harnessd-spool-link-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let victim = dir.join("victim");
+        std::fs::write(&victim, "keep").unwrap();
+        let spool = dir.join("x.stdout.part");
+        std::os::unix::fs::symlink(&victim, &spool).unwrap();
+        let sink = Arc::new(Mutex::new(Sink::new(4, Some(spool.clone()))));
+        pump(
+            &b"0123456789abcdef"[..],
+            sink.clone(),
+            u64::MAX,
+            || {},
+            |_| true,
+        );
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+        let meta = std::fs::symlink_metadata(&spool).unwrap();
+        assert!(meta.is_file(), "the spool is a fresh file, not the link");
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        assert_eq!(std::fs::read(&spool).unwrap(), b"0123456789abcdef");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -15,7 +15,7 @@ mod relay;
 mod spare;
 mod workspace;
 
-pub use workspace::prepare_workspace;
+pub use workspace::{PLANTED_PREFIX, Prepared, WorkspaceError, prepare_workspace};
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -1,44 +1,639 @@
-//! Ownership of the workspace. When harnessd runs as root, tools run as
-//! `sandbox.user`, so the workspace (and its `.tmp`) must belong to that account for
-//! tools to create and edit files there; root — the operator — can always edit them.
-//! When harnessd runs unprivileged, tools run as the same user and nothing changes.
+//! The workspace as tools find it at every start (`serve`, `run`, `sandbox`): a real
+//! directory with a usable `.tmp`, and, when harnessd runs as root, owned by
+//! `sandbox.user` so tools can edit what the operator put there.
+//!
+//! The workspace is tool-writable, so everything here is done as SPEC §10 asks:
+//! never by a path a tool could rewrite between two calls. The workspace is opened
+//! once (`O_DIRECTORY|O_NOFOLLOW`), and every entry below it is reached relative to
+//! its parent's descriptor with no symlink following, opened as an `O_PATH`
+//! descriptor, inspected with `fstat` and changed through that same descriptor —
+//! so the inode changed is the inode inspected, whatever a tool renames or swaps
+//! meanwhile. A swap observed mid-walk (ENOENT, ELOOP, ENOTDIR) skips that entry.
+//! Nothing a tool leaves here can stop a start: a planted `.tmp` is moved aside.
+//!
+//! When harnessd runs unprivileged, tools run as its own uid and nothing changes
+//! hands; only `.tmp` is checked.
 
-use std::os::unix::fs::MetadataExt;
+use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsFd, BorrowedFd, IntoRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use nix::unistd::Uid;
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, OFlag, RenameFlags, openat, renameat2};
+use nix::sys::stat::{FileStat, Mode, SFlag, fstat, fstatat, mkdirat};
+use nix::unistd::{Gid, Uid, fchownat};
 
 use super::TMP_DIR;
 
-/// Creates `<workspace>/.tmp` and, as root, gives the workspace tree to `user`
-/// (symlinks themselves, never what they point to). Returns how many entries
-/// changed owner.
-pub fn prepare_workspace(workspace: &Path, user: &str) -> std::io::Result<usize> {
-    std::fs::create_dir_all(workspace.join(TMP_DIR))?;
-    if !Uid::effective().is_root() {
-        return Ok(0);
-    }
-    // An unknown user is reported by the helper, which refuses to run tools, or
-    // under best_effort drops to nobody's uid: the workspace goes to that one.
-    let Ok((uid, gid)) =
-        crate::sandbox::resolve_user(user).or_else(|_| crate::sandbox::resolve_user("65534"))
-    else {
-        return Ok(0);
-    };
-    let (uid, gid) = (uid.as_raw(), gid.as_raw());
-    let mut changed = 0;
-    let mut stack = vec![workspace.to_path_buf()];
-    while let Some(path) = stack.pop() {
-        let meta = std::fs::symlink_metadata(&path)?;
-        if meta.uid() != uid || meta.gid() != gid {
-            std::os::unix::fs::lchown(&path, Some(uid), Some(gid))?;
-            changed += 1;
+/// Entries visited at most in one walk; a workspace beyond it is handed over in
+/// part (and says so) rather than stalling the start.
+const MAX_ENTRIES: usize = 1_000_000;
+
+/// Directory levels descended at most; each level holds one open descriptor.
+const MAX_DEPTH: usize = 64;
+
+/// Rounds of "move the planted thing aside, make `.tmp`" before giving up on it
+/// for this start (a tool still running may keep replanting it).
+const TMP_ATTEMPTS: usize = 4;
+
+/// Prefix of the name a planted `.tmp` is moved aside to.
+pub const PLANTED_PREFIX: &str = ".tmp.planted-";
+
+/// Why the workspace cannot be used at all. Problems with single entries are
+/// never errors: they become [`Prepared::warnings`].
+#[derive(Debug, thiserror::Error)]
+pub enum WorkspaceError {
+    /// The workspace directory itself cannot be opened.
+    #[error("cannot open the workspace {path}: {error}; create it or fix paths.workspace")]
+    Open {
+        /// The workspace.
+        path: String,
+        /// The error (in the message, so not chained a second time).
+        error: std::io::Error,
+    },
+    /// The workspace is a symbolic link, which harnessd does not follow as root.
+    #[error(
+        "the workspace {path} is a symbolic link; harnessd works in the workspace through \
+         descriptors and never follows a link there: set paths.workspace to the directory \
+         itself{target}"
+    )]
+    Symlink {
+        /// The workspace.
+        path: String,
+        /// ` (…)` with where the link points, when readable.
+        target: String,
+    },
+    /// The workspace directory cannot be given to the sandbox user.
+    #[error("cannot give the workspace {path} to {user} (uid {uid}): {error}")]
+    Chown {
+        /// The workspace.
+        path: String,
+        /// `sandbox.user`.
+        user: String,
+        /// Its uid.
+        uid: u32,
+        /// The error (in the message, so not chained a second time).
+        error: std::io::Error,
+    },
+}
+
+/// What [`prepare_workspace`] did.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Prepared {
+    /// Entries whose owner changed to the sandbox user.
+    pub changed: usize,
+    /// What an operator should know (a planted `.tmp` moved aside, entries left
+    /// as they were); each was also logged with `tracing::warn!`.
+    pub warnings: Vec<String>,
+}
+
+/// Opens the workspace, makes `.tmp` a directory tools can use (moving a planted
+/// one aside) and, as root, gives the workspace tree to `user` (see the module
+/// doc for how). Fails only when the workspace directory itself is unusable.
+pub fn prepare_workspace(workspace: &Path, user: &str) -> Result<Prepared, WorkspaceError> {
+    let ws = open_workspace(workspace)?;
+    let owner = tool_owner(user);
+    let mut prepared = Prepared::default();
+    if let Some((uid, gid)) = owner {
+        let st = fstat(ws.as_fd()).map_err(|e| chown_error(workspace, user, uid, e))?;
+        if st.st_uid != uid.as_raw() || st.st_gid != gid.as_raw() {
+            chown_fd(ws.as_fd(), uid, gid).map_err(|e| chown_error(workspace, user, uid, e))?;
+            prepared.changed += 1;
         }
-        if meta.is_dir() {
-            for entry in std::fs::read_dir(&path)? {
-                stack.push(entry?.path());
+    }
+    prepared.changed += ensure_tmp(ws.as_fd(), owner, &mut prepared.warnings);
+    if let Some(owner) = owner {
+        let walk = walk(ws, owner);
+        prepared.changed += walk.changed;
+        prepared.warnings.extend(walk.warnings(user));
+    }
+    for w in &prepared.warnings {
+        tracing::warn!("workspace {}: {w}", workspace.display());
+    }
+    Ok(prepared)
+}
+
+fn chown_error(workspace: &Path, user: &str, uid: Uid, e: Errno) -> WorkspaceError {
+    WorkspaceError::Chown {
+        path: workspace.display().to_string(),
+        user: user.to_string(),
+        uid: uid.as_raw(),
+        error: e.into(),
+    }
+}
+
+/// The owner tools' files should have: `None` when harnessd is not root (tools
+/// keep its uid). Mirrors the helper's drop: an unknown user, or one that is
+/// root, means tools run as uid 65534.
+fn tool_owner(user: &str) -> Option<(Uid, Gid)> {
+    if !Uid::effective().is_root() {
+        return None;
+    }
+    match crate::sandbox::resolve_user(user) {
+        Ok((uid, gid)) if !uid.is_root() => Some((uid, gid)),
+        _ => crate::sandbox::resolve_user("65534").ok(),
+    }
+}
+
+fn open_workspace(workspace: &Path) -> Result<OwnedFd, WorkspaceError> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    nix::fcntl::open(workspace, flags, Mode::empty()).map_err(|e| {
+        let path = workspace.display().to_string();
+        let is_link = std::fs::symlink_metadata(workspace).is_ok_and(|m| m.is_symlink());
+        if e == Errno::ELOOP || is_link {
+            let target = std::fs::read_link(workspace)
+                .map(|t| format!(" (the link points to {})", t.display()))
+                .unwrap_or_default();
+            WorkspaceError::Symlink { path, target }
+        } else {
+            WorkspaceError::Open {
+                path,
+                error: e.into(),
+            }
+        }
+    })
+}
+
+/// An `O_PATH` descriptor of `name` in `dir`, the link itself if it is one.
+fn open_entry(dir: BorrowedFd<'_>, name: &OsStr) -> nix::Result<OwnedFd> {
+    let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    openat(dir, name, flags, Mode::empty())
+}
+
+/// Changes the owner of the inode `fd` refers to (a link itself, for a link's
+/// `O_PATH` descriptor), by descriptor.
+fn chown_fd(fd: BorrowedFd<'_>, uid: Uid, gid: Gid) -> nix::Result<()> {
+    fchownat(fd, "", Some(uid), Some(gid), AtFlags::AT_EMPTY_PATH)
+}
+
+fn file_type(st: &FileStat) -> SFlag {
+    SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits())
+}
+
+/// What a planted `.tmp` is, in words.
+fn describe(st: &FileStat) -> String {
+    let t = file_type(st);
+    if t == SFlag::S_IFLNK {
+        "a symbolic link".into()
+    } else if t == SFlag::S_IFIFO {
+        "a FIFO".into()
+    } else if t == SFlag::S_IFREG {
+        "a regular file".into()
+    } else if t == SFlag::S_IFSOCK {
+        "a socket".into()
+    } else if t == SFlag::S_IFCHR || t == SFlag::S_IFBLK {
+        "a device node".into()
+    } else {
+        format!("a directory owned by uid {}", st.st_uid)
+    }
+}
+
+/// Makes `.tmp` a directory of the tools' owner (or of ours), moving anything else
+/// found there aside. Never fails: what goes wrong is a warning. Returns how many
+/// entries changed owner.
+fn ensure_tmp(ws: BorrowedFd<'_>, owner: Option<(Uid, Gid)>, warnings: &mut Vec<String>) -> usize {
+    let me = Uid::effective().as_raw();
+    let tools = owner.map_or(me, |(uid, _)| uid.as_raw());
+    for _ in 0..TMP_ATTEMPTS {
+        let fd = match open_entry(ws, OsStr::new(TMP_DIR)) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT) => {
+                match mkdirat(ws, TMP_DIR, Mode::from_bits_truncate(0o700)) {
+                    Ok(()) | Err(Errno::EEXIST) => {}
+                    Err(e) => {
+                        warnings.push(format!(
+                            "cannot create {TMP_DIR}: {e}; tools have no TMPDIR"
+                        ));
+                        return 0;
+                    }
+                }
+                // Inspect what is there now, through a descriptor.
+                continue;
+            }
+            Err(e) => {
+                warnings.push(format!(
+                    "cannot inspect {TMP_DIR}: {e}; tools may have no TMPDIR"
+                ));
+                return 0;
+            }
+        };
+        let st = match fstat(fd.as_fd()) {
+            Ok(st) => st,
+            Err(e) => {
+                warnings.push(format!(
+                    "cannot inspect {TMP_DIR}: {e}; tools may have no TMPDIR"
+                ));
+                return 0;
+            }
+        };
+        let is_dir = file_type(&st) == SFlag::S_IFDIR;
+        if is_dir && (st.st_uid == tools || st.st_uid == me) {
+            let Some((uid, gid)) = owner else { return 0 };
+            if st.st_uid == uid.as_raw() && st.st_gid == gid.as_raw() {
+                return 0;
+            }
+            return match chown_fd(fd.as_fd(), uid, gid) {
+                Ok(()) => 1,
+                Err(e) => {
+                    warnings.push(format!("cannot give {TMP_DIR} to uid {uid}: {e}"));
+                    0
+                }
+            };
+        }
+        let what = describe(&st);
+        match move_aside(ws, OsStr::new(TMP_DIR)) {
+            Ok(aside) => warnings.push(format!(
+                "{TMP_DIR} was {what}, not a directory harnessd made (a tool may have planted \
+                 it); moved it aside to {aside} and made a new {TMP_DIR}"
+            )),
+            Err(e) => {
+                warnings.push(format!(
+                    "{TMP_DIR} is {what}, not a directory harnessd made, and cannot be moved \
+                     aside: {e}; tools have no TMPDIR until it is removed"
+                ));
+                return 0;
             }
         }
     }
-    Ok(changed)
+    warnings.push(format!(
+        "{TMP_DIR} kept being replaced while harnessd made it ({TMP_ATTEMPTS} attempts); tools \
+         may have no TMPDIR until the next start"
+    ));
+    0
+}
+
+/// Renames `name` in `dir` to `.tmp.planted-<unix seconds>[-n]`, never replacing
+/// an entry; returns the new name.
+fn move_aside(dir: BorrowedFd<'_>, name: &OsStr) -> nix::Result<String> {
+    let ts = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let mut last = Errno::EEXIST;
+    for n in 0..100 {
+        let aside = match n {
+            0 => format!("{PLANTED_PREFIX}{ts}"),
+            n => format!("{PLANTED_PREFIX}{ts}-{n}"),
+        };
+        match renameat2(
+            dir,
+            name,
+            dir,
+            aside.as_str(),
+            RenameFlags::RENAME_NOREPLACE,
+        ) {
+            Ok(()) => return Ok(aside),
+            Err(Errno::EEXIST) => last = Errno::EEXIST,
+            // A filesystem without RENAME_NOREPLACE: check, then rename. The check
+            // and the rename race only with a tool creating exactly that name.
+            Err(Errno::EINVAL) => {
+                match fstatat(dir, aside.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+                    Err(Errno::ENOENT) => {}
+                    _ => continue,
+                }
+                nix::fcntl::renameat(dir, name, dir, aside.as_str())?;
+                return Ok(aside);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last)
+}
+
+/// What one walk did and left alone.
+#[derive(Debug, Default)]
+struct Walk {
+    changed: usize,
+    /// Non-directories with other hard links: they may be files outside the
+    /// workspace, so they keep their owner.
+    hard_linked: usize,
+    /// Entries on another filesystem than the workspace: left as they are.
+    other_fs: usize,
+    /// Entries that could not be inspected or changed (not counting swaps).
+    failed: usize,
+    /// Whether the walk stopped at [`MAX_ENTRIES`] or skipped levels below
+    /// [`MAX_DEPTH`].
+    cut: bool,
+}
+
+impl Walk {
+    fn warnings(&self, user: &str) -> Vec<String> {
+        let mut w = Vec::new();
+        if self.hard_linked > 0 {
+            w.push(format!(
+                "{} file(s) have other hard links, so they may be files outside the workspace: \
+                 not given to {user} (tools cannot write them)",
+                self.hard_linked
+            ));
+        }
+        if self.other_fs > 0 {
+            w.push(format!(
+                "{} entr(ies) on another filesystem (a mount point) left as they are",
+                self.other_fs
+            ));
+        }
+        if self.failed > 0 {
+            w.push(format!(
+                "{} entr(ies) could not be given to {user}; tools may not be able to write them",
+                self.failed
+            ));
+        }
+        if self.cut {
+            w.push(format!(
+                "the workspace is larger than harnessd walks at start ({MAX_ENTRIES} entries, \
+                 {MAX_DEPTH} levels): the rest was not given to {user}"
+            ));
+        }
+        w
+    }
+}
+
+/// A directory being walked: its descriptor and the names still to visit.
+struct Frame {
+    dir: OwnedFd,
+    names: Vec<OsString>,
+    depth: usize,
+}
+
+/// Gives every entry under `ws` to `owner`, depth first, iteratively, through
+/// descriptors (see the module doc). Skips `.tmp.planted-*` at the top (kept as
+/// found, for the operator), device nodes, non-directories with other hard links
+/// and other filesystems.
+fn walk(ws: OwnedFd, (uid, gid): (Uid, Gid)) -> Walk {
+    let mut walk = Walk::default();
+    let mut budget = MAX_ENTRIES;
+    let Ok(dev) = fstat(ws.as_fd()).map(|st| st.st_dev) else {
+        walk.failed += 1;
+        return walk;
+    };
+    let names = list(ws.as_fd(), &mut budget, &mut walk);
+    let mut stack = vec![Frame {
+        dir: ws,
+        names,
+        depth: 0,
+    }];
+    while let Some(frame) = stack.last_mut() {
+        let Some(name) = frame.names.pop() else {
+            stack.pop();
+            continue;
+        };
+        let depth = frame.depth;
+        if depth == 0 && name.as_bytes().starts_with(PLANTED_PREFIX.as_bytes()) {
+            continue;
+        }
+        let fd = match open_entry(frame.dir.as_fd(), &name) {
+            Ok(fd) => fd,
+            // Renamed, swapped or removed since it was listed: skipped, not followed.
+            Err(Errno::ENOENT | Errno::ELOOP | Errno::ENOTDIR) => continue,
+            Err(_) => {
+                walk.failed += 1;
+                continue;
+            }
+        };
+        let Ok(st) = fstat(fd.as_fd()) else {
+            walk.failed += 1;
+            continue;
+        };
+        if st.st_dev != dev {
+            walk.other_fs += 1;
+            continue;
+        }
+        let kind = file_type(&st);
+        let owned = st.st_uid == uid.as_raw() && st.st_gid == gid.as_raw();
+        // A device node would hand the hardware over; it never changes hands.
+        let device = kind == SFlag::S_IFCHR || kind == SFlag::S_IFBLK;
+        // A non-directory with another link may be an inode outside the
+        // workspace linked in by a tool; a symlink's own inode is always ours.
+        let linked = kind != SFlag::S_IFDIR && kind != SFlag::S_IFLNK && st.st_nlink > 1;
+        if !owned && !device {
+            if linked {
+                walk.hard_linked += 1;
+            } else {
+                match chown_fd(fd.as_fd(), uid, gid) {
+                    Ok(()) => walk.changed += 1,
+                    Err(_) => walk.failed += 1,
+                }
+            }
+        }
+        if kind != SFlag::S_IFDIR {
+            continue;
+        }
+        if depth + 1 > MAX_DEPTH {
+            walk.cut = true;
+            continue;
+        }
+        // Reopened through the descriptor inspected above, never by name again.
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+        let Ok(dir) = openat(fd.as_fd(), ".", flags, Mode::empty()) else {
+            walk.failed += 1;
+            continue;
+        };
+        let names = list(dir.as_fd(), &mut budget, &mut walk);
+        stack.push(Frame {
+            dir,
+            names,
+            depth: depth + 1,
+        });
+    }
+    walk
+}
+
+/// The names in `dir` (without `.` and `..`), at most `budget` of them in all.
+fn list(dir: BorrowedFd<'_>, budget: &mut usize, walk: &mut Walk) -> Vec<OsString> {
+    // Read through a duplicate: the stream owns and closes its descriptor.
+    let Ok(dup) = dir.try_clone_to_owned() else {
+        walk.failed += 1;
+        return Vec::new();
+    };
+    let raw = dup.into_raw_fd();
+    // SAFETY: `raw` is a descriptor we own (just duplicated); on success the stream
+    // owns it and `closedir` below closes it, on failure we close it.
+    let stream = unsafe { libc::fdopendir(raw) };
+    if stream.is_null() {
+        // SAFETY: still ours, fdopendir failed.
+        unsafe { libc::close(raw) };
+        walk.failed += 1;
+        return Vec::new();
+    }
+    let mut names = Vec::new();
+    loop {
+        // SAFETY: `stream` is a valid open stream used by this thread only; the
+        // entry is read before the next readdir call.
+        let entry = unsafe { libc::readdir(stream) };
+        if entry.is_null() {
+            break;
+        }
+        // SAFETY: readdir returned a valid entry whose d_name is NUL-terminated.
+        let name = unsafe { std::ffi::CStr::from_ptr((*entry).d_name.as_ptr()) }.to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        if *budget == 0 {
+            walk.cut = true;
+            break;
+        }
+        *budget -= 1;
+        names.push(OsStr::from_bytes(name).to_os_string());
+    }
+    // SAFETY: the stream is valid and not used after this.
+    unsafe { libc::closedir(stream) };
+    names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+    use std::path::PathBuf;
+
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new(tag: &str) -> TempDir {
+            static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let dir =
+                std::env::temp_dir().join(format!("harnessd-ws-{tag}-{}-{n}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            TempDir(dir)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn owner(p: &Path) -> (u32, u32) {
+        let m = std::fs::symlink_metadata(p).unwrap();
+        (m.uid(), m.gid())
+    }
+
+    #[test]
+    fn creates_tmp_and_hands_the_tree_over_but_never_follows_a_link() {
+        if !Uid::effective().is_root() {
+            return; // Ownership only changes as root; CI runs as root.
+        }
+        let ws = TempDir::new("ws");
+        let outside = TempDir::new("outside");
+        std::fs::write(outside.0.join("root-only"), "x").unwrap();
+        std::fs::create_dir_all(ws.0.join("a/b")).unwrap();
+        std::fs::write(ws.0.join("a/b/f"), "x").unwrap();
+        std::os::unix::fs::symlink(&outside.0, ws.0.join("a/out")).unwrap();
+        std::os::unix::fs::symlink(outside.0.join("root-only"), ws.0.join("file-link")).unwrap();
+        let p = prepare_workspace(&ws.0, "65534").unwrap();
+        assert!(p.warnings.is_empty(), "{:?}", p.warnings);
+        for rel in [".", ".tmp", "a", "a/b", "a/b/f", "a/out", "file-link"] {
+            assert_eq!(owner(&ws.0.join(rel)), (65534, 65534), "{rel}");
+        }
+        assert_eq!(owner(&outside.0), (0, 0));
+        assert_eq!(owner(&outside.0.join("root-only")), (0, 0));
+        // Nothing left to change the second time.
+        assert_eq!(prepare_workspace(&ws.0, "65534").unwrap().changed, 0);
+    }
+
+    #[test]
+    fn a_hard_link_or_a_device_is_never_handed_over_but_a_fifo_is() {
+        if !Uid::effective().is_root() {
+            return;
+        }
+        let ws = TempDir::new("ws");
+        let outside = TempDir::new("outside");
+        let secret = outside.0.join("secret");
+        std::fs::write(&secret, "x").unwrap();
+        // Same filesystem (both under the temp dir): a link into the workspace.
+        std::fs::hard_link(&secret, ws.0.join("linked")).unwrap();
+        nix::unistd::mkfifo(&ws.0.join("fifo"), Mode::from_bits_truncate(0o600)).unwrap();
+        // /dev/null's numbers: a character device.
+        nix::sys::stat::mknod(
+            &ws.0.join("null"),
+            SFlag::S_IFCHR,
+            Mode::from_bits_truncate(0o600),
+            nix::sys::stat::makedev(1, 3),
+        )
+        .unwrap();
+        let p = prepare_workspace(&ws.0, "65534").unwrap();
+        assert_eq!(owner(&secret), (0, 0));
+        assert_eq!(owner(&ws.0.join("null")), (0, 0));
+        assert_eq!(owner(&ws.0.join("fifo")), (65534, 65534));
+        assert!(
+            p.warnings.iter().any(|w| w.contains("hard links")),
+            "{:?}",
+            p.warnings
+        );
+    }
+
+    #[test]
+    fn a_planted_tmp_is_moved_aside_and_replaced() {
+        let ws = TempDir::new("ws");
+        std::os::unix::fs::symlink("/nonexistent/x", ws.0.join(".tmp")).unwrap();
+        let p = prepare_workspace(&ws.0, "65534").unwrap();
+        assert!(
+            std::fs::symlink_metadata(ws.0.join(".tmp"))
+                .unwrap()
+                .is_dir()
+        );
+        assert_eq!(p.warnings.len(), 1, "{:?}", p.warnings);
+        assert!(
+            p.warnings[0].contains("a symbolic link"),
+            "{}",
+            p.warnings[0]
+        );
+        let aside: Vec<_> = std::fs::read_dir(&ws.0)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(PLANTED_PREFIX))
+            .collect();
+        assert_eq!(aside.len(), 1);
+        assert!(p.warnings[0].contains(&aside[0]));
+        assert_eq!(
+            std::fs::read_link(ws.0.join(&aside[0])).unwrap(),
+            Path::new("/nonexistent/x")
+        );
+        // A second plant in the same second gets its own name.
+        std::fs::remove_dir(ws.0.join(".tmp")).unwrap();
+        std::fs::write(ws.0.join(".tmp"), "file").unwrap();
+        let p = prepare_workspace(&ws.0, "65534").unwrap();
+        assert!(p.warnings[0].contains("a regular file"), "{:?}", p.warnings);
+        assert!(
+            std::fs::symlink_metadata(ws.0.join(".tmp"))
+                .unwrap()
+                .is_dir()
+        );
+    }
+
+    #[test]
+    fn a_symlinked_workspace_is_refused_with_its_target() {
+        let real = TempDir::new("real");
+        let holder = TempDir::new("holder");
+        let link = holder.0.join("ws");
+        std::os::unix::fs::symlink(&real.0, &link).unwrap();
+        let e = prepare_workspace(&link, "65534").unwrap_err().to_string();
+        assert!(e.contains("is a symbolic link"), "{e}");
+        assert!(e.contains(&real.0.display().to_string()), "{e}");
+        assert!(!real.0.join(".tmp").exists());
+    }
+
+    #[test]
+    fn the_walk_is_bounded_in_depth() {
+        if !Uid::effective().is_root() {
+            return;
+        }
+        let ws = TempDir::new("deep");
+        let mut p = ws.0.clone();
+        for _ in 0..(MAX_DEPTH + 3) {
+            p.push("d");
+        }
+        std::fs::create_dir_all(&p).unwrap();
+        let prepared = prepare_workspace(&ws.0, "65534").unwrap();
+        assert!(
+            prepared.warnings.iter().any(|w| w.contains("larger than")),
+            "{:?}",
+            prepared.warnings
+        );
+        assert_eq!(owner(&p), (0, 0));
+    }
 }

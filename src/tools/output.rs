@@ -1,7 +1,6 @@
 //! Turning an [`ExecOutcome`] into the `tool_result` the model sees, capped to
 //! `output.max_chars`, and into the full record under `transcripts/<task_id>/`.
 
-use std::fs::File;
 use std::io::Write;
 use std::path::Path;
 
@@ -139,8 +138,15 @@ pub fn render_result(
 }
 
 /// Writes header + full stdout + full stderr (from their spools, which it removes).
+/// Neither file is opened through a symlink: harnessd may be root here.
 fn write_full(path: &Path, header: &str, is_command: bool, o: &ExecOutcome) -> std::io::Result<()> {
-    let mut out = File::create(path)?;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut out = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
     out.write_all(header.as_bytes())?;
     for (name, c) in [("stdout", &o.stdout), ("stderr", &o.stderr)] {
         if c.total == 0 {
@@ -154,7 +160,11 @@ fn write_full(path: &Path, header: &str, is_command: bool, o: &ExecOutcome) -> s
         }
         match &c.spool {
             Some(spool) => {
-                std::io::copy(&mut File::open(spool)?, &mut out)?;
+                let mut spooled = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                    .open(spool)?;
+                std::io::copy(&mut spooled, &mut out)?;
                 let _ = std::fs::remove_file(spool);
             }
             None => out.write_all(&c.bytes())?,

@@ -18,3 +18,4 @@ mod stops;
 mod systemd;
 mod terminal;
 mod tools;
+mod workspace_race;

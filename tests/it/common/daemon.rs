@@ -3,7 +3,7 @@
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::process::{Child, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -26,20 +26,29 @@ impl Drop for Daemon {
 
 impl Daemon {
     pub fn start(root: &TestRoot) -> Daemon {
-        Daemon::start_with_env(root, &[])
+        Daemon::start_with(root, |_| {})
     }
 
     /// Starts the daemon with extra environment variables (test-only switches).
     pub fn start_with_env(root: &TestRoot, vars: &[(&str, &str)]) -> Daemon {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Daemon::start_with(root, move |cmd| {
+            cmd.envs(vars);
+        })
+    }
+
+    /// Like [`Daemon::start`], with `adjust` applied to the `serve` command first
+    /// (e.g. to run the daemon as another uid).
+    pub fn start_with(root: &TestRoot, adjust: impl FnOnce(&mut Command)) -> Daemon {
         let log = root.dir.join("daemon.log");
         let file = std::fs::File::create(&log).unwrap();
-        let child = root
-            .command(&["serve"])
-            .envs(vars.iter().copied())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(file))
-            .spawn()
-            .unwrap();
+        let mut cmd = root.command(&["serve"]);
+        cmd.stdout(Stdio::null()).stderr(Stdio::from(file));
+        adjust(&mut cmd);
+        let child = cmd.spawn().unwrap();
         let d = Daemon {
             child,
             socket: root.dir.join("run/harnessd.sock"),

@@ -1,0 +1,143 @@
+//! Who may call the control API (SPEC §9): the daemon's own user, root, and members
+//! of `daemon.operators_group`; the uid tools run as (`sandbox.user`) never, even
+//! when it is in the group or the socket's mode would let it connect. File
+//! permissions on the socket are the first fence; this is the one that does not
+//! depend on them.
+//!
+//! Checked on every request, in one middleware ([`authorize`]), from the peer's
+//! SO_PEERCRED ([`Peer`]). Accounts are looked up per request, so removing someone
+//! from the group takes effect at once; the daemon's user and root need no lookup.
+
+use axum::extract::connect_info::ConnectInfo;
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use nix::unistd::{Group, Uid, User};
+
+use super::api::{ApiError, AppState, Peer};
+use crate::config::ConfigSource;
+
+/// Why a peer is refused, or `Ok` when it may call. Pure: `is_operator` is asked
+/// only when the answer depends on it.
+pub(crate) fn decide(
+    peer: u32,
+    daemon_uid: u32,
+    tool_uids: &[u32],
+    is_operator: impl FnOnce() -> bool,
+) -> Result<(), String> {
+    if peer == 0 || peer == daemon_uid {
+        return Ok(());
+    }
+    if tool_uids.contains(&peer) {
+        return Err(format!(
+            "uid {peer} is the uid tools run as (sandbox.user); tools may not use the control API"
+        ));
+    }
+    if is_operator() {
+        return Ok(());
+    }
+    Err(format!(
+        "uid {peer} may not use the control API: only the daemon's user (uid {daemon_uid}), root \
+         and members of daemon.operators_group may"
+    ))
+}
+
+/// The uids tools run as under this `sandbox.user`, as the helper's privilege drop
+/// decides: the user's uid, or 65534 when harnessd is root and the user is unknown
+/// or is root itself.
+pub(crate) fn tool_uids(user: &str, daemon_is_root: bool) -> Vec<u32> {
+    let mut uids = Vec::new();
+    if let Ok((uid, _)) = crate::sandbox::resolve_user(user) {
+        uids.push(uid.as_raw());
+    }
+    if daemon_is_root && uids.iter().all(|&u| u == 0) {
+        uids.push(65534);
+    }
+    uids
+}
+
+/// Whether `peer` is in `group`: listed among its members, or the group is its
+/// primary group.
+fn is_member(group: &str, peer: u32) -> bool {
+    let (Ok(Some(group)), Ok(Some(user))) =
+        (Group::from_name(group), User::from_uid(Uid::from_raw(peer)))
+    else {
+        return false;
+    };
+    user.gid == group.gid || group.mem.contains(&user.name)
+}
+
+/// The middleware: answers 403 `{error: {type: "forbidden", message}}` to a peer
+/// that may not call, before any handler or body parsing runs.
+pub async fn authorize(State(s): State<AppState>, req: Request, next: Next) -> Response {
+    let peer = req
+        .extensions()
+        .get::<ConnectInfo<Peer>>()
+        .and_then(|ConnectInfo(p)| p.uid);
+    let Some(peer) = peer else {
+        return forbidden("the kernel did not report the caller's credentials".into());
+    };
+    let me = Uid::effective();
+    if peer == 0 || peer == me.as_raw() {
+        return next.run(req).await;
+    }
+    let loaded = s.config.current();
+    let user = loaded.policy.settings.sandbox.user.clone();
+    let group = loaded.config.daemon.operators_group.clone();
+    // Account lookups may go through NSS (LDAP, sssd): off the async workers.
+    let verdict = tokio::task::spawn_blocking(move || {
+        decide(peer, me.as_raw(), &tool_uids(&user, me.is_root()), || {
+            group.as_deref().is_some_and(|g| is_member(g, peer))
+        })
+    })
+    .await
+    .unwrap_or_else(|e| Err(format!("cannot check the caller: {e}")));
+    match verdict {
+        Ok(()) => next.run(req).await,
+        Err(why) => {
+            tracing::info!("control API: refused a request: {why}");
+            forbidden(why)
+        }
+    }
+}
+
+fn forbidden(message: String) -> Response {
+    ApiError::new(StatusCode::FORBIDDEN, "forbidden", message).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_and_the_daemon_need_no_lookup() {
+        let never = || panic!("no membership lookup for root or the daemon's user");
+        assert!(decide(0, 1000, &[65534], never).is_ok());
+        assert!(decide(1000, 1000, &[65534], never).is_ok());
+    }
+
+    #[test]
+    fn the_tool_uid_is_refused_even_as_an_operator() {
+        let e = decide(65534, 0, &[65534], || true).unwrap_err();
+        assert!(e.contains("sandbox.user"), "{e}");
+    }
+
+    #[test]
+    fn operators_in_strangers_out() {
+        assert!(decide(1001, 0, &[65534], || true).is_ok());
+        let e = decide(1002, 0, &[65534], || false).unwrap_err();
+        assert!(
+            e.contains("uid 1002") && e.contains("operators_group"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn tools_of_a_root_daemon_never_count_as_root() {
+        assert_eq!(tool_uids("root", true), [0, 65534]);
+        assert_eq!(tool_uids("no-such-user-hd", true), [65534]);
+        assert_eq!(tool_uids("no-such-user-hd", false), Vec::<u32>::new());
+        assert_eq!(tool_uids("4242", false), [4242]);
+    }
+}
