@@ -4,6 +4,7 @@
 
 mod common;
 
+mod allow_rules;
 mod api;
 mod check;
 mod daemon;

@@ -104,7 +104,9 @@ fn model_text_never_reaches_the_terminal_raw() {
     let out = root.run(&["replay", root.dir.join("transcripts").to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_output_safe("replay", &out);
-    assert!(stdout(&out).contains("read_file"), "{}", stdout(&out));
+    // (The read_file call's path holds a NUL: it was refused then and is denied now,
+    // so only the run_bash call changes.)
+    assert!(stdout(&out).contains("run_bash"), "{}", stdout(&out));
 
     // `policy test` quotes its input.
     let out = root.run(&["policy", "test", "run_bash", "\x1b[2Jls \u{202e}"]);
