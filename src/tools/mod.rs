@@ -10,6 +10,8 @@
 mod input;
 mod output;
 mod paths;
+#[cfg(test)]
+mod props;
 mod run;
 
 pub use input::{
