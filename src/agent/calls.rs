@@ -13,7 +13,7 @@ use super::TaskEnv;
 use super::guard::{self, FaultPoint, Ledger};
 use crate::approval::ApprovalRequest;
 use crate::config::Loaded;
-use crate::events::{Event, EventError, input_sha256};
+use crate::events::{Event, EventError};
 use crate::llm::Block;
 use crate::policy::{self, Tier};
 use crate::tools::{self, RunContext, ToolInput, ToolName, ToolResult};
@@ -84,15 +84,7 @@ pub async fn answer_unexecuted(
     for (id, name, input) in uses {
         let started = Instant::now();
         env.events
-            .record(
-                Some(task_id),
-                Event::ToolRequested {
-                    tool_use_id: id.clone(),
-                    tool: name.clone(),
-                    input: input.clone(),
-                    input_sha256: input_sha256(input),
-                },
-            )
+            .record(Some(task_id), Event::tool_requested(id, name, input))
             .await?;
         let result = ToolResult::error(message);
         finished(env, task_id, id, name, &result, started.elapsed(), None).await?;
@@ -237,12 +229,7 @@ pub async fn execute_calls(
         env.events
             .record(
                 Some(task_id),
-                Event::ToolRequested {
-                    tool_use_id: call.0.clone(),
-                    tool: call.1.clone(),
-                    input: call.2.clone(),
-                    input_sha256: input_sha256(&call.2),
-                },
+                Event::tool_requested(&call.0, &call.1, &call.2),
             )
             .await?;
         ledger.requested(&call.0);

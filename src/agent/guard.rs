@@ -23,7 +23,7 @@ use futures::FutureExt;
 
 use super::TaskEnv;
 use super::calls::{self, ToolUse};
-use crate::events::{Event, EventError, MAX_FIELD_CHARS, input_sha256};
+use crate::events::{Event, EventError, MAX_FIELD_CHARS};
 use crate::llm::Block;
 use crate::tools::ToolResult;
 
@@ -224,15 +224,7 @@ pub(super) async fn answer_open_calls(
             Some(Progress::Requested(at)) => (NOT_EXECUTED, at),
             None => {
                 env.events
-                    .record(
-                        Some(task_id),
-                        Event::ToolRequested {
-                            tool_use_id: id.clone(),
-                            tool: name.clone(),
-                            input: input.clone(),
-                            input_sha256: input_sha256(input),
-                        },
-                    )
+                    .record(Some(task_id), Event::tool_requested(id, name, input))
                     .await?;
                 (NOT_EXECUTED, Instant::now())
             }

@@ -205,3 +205,16 @@ pub enum Event {
         error: Option<String>,
     },
 }
+
+impl Event {
+    /// `tool_requested` for one call, with the hash that ties a cut event to the
+    /// transcript's full input.
+    pub fn tool_requested(tool_use_id: &str, tool: &str, input: &Value) -> Event {
+        Event::ToolRequested {
+            tool_use_id: tool_use_id.to_string(),
+            tool: tool.to_string(),
+            input: input.clone(),
+            input_sha256: super::input_sha256(input),
+        }
+    }
+}
