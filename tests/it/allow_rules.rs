@@ -108,7 +108,12 @@ fn a_provable_listing_is_allowed_and_recorded_with_its_commands() {
     assert_eq!(decisions[0]["provable"], true);
     assert_eq!(decisions[0]["commands"], json!(["ls -a", "ls scores.csv"]));
     assert_ne!(results[0]["is_error"], true, "{:?}", results[0]);
-    assert!(results[0]["content"].as_str().unwrap().starts_with("exit_code: 0"));
+    assert!(
+        results[0]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("exit_code: 0")
+    );
 }
 
 #[test]
