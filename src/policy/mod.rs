@@ -362,6 +362,11 @@ mod tests {
             "coproc rm -rf d",
             "coproc x { rm -rf d; }",
             "case x in (x) rm -rf d;; esac",
+            "env -S'rm -rf d'",
+            "env -iS'rm -rf d'",
+            "env -iS 'rm -rf d'",
+            "env --split-string='rm -rf d'",
+            "env -S'-i rm -rf d'",
         ] {
             assert_eq!(
                 tier(&p, ToolName::RunBash, Some(cmd)),

@@ -299,6 +299,41 @@ fn wrapper_arity(wrapper: &str, args: &[String]) -> Option<usize> {
     Some(i.min(args.len()))
 }
 
+/// `env`'s split string, however written (`-S X`, `-SX`, `-iS X`, `-iSX`,
+/// `--split-string X`, `--split-string=X`), and the index of the word after it.
+fn env_split_string(args: &[String]) -> Option<(String, usize)> {
+    for (i, w) in args.iter().enumerate() {
+        if w == "--" || !w.starts_with('-') {
+            return None;
+        }
+        if w == "--split-string" {
+            return Some((args.get(i + 1).cloned().unwrap_or_default(), i + 2));
+        }
+        if let Some(script) = w.strip_prefix("--split-string=") {
+            return Some((script.to_string(), i + 1));
+        }
+        if w.starts_with("--") {
+            continue;
+        }
+        // A cluster of short options: `u` and `C` take the rest as their argument.
+        for (at, c) in w.char_indices().skip(1) {
+            match c {
+                'u' | 'C' => break,
+                'S' => {
+                    let attached = w.get(at + 1..).unwrap_or_default();
+                    return Some(if attached.is_empty() {
+                        (args.get(i + 1).cloned().unwrap_or_default(), i + 2)
+                    } else {
+                        (attached.to_string(), i + 1)
+                    });
+                }
+                _ => {}
+            }
+        }
+    }
+    None
+}
+
 /// The words of what actually runs: leading assignments and wrappers removed, the
 /// program as its base name. `env -S 'a b'` is split like env splits it.
 pub(super) fn effective(words: &[String]) -> Vec<String> {
@@ -310,14 +345,14 @@ pub(super) fn effective(words: &[String]) -> Vec<String> {
         let base = base_name(first).to_string();
         let args = words.get(1..).unwrap_or_default();
         if base == "env"
-            && let Some(at) = args.iter().position(|w| w == "-S" || w == "--split-string")
+            && let Some((script, after)) = env_split_string(args)
         {
-            let split: Vec<String> = args
-                .get(at + 1)
-                .map(|s| s.split_whitespace().map(str::to_string).collect())
-                .unwrap_or_default();
-            let rest = args.get(at + 2..).unwrap_or_default().to_vec();
-            words = split.into_iter().chain(rest).collect();
+            // The split words are env's own arguments again (`-S '-i rm …'`).
+            let rest = args.get(after..).unwrap_or_default().to_vec();
+            words = std::iter::once(base)
+                .chain(script.split_whitespace().map(str::to_string))
+                .chain(rest)
+                .collect();
             continue;
         }
         match wrapper_arity(&base, args) {
