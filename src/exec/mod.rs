@@ -370,6 +370,13 @@ fn kill_tree(helper: Pid) {
 
 /// The whole environment of a tool process: an allow-list, never the daemon's, so
 /// the API key and anything else in the daemon's environment cannot leak.
+///
+/// HOME is the workspace, which tools write: a `~/.gitconfig` there is model text,
+/// and git runs what it names (an alias `!cmd`, a pager, a help viewer) — so an
+/// allowed `git status*` would run a program no rule allowed. Git's global and
+/// system configuration are therefore switched off. (A repository's own
+/// `.git/config` in the workspace is just as writable and cannot be switched off
+/// here; see the attack regression tests.)
 pub fn tool_environment(workspace: &Path) -> Vec<(String, String)> {
     vec![
         ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
@@ -381,5 +388,7 @@ pub fn tool_environment(workspace: &Path) -> Vec<(String, String)> {
         ),
         ("TERM".into(), "dumb".into()),
         ("PYTHONDONTWRITEBYTECODE".into(), "1".into()),
+        ("GIT_CONFIG_NOSYSTEM".into(), "1".into()),
+        ("GIT_CONFIG_GLOBAL".into(), "/dev/null".into()),
     ]
 }

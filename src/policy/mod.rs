@@ -114,18 +114,23 @@ pub struct Subject<'a> {
 /// Decides one call.
 pub fn decide(policy: &Policy, subject: Subject<'_>) -> Decision {
     let tool = subject.tool;
-    // `subjects`: what deny and ask patterns see (the whole argument, and for
-    // run_bash every seen command in every normalised form). `allowable`: what
-    // allow patterns must cover, one entry per command, or None when no allow
+    // What deny and ask patterns see: the whole argument, and for run_bash every
+    // seen command in every normalised form — matched one command at a time, so
+    // the forms of a long command line are never all held at once. `allowable`:
+    // what allow patterns must cover, one entry per command, or None when no allow
     // pattern may apply (a run_bash command that is not provable).
-    let mut subjects: Vec<String> = subject.arg.map(str::to_string).into_iter().collect();
+    let subjects: Vec<&str> = subject.arg.into_iter().collect();
+    let mut deny = policy.deny.first_hit(tool, &subjects);
+    let mut ask = policy.ask.first_pattern_hit(tool, &subjects);
     let mut allowable: Option<Vec<String>> = None;
     let mut shell_view = None;
     match (tool, subject.arg) {
         (ToolName::RunBash, Some(cmd)) => {
             let analysis = shell::analyse(cmd);
             for c in &analysis.commands {
-                subjects.extend(c.forms());
+                let forms = c.forms();
+                deny = earliest(&policy.deny, deny, policy.deny.first_hit(tool, &forms));
+                ask = earliest(&policy.ask, ask, policy.ask.first_pattern_hit(tool, &forms));
             }
             if analysis.not_provable.is_none() && !analysis.commands.is_empty() {
                 allowable = Some(
@@ -146,10 +151,10 @@ pub fn decide(policy: &Policy, subject: Subject<'_>) -> Decision {
         rule,
         shell: shell_view.clone(),
     };
-    if let Some(r) = policy.deny.first_hit(tool, &subjects) {
+    if let Some(r) = deny {
         return decided(Tier::Deny, Some(r.text.clone()));
     }
-    if let Some(r) = policy.ask.first_pattern_hit(tool, &subjects) {
+    if let Some(r) = ask {
         return decided(Tier::Ask, Some(r.text.clone()));
     }
     // A pattern allow needs every command covered; anything else falls through to
@@ -176,6 +181,17 @@ pub fn decide(policy: &Policy, subject: Subject<'_>) -> Decision {
         return decided(Tier::Allow, Some(r.text.clone()));
     }
     decided(policy.settings.tools.default, None)
+}
+
+/// Of two hits in `set`, the rule written first.
+fn earliest<'r>(set: &'r RuleSet, a: Option<&'r Rule>, b: Option<&'r Rule>) -> Option<&'r Rule> {
+    match (a, b) {
+        (Some(a), Some(b)) if !std::ptr::eq(a, b) => {
+            let at = |r: &Rule| set.iter().position(|x| std::ptr::eq(x, r));
+            if at(b) < at(a) { Some(b) } else { Some(a) }
+        }
+        (a, b) => a.or(b),
+    }
 }
 
 /// Whether a tool is refused outright (a deny rule without a pattern), so it is not
@@ -313,6 +329,55 @@ mod tests {
         let view = d.shell.expect("run_bash has a shell view");
         assert!(view.provable);
         assert_eq!(view.commands, ["ls -l", "git status"]);
+    }
+
+    /// Spellings of `rm -rf` found by the attack session after issue 8, each within
+    /// SPEC §4's normalisation (short options merged, wrappers looked through, every
+    /// seen command): an extra option letter, `env -`, a wrapper's long option with
+    /// a separate argument, `stdbuf`'s options, `busybox`, a shell run by
+    /// `find -exec`, a function body, `coproc`, a `(pattern)` of `case`. Each fell
+    /// to ask instead of deny.
+    #[test]
+    fn deny_catches_spellings_found_after_issue_8() {
+        let p = shipped();
+        for cmd in [
+            "rm -rfv d",
+            "rm -r -v -f d",
+            "rm -dfr d",
+            "rm -v -rf d",
+            "ls; rm -Ivrf d",
+            "env - rm -rf d",
+            "sudo --user root rm -rf d",
+            "sudo --chdir / rm -rf d",
+            "xargs --max-args 1 rm -rf",
+            "xargs --delimiter x rm -rf",
+            "stdbuf -o 0 rm -rf d",
+            "stdbuf --output 0 rm -rf d",
+            "busybox rm -rf d",
+            "find . -exec bash -c 'rm -rf d' \\;",
+            "find . -exec sudo sh -c 'rm -rf d' \\;",
+            "f() { rm -rf d; }; f",
+            "f(){ rm -rf d;};f",
+            "function f { rm -rf d; }; f",
+            "coproc rm -rf d",
+            "coproc x { rm -rf d; }",
+            "case x in (x) rm -rf d;; esac",
+            "env -S'rm -rf d'",
+            "env -iS'rm -rf d'",
+            "env -iS 'rm -rf d'",
+            "env --split-string='rm -rf d'",
+            "env -S'-i rm -rf d'",
+        ] {
+            assert_eq!(
+                tier(&p, ToolName::RunBash, Some(cmd)),
+                Tier::Deny,
+                "{cmd:?}"
+            );
+        }
+        // Not rm -rf: still asked, not denied.
+        for cmd in ["rm -r d", "rm -f d", "rm -v d", "cat -rf x", "rm -r -- -f"] {
+            assert_eq!(tier(&p, ToolName::RunBash, Some(cmd)), Tier::Ask, "{cmd:?}");
+        }
     }
 
     #[test]

@@ -52,6 +52,8 @@ struct Word {
     /// A leading `NAME=` (or `NAME+=`) written without quotes: an assignment when the
     /// word comes before the command name.
     assignment: bool,
+    /// An unquoted `=` was seen (only the first can make an assignment).
+    equals: bool,
 }
 
 impl Word {
@@ -222,6 +224,11 @@ impl Lexer<'_, '_> {
                     });
                     self.i += 1;
                     self.nested_script();
+                    if !words.is_empty() {
+                        // `f() cmd`, `case … in (x) cmd`, `a=(…) cmd`: what follows
+                        // the `)` is in command position, a command of its own.
+                        return (words, redirected, self.i, Sep::List);
+                    }
                     continue;
                 }
                 '#' => {
@@ -257,19 +264,50 @@ impl Lexer<'_, '_> {
     }
 
     /// Records one simple command and follows the commands it runs itself.
-    fn finish(&mut self, mut words: Vec<Word>, text: String) {
-        while let Some(first) = words.first().filter(|w| !w.quoted) {
+    fn finish(&mut self, words: Vec<Word>, text: String) {
+        // A `{` after other words opens a compound command in command position
+        // (`f() { …`, `function f { …`, `coproc NAME { …`): what follows it is a
+        // command of its own, recorded with its words as its text. One pass, no
+        // copy of the rest per split, so `a { a { …` stays linear.
+        let brace = |w: &Word| !w.quoted && w.value == "{";
+        if !words.iter().skip(1).any(brace) {
+            self.finish_one(words, text);
+            return;
+        }
+        let mut segment: Vec<Word> = Vec::new();
+        // Whether `segment` holds a word other than `{`.
+        let mut other = false;
+        let mut first = Some(text);
+        for w in words {
+            if brace(&w) && other {
+                let text = first.take().unwrap_or_else(|| joined(&segment));
+                self.finish_one(std::mem::take(&mut segment), text);
+                other = false;
+            }
+            other |= !brace(&w);
+            segment.push(w);
+        }
+        let text = first.take().unwrap_or_else(|| joined(&segment));
+        self.finish_one(segment, text);
+    }
+
+    fn finish_one(&mut self, mut words: Vec<Word>, text: String) {
+        // Leading keywords, counted then removed at once (one `remove(0)` per
+        // keyword made `{ { { …` quadratic).
+        let mut dropped = 0;
+        for first in words.iter().take_while(|w| !w.quoted) {
             let v = first.value.as_str();
             if DROPPED_KEYWORDS.contains(&v) {
-                self.refuse(&format!("the shell keyword `{v}`"));
-                words.remove(0);
+                self.out.refuse(|| format!("the shell keyword `{v}`"));
+                dropped += 1;
             } else {
                 if KEPT_KEYWORDS.contains(&v) {
-                    self.refuse(&format!("the shell keyword `{v}`"));
+                    self.out.refuse(|| format!("the shell keyword `{v}`"));
                 }
                 break;
             }
         }
+        words.drain(..dropped);
         let assignments = words.iter().take_while(|w| w.assignment).count();
         if assignments > 0 {
             self.refuse("a variable assignment");
@@ -285,20 +323,7 @@ impl Lexer<'_, '_> {
             text,
             nested: self.depth > 0,
         });
-        if self.depth >= MAX_DEPTH {
-            self.refuse("commands nested too deeply to follow");
-            return;
-        }
-        for run in inner {
-            match run {
-                Inner::Script(src) => script(&src, self.depth + 1, self.out),
-                Inner::Argv(words) => self.out.commands.push(Command {
-                    text: words.join(" "),
-                    words,
-                    nested: true,
-                }),
-            }
-        }
+        follow(inner, self.depth, self.out);
     }
 
     /// A script inside `(…)`, the opening paren already consumed; consumes the `)`.
@@ -456,6 +481,9 @@ impl Lexer<'_, '_> {
             self.refuse("commands nested too deeply to follow");
             return;
         }
+        if !spend(self.out, text.len()) {
+            return;
+        }
         let chars: Vec<char> = text.chars().collect();
         let mut inner = Lexer {
             s: &chars,
@@ -510,9 +538,12 @@ impl Lexer<'_, '_> {
                     self.backquote();
                 }
                 '=' => {
-                    if !w.quoted && is_assignment_name(&w.value) {
+                    // Only a word's first `=` can make it an assignment: checked
+                    // once, or `====…` re-reads the word at every `=`.
+                    if !w.quoted && !w.equals && is_assignment_name(&w.value) {
                         w.assignment = true;
                     }
+                    w.equals = true;
                     w.value.push(c);
                     self.i += 1;
                 }
@@ -770,9 +801,73 @@ impl Lexer<'_, '_> {
             self.refuse("commands nested too deeply to follow");
             return;
         }
-        script(&body, self.depth + 1, self.out);
+        if spend(self.out, body.len()) {
+            script(&body, self.depth + 1, self.out);
+        }
     }
 }
+
+/// The words of a command, joined: the text of a command split from another.
+fn joined(words: &[Word]) -> String {
+    words
+        .iter()
+        .map(|w| w.value.as_str())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Follows what a command at `depth` runs itself: a script is analysed, a command
+/// line (`find -exec bash -c …`) recorded and followed in turn.
+fn follow(runs: Vec<Inner>, depth: usize, out: &mut Analysis) {
+    if runs.is_empty() {
+        return;
+    }
+    if depth >= MAX_DEPTH {
+        out.refuse(|| "commands nested too deeply to follow".into());
+        return;
+    }
+    for run in runs {
+        match run {
+            Inner::Script(src) => {
+                if spend(out, src.len()) {
+                    script(&src, depth + 1, out);
+                }
+            }
+            Inner::Argv(words) => {
+                if !spend(out, words.iter().map(String::len).sum()) {
+                    continue;
+                }
+                let more = normal::inner(&words);
+                out.commands.push(Command {
+                    text: words.join(" "),
+                    words,
+                    nested: true,
+                });
+                follow(more, depth + 1, out);
+            }
+        }
+    }
+}
+
+/// Takes `len` characters of re-read text from the analysis' budget
+/// ([`MAX_FOLLOWED`]); when it is spent, the command is not provable and the text
+/// is not followed, so nesting cannot multiply the work and memory of one input.
+fn spend(out: &mut Analysis, len: usize) -> bool {
+    match out.followed.checked_add(len) {
+        Some(total) if total <= MAX_FOLLOWED => {
+            out.followed = total;
+            true
+        }
+        _ => {
+            out.refuse(|| "too much nested text to follow".into());
+            false
+        }
+    }
+}
+
+/// Characters of nested scripts (`bash -c`, `eval`, backquotes, here-document
+/// bodies) re-read in one analysis, in all.
+pub(super) const MAX_FOLLOWED: usize = 1 << 20;
 
 /// Whether `name` (the text before an unquoted `=`) makes the word an assignment:
 /// `NAME`, `NAME+` or `NAME[subscript]`.

@@ -57,6 +57,8 @@ pub struct Analysis {
     pub commands: Vec<Command>,
     /// Why the command is not provable; `None` when it is.
     pub not_provable: Option<String>,
+    /// Characters of nested text re-read so far (bounded by `lex::MAX_FOLLOWED`).
+    followed: usize,
 }
 
 impl Analysis {

@@ -225,17 +225,56 @@ fn is_assignment(word: &str) -> bool {
 /// arguments), for the wrappers SPEC §4 names and a few alike.
 fn wrapper_arity(wrapper: &str, args: &[String]) -> Option<usize> {
     // Options that take a separate argument, per wrapper.
+    // Long options too: getopt takes `--user root` like `--user=root`.
     let with_arg: &[&str] = match wrapper {
         "sudo" | "doas" => &[
-            "-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "-T", "-R",
+            "-u",
+            "-g",
+            "-C",
+            "-D",
+            "-h",
+            "-p",
+            "-r",
+            "-t",
+            "-U",
+            "-T",
+            "-R",
+            "--user",
+            "--group",
+            "--close-from",
+            "--chdir",
+            "--host",
+            "--prompt",
+            "--role",
+            "--type",
+            "--other-user",
+            "--command-timeout",
+            "--chroot",
         ],
         "env" => &["-u", "--unset", "-C", "--chdir"],
         "nice" => &["-n", "--adjustment"],
         "timeout" => &["-s", "--signal", "-k", "--kill-after"],
         "time" => &["-f", "--format", "-o", "--output"],
-        "xargs" => &["-I", "-n", "-L", "-P", "-s", "-d", "-E", "-a", "--arg-file"],
+        "xargs" => &[
+            "-I",
+            "-n",
+            "-L",
+            "-P",
+            "-s",
+            "-d",
+            "-E",
+            "-a",
+            "--arg-file",
+            "--delimiter",
+            "--max-args",
+            "--max-procs",
+            "--max-chars",
+            "--process-slot-var",
+        ],
+        "stdbuf" => &["-i", "-o", "-e", "--input", "--output", "--error"],
         "exec" => &["-a"],
-        "nohup" | "command" | "builtin" | "setsid" | "stdbuf" => &[],
+        // `busybox APPLET ARGS…` runs the applet like a wrapper runs its command.
+        "nohup" | "command" | "builtin" | "setsid" | "busybox" | "coproc" => &[],
         _ => return None,
     };
     let mut i = 0;
@@ -244,7 +283,8 @@ fn wrapper_arity(wrapper: &str, args: &[String]) -> Option<usize> {
             i += 1;
             break;
         }
-        if wrapper == "env" && is_assignment(w) {
+        if wrapper == "env" && (is_assignment(w) || w == "-") {
+            // `env -` is `env -i`.
             i += 1;
         } else if w.starts_with('-') && w.len() > 1 {
             i += if with_arg.contains(&w.as_str()) { 2 } else { 1 };
@@ -259,6 +299,41 @@ fn wrapper_arity(wrapper: &str, args: &[String]) -> Option<usize> {
     Some(i.min(args.len()))
 }
 
+/// `env`'s split string, however written (`-S X`, `-SX`, `-iS X`, `-iSX`,
+/// `--split-string X`, `--split-string=X`), and the index of the word after it.
+fn env_split_string(args: &[String]) -> Option<(String, usize)> {
+    for (i, w) in args.iter().enumerate() {
+        if w == "--" || !w.starts_with('-') {
+            return None;
+        }
+        if w == "--split-string" {
+            return Some((args.get(i + 1).cloned().unwrap_or_default(), i + 2));
+        }
+        if let Some(script) = w.strip_prefix("--split-string=") {
+            return Some((script.to_string(), i + 1));
+        }
+        if w.starts_with("--") {
+            continue;
+        }
+        // A cluster of short options: `u` and `C` take the rest as their argument.
+        for (at, c) in w.char_indices().skip(1) {
+            match c {
+                'u' | 'C' => break,
+                'S' => {
+                    let attached = w.get(at + 1..).unwrap_or_default();
+                    return Some(if attached.is_empty() {
+                        (args.get(i + 1).cloned().unwrap_or_default(), i + 2)
+                    } else {
+                        (attached.to_string(), i + 1)
+                    });
+                }
+                _ => {}
+            }
+        }
+    }
+    None
+}
+
 /// The words of what actually runs: leading assignments and wrappers removed, the
 /// program as its base name. `env -S 'a b'` is split like env splits it.
 pub(super) fn effective(words: &[String]) -> Vec<String> {
@@ -270,14 +345,14 @@ pub(super) fn effective(words: &[String]) -> Vec<String> {
         let base = base_name(first).to_string();
         let args = words.get(1..).unwrap_or_default();
         if base == "env"
-            && let Some(at) = args.iter().position(|w| w == "-S" || w == "--split-string")
+            && let Some((script, after)) = env_split_string(args)
         {
-            let split: Vec<String> = args
-                .get(at + 1)
-                .map(|s| s.split_whitespace().map(str::to_string).collect())
-                .unwrap_or_default();
-            let rest = args.get(at + 2..).unwrap_or_default().to_vec();
-            words = split.into_iter().chain(rest).collect();
+            // The split words are env's own arguments again (`-S '-i rm …'`).
+            let rest = args.get(after..).unwrap_or_default().to_vec();
+            words = std::iter::once(base)
+                .chain(script.split_whitespace().map(str::to_string))
+                .chain(rest)
+                .collect();
             continue;
         }
         match wrapper_arity(&base, args) {
@@ -347,6 +422,12 @@ pub(super) fn forms(cmd: &Command) -> Vec<String> {
                 let merged = format!("{program} -{order} {rest}");
                 out.push(merged.trim_end().to_string());
             }
+            // Extra letters cannot hide the ones a pattern names: `rm -rfv d` and
+            // `rm -r -v -f d` are also tried as `rm -rf d`, `rm -fr d`, `rm -r d` ….
+            for order in subsets(&letters) {
+                let merged = format!("{program} -{order} {rest}");
+                out.push(merged.trim_end().to_string());
+            }
         }
     }
     out.sort();
@@ -364,6 +445,28 @@ fn orders(letters: &[char]) -> Vec<String> {
     }
     let mut out = Vec::new();
     permute(letters.to_vec(), 0, &mut out);
+    out
+}
+
+/// Letters of at most this many distinct options are also tried in subsets.
+const MAX_SUBSET_LETTERS: usize = 8;
+
+/// Every ordered choice of one or two of `letters` (as many as a deny pattern
+/// usually names); none when there are more than [`MAX_SUBSET_LETTERS`], which
+/// bounds them to 64 for one command.
+fn subsets(letters: &[char]) -> Vec<String> {
+    if letters.len() < 2 || letters.len() > MAX_SUBSET_LETTERS {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for (i, &a) in letters.iter().enumerate() {
+        out.push(a.to_string());
+        for (j, &b) in letters.iter().enumerate() {
+            if j != i {
+                out.push([a, b].iter().collect());
+            }
+        }
+    }
     out
 }
 

@@ -236,6 +236,65 @@ fn hostile_inputs_do_not_panic_and_are_not_provable() {
     assert_eq!(analyse(&many).commands.len(), 1000);
 }
 
+/// Found by the attack session after issue 8: `eval` (or `bash -c`) nested 25 deep
+/// over 250 000 one-letter words made every level re-read and keep the whole rest
+/// of the input — 885 MB and a second for a 500 000-character command. Re-read text
+/// is now budgeted: the work and the words kept stay a small multiple of the input.
+#[test]
+fn nesting_cannot_multiply_the_work_of_one_input() {
+    for prefix in ["eval ", "bash -c eval ", "sudo eval "] {
+        let cmd = format!("{}{}", prefix.repeat(25), "a ".repeat(250_000));
+        let a = analyse(&cmd);
+        let words: usize = a.commands.iter().map(|c| c.words.len()).sum();
+        assert!(
+            words <= 4 * 250_100,
+            "{prefix:?}: {words} words kept for a {}-character input",
+            cmd.len()
+        );
+        assert!(a.provable().is_err());
+    }
+    // Ordinary nesting is still followed to the end.
+    let deep = analyse("eval \"bash -c 'sh -c \\\"rm -rf d\\\"'\"");
+    assert!(deep.commands.iter().any(|c| c.words == ["rm", "-rf", "d"]));
+}
+
+/// Found by the attack session after issue 8: leading keywords were removed one
+/// `remove(0)` at a time, so `{ { { …` (or `if if …`, `! ! …`) over 500 000
+/// characters took 32 s in a release build — on a daemon worker thread, twice per
+/// call; and every `=` of a word re-read the word for an assignment name, so
+/// `====…` took 5.5 s. Each input must be analysed in well under a second; the
+/// bound here is loose for debug builds.
+#[test]
+fn leading_keywords_are_linear() {
+    let skewed = format!("{}{}", "x".repeat(250_000), "=".repeat(250_000));
+    for unit in [
+        "{ ",
+        "if ",
+        "! ",
+        "then ",
+        "f() { ",
+        "=",
+        "a=",
+        skewed.as_str(),
+    ] {
+        let cmd = unit.repeat(500_000 / unit.len());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let started = std::time::Instant::now();
+            let a = analyse(&cmd);
+            let _ = tx.send((started.elapsed(), a.commands.len()));
+        });
+        let (took, _) = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("{unit:?} repeated: no answer within 10 s"));
+        let shown: String = unit.chars().take(8).collect();
+        assert!(
+            took < std::time::Duration::from_secs(3),
+            "{shown:?}…: {took:?}"
+        );
+    }
+}
+
 mod properties {
     use super::*;
     use proptest::prelude::*;
