@@ -374,9 +374,10 @@ fn kill_tree(helper: Pid) {
 /// HOME is the workspace, which tools write: a `~/.gitconfig` there is model text,
 /// and git runs what it names (an alias `!cmd`, a pager, a help viewer) — so an
 /// allowed `git status*` would run a program no rule allowed. Git's global and
-/// system configuration are therefore switched off. (A repository's own
-/// `.git/config` in the workspace is just as writable and cannot be switched off
-/// here; see the attack regression tests.)
+/// system configuration are therefore switched off. A repository's own
+/// `.git/config` in the workspace cannot be switched off here: what keeps an allowed
+/// command from writing it is that a file-writing redirection is never provable
+/// (`policy::shell`), so only an approved write can plant it.
 pub fn tool_environment(workspace: &Path) -> Vec<(String, String)> {
     vec![
         ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),

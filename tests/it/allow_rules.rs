@@ -5,36 +5,8 @@
 
 use serde_json::{Value, json};
 
-use crate::common::{FakeApi, Reply, TestRoot, last_results, stderr, stdout};
-
-/// Runs one turn with `commands` as run_bash calls; returns the root, the results
-/// the model got back, and the policy decisions recorded.
-fn one_turn(
-    setup: impl FnOnce(&TestRoot),
-    commands: &[&str],
-) -> (TestRoot, Vec<Value>, Vec<Value>) {
-    let ids: Vec<String> = (0..commands.len()).map(|i| format!("c{i}")).collect();
-    let calls: Vec<(&str, &str, Value)> = commands
-        .iter()
-        .zip(&ids)
-        .map(|(cmd, id)| (id.as_str(), "run_bash", json!({ "command": cmd })))
-        .collect();
-    let api = FakeApi::start(vec![Reply::tools(&calls), Reply::text("done")]);
-    let root = TestRoot::new(&api.url);
-    root.set_config(
-        "loop",
-        "max_tool_calls_per_turn",
-        &commands.len().to_string(),
-    );
-    setup(&root);
-    let out = root.run(&["run", "x"]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let reqs = api.requests();
-    assert_eq!(reqs.len(), 2, "{}", stderr(&out));
-    let results = last_results(&reqs[1].body);
-    let decisions = root.events_of("policy_decision");
-    (root, results, decisions)
-}
+use crate::attack_regressions::one_turn;
+use crate::common::{TestRoot, stderr, stdout};
 
 #[test]
 fn allow_patterns_cannot_be_talked_around() {

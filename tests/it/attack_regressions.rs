@@ -7,7 +7,7 @@ use crate::common::{FakeApi, Reply, TestRoot, last_results, stderr};
 
 /// Runs one turn with `commands` as run_bash calls; returns the root, the results
 /// the model got back, and the policy decisions recorded.
-fn one_turn(
+pub(crate) fn one_turn(
     setup: impl FnOnce(&TestRoot),
     commands: &[&str],
 ) -> (TestRoot, Vec<Value>, Vec<Value>) {
@@ -61,7 +61,9 @@ fn shipped_allow_rules_cannot_run_a_git_alias_planted_through_ls() {
 }
 
 /// Same chain through a repository's own `.git/config`: `core.fsmonitor` names a
-/// program that a plain `git status` runs.
+/// program that a plain `git status` runs. The environment cannot switch a
+/// repository's config off; what holds is that `ls … >> .git/config` writes a file,
+/// so it is not provable and asks (denied here: no TTY, no `--yes`).
 #[test]
 fn shipped_allow_rules_cannot_run_a_planted_fsmonitor() {
     let entry = "[core]\n\tfsmonitor = id > pwned-fsmonitor";

@@ -228,7 +228,7 @@ fn simple(rng: &mut fastrand::Rng, wild: bool) -> String {
     }
     if rng.u8(..3) == 0 {
         let r = pick(rng, &REDIRECTIONS);
-        if wild || !r.contains(['$', '(', '<', '&']) || r == " 2>&1" || r == " &> all" {
+        if wild || !r.contains(['$', '(', '<', '&']) || r == " 2>&1" || r.contains("/dev/null") {
             cmd.push_str(r);
         }
     }

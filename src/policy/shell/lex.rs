@@ -374,8 +374,18 @@ impl Lexer<'_, '_> {
     }
 
     /// A redirection at `<`, `>` or `&>`.
+    ///
+    /// A redirection that writes a file (`>`, `>>`, `>|`, `&>`, `&>>`, `<>`) other than
+    /// `/dev/null` makes the command not provable: an allow rule for a command never
+    /// grants a file write. Otherwise `allow run_bash(ls *)` could truncate any file
+    /// (`ls > scores.csv`) or, name by name, write a config another allowed program
+    /// runs (`ls -d '[core]…' >> .git/config` then `git status`).
     fn redirection(&mut self, pending: &mut Vec<Heredoc>) {
         let mut to_descriptor = false;
+        let writes = matches!(
+            (self.peek(), self.peek_at(1)),
+            (Some('>' | '&'), _) | (Some('<'), Some('>'))
+        );
         match (self.peek(), self.peek_at(1), self.peek_at(2)) {
             (Some('<'), Some('<'), Some('<')) => {
                 self.i += 3;
@@ -422,8 +432,12 @@ impl Lexer<'_, '_> {
             return;
         }
         let target = self.word();
-        if to_descriptor && !(target.is_fd_number() || (!target.quoted && target.value == "-")) {
-            self.refuse("a redirection to a descriptor expression");
+        if to_descriptor {
+            if !(target.is_fd_number() || (!target.quoted && target.value == "-")) {
+                self.refuse("a redirection to a descriptor expression");
+            }
+        } else if writes && target.value != "/dev/null" {
+            self.refuse("a redirection that writes a file (write files with write_file)");
         }
     }
 
