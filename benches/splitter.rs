@@ -78,6 +78,11 @@ fn main() {
         ("`$'\\x41` escapes", repeat("$'\\x41")),
         ("one long word", repeat("a")),
         ("alternating quotes `'a'\"b\"`", repeat("'a'\"b\"")),
+        ("leading keywords `{ `", repeat("{ ")),
+        ("leading keywords `if `", repeat("if ")),
+        ("one word of `=`", repeat("=")),
+        ("`eval ` ×25 then words", "eval ".repeat(25) + &repeat("a ")),
+        ("`env -S` repeated", repeat("env -S ")),
     ];
     println!(
         "{:<46} {:>12} {:>12} {:>12}",
