@@ -6,9 +6,7 @@
 //! Run: `cargo bench --bench daemon_load` (prints the figures; asserts nothing).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
-#[allow(dead_code)]
-#[path = "../tests/it/common/fake_api.rs"]
-mod fake_api;
+use harnessd_testkit::fake_api;
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;

@@ -9,11 +9,8 @@
 //! Run: `cargo bench --bench sandbox_spawn` (prints the figures; asserts nothing).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
-#[allow(dead_code)]
-#[path = "../tests/it/common/fake_api.rs"]
-mod fake_api;
-#[path = "../tests/it/common/rss.rs"]
-mod rss;
+use harnessd_testkit::fake_api;
+use harnessd_testkit::rss;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -10,11 +10,8 @@
 //! Run: `cargo bench --bench turn_gap` (prints the figures; asserts nothing).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
-#[allow(dead_code)]
-#[path = "../tests/it/common/fake_api.rs"]
-mod fake_api;
-#[path = "../tests/it/common/rss.rs"]
-mod rss;
+use harnessd_testkit::fake_api;
+use harnessd_testkit::rss;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -1,8 +1,8 @@
 //! Fixtures: a temporary root wired to a fake API, and a runner for the real binary.
 
 pub mod daemon;
-pub mod fake_api;
-pub mod rss;
+
+pub use harnessd_testkit::{fake_api, rss};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

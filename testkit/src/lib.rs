@@ -1,0 +1,12 @@
+//! Fixtures shared by harnessd's integration tests (`tests/it`) and benchmarks
+//! (`benches/`), so neither includes the other's files by `#[path]`:
+//!
+//! - [`fake_api`]: a fake Anthropic Messages API, a real HTTP/1.1 server on
+//!   127.0.0.1, scripted per test, recording and checking every request;
+//! - [`rss`]: the peak resident memory of a child process.
+#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
+
+pub mod fake_api;
+pub mod rss;
+
+pub use fake_api::{FakeApi, Reply};
