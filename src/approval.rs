@@ -14,7 +14,7 @@ use serde_json::Value;
 use crate::text::escape_line;
 
 /// One call waiting for a human.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct ApprovalRequest {
     /// Approval id.
     pub approval_id: String,

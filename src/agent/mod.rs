@@ -15,7 +15,7 @@ mod transcript;
 
 pub use calls::advertised;
 pub use guard::install_panic_hook;
-pub use stop::StopReason;
+pub use stop::{StopReason, TaskStatus};
 pub use transcript::{Transcript, TurnRecord};
 
 use std::sync::Arc;
@@ -391,8 +391,8 @@ impl Run<'_> {
             .find(|m| m.role == Role::Assistant)
             .map(Message::text)
             .unwrap_or_default();
-        self.transcript.status = "finished".into();
-        self.transcript.stop_reason = Some(stop_reason.as_str().into());
+        self.transcript.status = TaskStatus::Finished;
+        self.transcript.stop_reason = Some(stop_reason);
         self.transcript.answer = Some(answer.clone());
         self.transcript.error = error.clone();
         self.save();
@@ -443,7 +443,7 @@ pub async fn run_task(env: &TaskEnv, spec: &TaskSpec) -> Result<TaskOutcome, Eve
     let created = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
     let transcript = match &spec.resume {
         Some(t) => Transcript {
-            status: "running".into(),
+            status: TaskStatus::Running,
             stop_reason: None,
             answer: None,
             error: None,
@@ -453,7 +453,7 @@ pub async fn run_task(env: &TaskEnv, spec: &TaskSpec) -> Result<TaskOutcome, Eve
             task_id: spec.task_id.clone(),
             model: loaded.config.api.model.clone(),
             created,
-            status: "running".into(),
+            status: TaskStatus::Running,
             stop_reason: None,
             answer: None,
             error: None,
@@ -474,8 +474,8 @@ pub async fn run_task(env: &TaskEnv, spec: &TaskSpec) -> Result<TaskOutcome, Eve
         Ok(Ok(ended)) => (ended, None),
         Ok(Err(e)) => {
             // The audit log failed: nothing more may happen unrecorded.
-            run.transcript.status = "finished".into();
-            run.transcript.stop_reason = Some(StopReason::Error.as_str().into());
+            run.transcript.status = TaskStatus::Finished;
+            run.transcript.stop_reason = Some(StopReason::Error);
             run.transcript.error = Some(e.to_string());
             run.save();
             return Err(e);

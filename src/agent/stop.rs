@@ -1,7 +1,13 @@
-//! Why a task stopped (SPEC §6) and the exit code `harnessd run` gives for it.
+//! Where a task stands and why it stopped (SPEC §6, §9), and the exit code
+//! `harnessd run` (and `submit --wait`) gives for it. One typed value travels through
+//! the transcript, the control API, the clients and the exit code; nothing re-parses
+//! a string.
+
+use serde::{Deserialize, Serialize};
 
 /// The task's stop reason.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum StopReason {
     /// The model answered without tools.
     EndTurn,
@@ -51,5 +57,70 @@ impl StopReason {
 impl std::fmt::Display for StopReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// Where a task stands (SPEC §9).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskStatus {
+    /// Accepted, waiting for a slot.
+    Queued,
+    /// Running.
+    Running,
+    /// Waiting for a human to answer an `ask` call.
+    AwaitingApproval,
+    /// Stopped, with a stop reason.
+    Finished,
+    /// Was running when the daemon died; `resume` continues it.
+    Interrupted,
+}
+
+impl TaskStatus {
+    /// Every status, for metrics that list each one.
+    pub const ALL: [TaskStatus; 5] = [
+        TaskStatus::Queued,
+        TaskStatus::Running,
+        TaskStatus::AwaitingApproval,
+        TaskStatus::Finished,
+        TaskStatus::Interrupted,
+    ];
+
+    /// The name used in the API, transcripts and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Queued => "queued",
+            TaskStatus::Running => "running",
+            TaskStatus::AwaitingApproval => "awaiting_approval",
+            TaskStatus::Finished => "finished",
+            TaskStatus::Interrupted => "interrupted",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The serde names are the names SPEC §6 and §9 use, and `as_str` agrees.
+    #[test]
+    fn wire_names_match_as_str() {
+        for s in TaskStatus::ALL {
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
+        for r in [
+            StopReason::EndTurn,
+            StopReason::MaxTurns,
+            StopReason::TokenBudget,
+            StopReason::NoProgress,
+            StopReason::MaxTokens,
+            StopReason::Refusal,
+            StopReason::Cancelled,
+            StopReason::Error,
+        ] {
+            let v = serde_json::to_value(r).unwrap();
+            assert_eq!(v, r.as_str());
+            assert_eq!(serde_json::from_value::<StopReason>(v).unwrap(), r);
+        }
     }
 }

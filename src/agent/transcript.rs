@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::{StopReason, TaskStatus};
 use crate::llm::{Message, Usage};
 
 /// One model request's record.
@@ -31,10 +32,10 @@ pub struct Transcript {
     pub model: String,
     /// When the task was created (RFC 3339).
     pub created: String,
-    /// `running` or `finished`.
-    pub status: String,
+    /// `running`, `finished`, or `interrupted` after a crash.
+    pub status: TaskStatus,
     /// The task's stop reason, once finished.
-    pub stop_reason: Option<String>,
+    pub stop_reason: Option<StopReason>,
     /// The answer, once finished.
     pub answer: Option<String>,
     /// The error, when stop_reason is `error`.

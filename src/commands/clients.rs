@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::EXIT_CONFIG;
-use crate::agent::StopReason;
+use crate::agent::{StopReason, TaskStatus};
 use crate::config::resolve;
 use crate::daemon::client::{call, stream_lines};
 use crate::text::{escape_json, escape_line, escape_text};
@@ -269,21 +269,25 @@ async fn run_async(socket: &Path, cmd: ClientCommand, json_out: bool) -> anyhow:
             loop {
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 let (_, t) = call(socket, "GET", &format!("/v1/tasks/{}", enc(&id)), None).await?;
-                if t["status"] == "awaiting_approval" {
+                let status = serde_json::from_value::<TaskStatus>(t["status"].clone()).ok();
+                if status == Some(TaskStatus::AwaitingApproval) {
                     show_waiting_approvals(socket, &id, &mut shown).await?;
                 }
-                if t["status"] == "finished" {
+                if status == Some(TaskStatus::Finished) {
                     if json_out {
                         writeln!(out, "{}", escape_json(&serde_json::to_string_pretty(&t)?))?;
                     } else if let Some(a) = t["answer"].as_str().filter(|a| !a.is_empty()) {
                         writeln!(out, "{}", escape_text(a))?;
                     }
-                    let reason = t["stop_reason"].as_str().unwrap_or("error");
-                    eprintln!("[done] {}", escape_line(reason));
+                    // A finished task without a readable stop reason is reported as
+                    // an error, never as success.
+                    let reason = serde_json::from_value::<StopReason>(t["stop_reason"].clone())
+                        .unwrap_or(StopReason::Error);
+                    eprintln!("[done] {reason}");
                     if let Some(e) = t["error"].as_str() {
                         eprintln!("error: {}", escape_text(e));
                     }
-                    return Ok(stop_reason_code(reason));
+                    return Ok(reason.exit_code());
                 }
             }
         }
@@ -351,20 +355,4 @@ async fn show_waiting_approvals(
         )?;
     }
     Ok(())
-}
-
-fn stop_reason_code(reason: &str) -> i32 {
-    let all = [
-        StopReason::EndTurn,
-        StopReason::MaxTurns,
-        StopReason::TokenBudget,
-        StopReason::NoProgress,
-        StopReason::MaxTokens,
-        StopReason::Refusal,
-        StopReason::Cancelled,
-        StopReason::Error,
-    ];
-    all.iter()
-        .find(|r| r.as_str() == reason)
-        .map_or(1, |r| r.exit_code())
 }

@@ -22,7 +22,7 @@ use tokio::sync::broadcast;
 
 use super::approvals::Approvals;
 use super::metrics::Metrics;
-use super::tasks::{Scheduler, Status};
+use super::tasks::{Scheduler, TaskStatus};
 use crate::agent::Transcript;
 use crate::config::{ConfigSource, LiveConfig};
 
@@ -219,7 +219,7 @@ async fn resume_task(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let t = task(&s, &id)?;
-    if !matches!(t.status, Status::Interrupted | Status::Finished) {
+    if !matches!(t.status, TaskStatus::Interrupted | TaskStatus::Finished) {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             "conflict",
@@ -229,7 +229,7 @@ async fn resume_task(
             ),
         ));
     }
-    if t.stop_reason.as_deref() == Some("end_turn") {
+    if t.stop_reason == Some(crate::agent::StopReason::EndTurn) {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             "conflict",

@@ -7,28 +7,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
-use serde_json::Value;
 use tokio::sync::oneshot;
 
-use super::tasks::{Registry, Status};
+use super::tasks::{Registry, TaskStatus};
 use crate::approval::{AnswerFuture, ApprovalAnswer, ApprovalRequest, Approver};
 use crate::config::ConfigSource;
 
-/// One pending approval, as the API lists it.
+/// One pending approval, as the API lists it: the request and when it was made.
 #[derive(Debug, Clone, Serialize)]
 pub struct Pending {
-    /// Approval id.
-    pub approval_id: String,
-    /// The task.
-    pub task_id: String,
-    /// The call.
-    pub tool_use_id: String,
-    /// Tool name.
-    pub tool: String,
-    /// The call's input.
-    pub input: Value,
-    /// The rule that asked.
-    pub rule: String,
+    /// What is asked.
+    #[serde(flatten)]
+    pub request: ApprovalRequest,
     /// When it was asked (RFC 3339).
     pub requested_at: String,
 }
@@ -105,12 +95,7 @@ impl Approver for Approvals {
         Box::pin(async move {
             let (tx, rx) = oneshot::channel();
             let info = Pending {
-                approval_id: req.approval_id.clone(),
-                task_id: req.task_id.clone(),
-                tool_use_id: req.tool_use_id.clone(),
-                tool: req.tool.clone(),
-                input: req.input.clone(),
-                rule: req.rule.clone(),
+                request: req.clone(),
                 requested_at: chrono::Utc::now()
                     .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             };
@@ -118,7 +103,7 @@ impl Approver for Approvals {
                 w.insert(req.approval_id.clone(), Waiting { info, answer: tx });
             }
             self.registry
-                .set_status(&req.task_id, Status::AwaitingApproval);
+                .set_status(&req.task_id, TaskStatus::AwaitingApproval);
             let timeout =
                 Duration::from_secs(self.config.current().config.daemon.approval_timeout_secs);
             let answer = match tokio::time::timeout(timeout, rx).await {
@@ -138,7 +123,7 @@ impl Approver for Approvals {
                     }
                 }
             };
-            self.registry.set_status(&req.task_id, Status::Running);
+            self.registry.set_status(&req.task_id, TaskStatus::Running);
             answer
         })
     }

@@ -12,7 +12,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry as PromRegistry;
 use serde_json::Value;
 
-use super::tasks::Registry;
+use super::tasks::{Registry, TaskStatus};
 
 type Labels = Vec<(String, String)>;
 
@@ -167,14 +167,9 @@ impl Metrics {
 
     /// The text exposition, with task gauges from `tasks`.
     pub fn render(&self, tasks: &Registry) -> String {
-        for status in [
-            "queued",
-            "running",
-            "awaiting_approval",
-            "finished",
-            "interrupted",
-        ] {
-            let n = tasks.counts().get(status).copied().unwrap_or(0);
+        let counts = tasks.counts();
+        for status in TaskStatus::ALL.map(TaskStatus::as_str) {
+            let n = counts.get(status).copied().unwrap_or(0);
             self.tasks
                 .get_or_create(&labels(&[("status", status)]))
                 .set(n);

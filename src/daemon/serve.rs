@@ -15,7 +15,7 @@ use super::api::{AppState, Peer, router};
 use super::approvals::Approvals;
 use super::metrics::Metrics;
 use super::socket::SocketDir;
-use super::tasks::{Registry, Scheduler, SchedulerParts, Status, TaskInfo};
+use super::tasks::{Registry, Scheduler, SchedulerParts, TaskInfo, TaskStatus};
 use crate::agent::Transcript;
 use crate::config::{ConfigSource, LiveConfig, Loaded, resolve};
 use crate::events::{Event, EventLog};
@@ -64,9 +64,9 @@ async fn recover_tasks(
         else {
             continue;
         };
-        let status = if t.status == "running" || t.status == "interrupted" {
-            if t.status == "running" {
-                t.status = "interrupted".into();
+        let status = if matches!(t.status, TaskStatus::Running | TaskStatus::Interrupted) {
+            if t.status == TaskStatus::Running {
+                t.status = TaskStatus::Interrupted;
                 t.save(&loaded.paths.transcripts)?;
                 events
                     .record(
@@ -77,14 +77,14 @@ async fn recover_tasks(
                     )
                     .await?;
             }
-            Status::Interrupted
+            TaskStatus::Interrupted
         } else {
-            Status::Finished
+            TaskStatus::Finished
         };
         registry.insert_recorded(TaskInfo {
             task_id: t.task_id.clone(),
             status,
-            stop_reason: t.stop_reason.clone(),
+            stop_reason: t.stop_reason,
             usage: t.usage,
             answer: t.answer.clone(),
             error: t.error.clone(),

@@ -10,38 +10,23 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::agent::{TaskEnv, TaskOutcome, TaskSpec, Transcript, new_task_id, run_task};
+pub use crate::agent::TaskStatus;
+use crate::agent::{StopReason, TaskEnv, TaskOutcome, TaskSpec, Transcript, new_task_id, run_task};
 use crate::approval::Approver;
 use crate::config::ConfigSource;
 use crate::events::EventLog;
 use crate::exec::Executor;
 use crate::llm::{AnthropicClient, Usage};
 
-/// Where a task is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Status {
-    /// Waiting for a free slot.
-    Queued,
-    /// In the loop.
-    Running,
-    /// Waiting for a human to answer an `ask` call.
-    AwaitingApproval,
-    /// Ended (see `stop_reason`).
-    Finished,
-    /// Was running when a previous daemon died; `resume` continues it.
-    Interrupted,
-}
-
 /// A task as the API shows it.
 #[derive(Debug, Clone, Serialize)]
 pub struct TaskInfo {
     /// Id.
     pub task_id: String,
-    /// Status.
-    pub status: Status,
+    /// Where it stands.
+    pub status: TaskStatus,
     /// Why it stopped, once finished.
-    pub stop_reason: Option<String>,
+    pub stop_reason: Option<StopReason>,
     /// Tokens so far.
     pub usage: Usage,
     /// The answer, once finished.
@@ -87,7 +72,7 @@ impl Registry {
     }
 
     /// Changes a task's status.
-    pub fn set_status(&self, id: &str, status: Status) {
+    pub fn set_status(&self, id: &str, status: TaskStatus) {
         self.with(|m| {
             if let Some(e) = m.get_mut(id) {
                 e.info.status = status;
@@ -99,8 +84,8 @@ impl Registry {
     fn finish(&self, id: &str, outcome: &TaskOutcome) {
         self.with(|m| {
             if let Some(e) = m.get_mut(id) {
-                e.info.status = Status::Finished;
-                e.info.stop_reason = Some(outcome.stop_reason.as_str().into());
+                e.info.status = TaskStatus::Finished;
+                e.info.stop_reason = Some(outcome.stop_reason);
                 e.info.usage = outcome.usage;
                 e.info.answer = Some(outcome.answer.clone());
                 e.info.error = outcome.error.clone();
@@ -138,13 +123,7 @@ impl Registry {
     pub fn counts(&self) -> HashMap<&'static str, i64> {
         let mut out = HashMap::new();
         for t in self.list() {
-            let key = match t.status {
-                Status::Queued => "queued",
-                Status::Running => "running",
-                Status::AwaitingApproval => "awaiting_approval",
-                Status::Finished => "finished",
-                Status::Interrupted => "interrupted",
-            };
+            let key = t.status.as_str();
             *out.entry(key).or_insert(0) += 1;
         }
         out
@@ -236,7 +215,7 @@ impl Scheduler {
         self.registry.insert(
             TaskInfo {
                 task_id: id.clone(),
-                status: Status::Queued,
+                status: TaskStatus::Queued,
                 stop_reason: None,
                 usage: spec.resume.as_ref().map(|t| t.usage).unwrap_or_default(),
                 answer: None,
@@ -268,7 +247,7 @@ impl Scheduler {
         };
         // Cancelled while queued (no permit): run_task still records the task and
         // writes its transcript, then stops before any model request.
-        self.registry.set_status(&id, Status::Running);
+        self.registry.set_status(&id, TaskStatus::Running);
         // run_task is the task guard: a panic in the task comes back as an `error`
         // outcome, so this entry always reaches `finished` and the daemon serves on.
         match run_task(&env, &spec).await {
@@ -278,7 +257,7 @@ impl Scheduler {
                 self.registry.finish(
                     &id,
                     &TaskOutcome {
-                        stop_reason: crate::agent::StopReason::Error,
+                        stop_reason: StopReason::Error,
                         answer: String::new(),
                         turns: 0,
                         usage: Usage::default(),
