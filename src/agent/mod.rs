@@ -154,9 +154,9 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
-    fn save(&self) {
+    async fn save(&self) {
         let dir = self.env.config.current().paths.transcripts.clone();
-        if let Err(e) = self.transcript.save(&dir) {
+        if let Err(e) = self.transcript.save_async(dir).await {
             tracing::error!("cannot save transcript {}: {e}", self.spec.task_id);
         }
     }
@@ -319,7 +319,7 @@ impl Run<'_> {
             }
             // Saved before the tools run: a crash mid-tool leaves the model's request
             // on disk, so a resume can answer it.
-            self.save();
+            self.save().await;
             let blocks = calls::execute_calls(
                 self.env,
                 &self.spec.task_id,
@@ -329,7 +329,7 @@ impl Run<'_> {
             )
             .await?;
             self.push_user(blocks);
-            self.save();
+            self.save().await;
         }
     }
 }
@@ -354,7 +354,7 @@ impl Run<'_> {
             })
             .await?;
         }
-        self.save();
+        self.save().await;
         self.turns().await
     }
 
@@ -395,7 +395,7 @@ impl Run<'_> {
         self.transcript.stop_reason = Some(stop_reason);
         self.transcript.answer = Some(answer.clone());
         self.transcript.error = error.clone();
-        self.save();
+        self.save().await;
         self.record(Event::TaskFinished {
             stop_reason: stop_reason.as_str().into(),
             turns: self.turn,
@@ -477,7 +477,7 @@ pub async fn run_task(env: &TaskEnv, spec: &TaskSpec) -> Result<TaskOutcome, Eve
             run.transcript.status = TaskStatus::Finished;
             run.transcript.stop_reason = Some(StopReason::Error);
             run.transcript.error = Some(e.to_string());
-            run.save();
+            run.save().await;
             return Err(e);
         }
         Err(panic) => ((StopReason::Error, Some(panic.to_string())), Some(panic)),

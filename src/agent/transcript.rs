@@ -57,12 +57,28 @@ impl Transcript {
 
     /// Writes the transcript atomically into `dir`.
     pub fn save(&self, dir: &Path) -> std::io::Result<()> {
-        std::fs::create_dir_all(dir)?;
-        let path = Transcript::path(dir, &self.task_id);
-        let tmp = dir.join(format!(".{}.json.tmp", self.task_id));
         let bytes = serde_json::to_vec(self).map_err(std::io::Error::other)?;
+        Transcript::write(dir, &self.task_id, &bytes)
+    }
+
+    /// [`Transcript::save`] from async code: serialised here, written on a blocking
+    /// thread so a slow disk never stalls the runtime's workers.
+    pub async fn save_async(&self, dir: PathBuf) -> std::io::Result<()> {
+        let bytes = serde_json::to_vec(self).map_err(std::io::Error::other)?;
+        let task_id = self.task_id.clone();
+        tokio::task::spawn_blocking(move || Transcript::write(&dir, &task_id, &bytes))
+            .await
+            .map_err(std::io::Error::other)?
+    }
+
+    /// Writes `bytes` (a serialised transcript) as `task_id`'s transcript in `dir`,
+    /// through a temporary file and a rename.
+    fn write(dir: &Path, task_id: &str, bytes: &[u8]) -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        let path = Transcript::path(dir, task_id);
+        let tmp = dir.join(format!(".{task_id}.json.tmp"));
         let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&bytes)?;
+        f.write_all(bytes)?;
         // No fsync: the guarantee is against a crash of harnessd, which the page
         // cache survives; rename-over on ext4/xfs orders data before the rename.
         drop(f);

@@ -9,14 +9,13 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use super::EXIT_CONFIG;
 use crate::agent::{StopReason, TaskStatus};
 use crate::config::resolve;
-use crate::daemon::client::{call, stream_lines};
+use crate::daemon::client::{self, call, stream_lines};
 use crate::text::{escape_json, escape_line, escape_text};
 
 /// One client command.
@@ -265,31 +264,7 @@ async fn run_async(socket: &Path, cmd: ClientCommand, json_out: bool) -> anyhow:
                 return Ok(0);
             }
             eprintln!("task {} submitted; waiting", escape_line(&id));
-            let mut shown = std::collections::HashSet::new();
-            loop {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                let (_, t) = call(socket, "GET", &format!("/v1/tasks/{}", enc(&id)), None).await?;
-                let status = serde_json::from_value::<TaskStatus>(t["status"].clone()).ok();
-                if status == Some(TaskStatus::AwaitingApproval) {
-                    show_waiting_approvals(socket, &id, &mut shown).await?;
-                }
-                if status == Some(TaskStatus::Finished) {
-                    if json_out {
-                        writeln!(out, "{}", escape_json(&serde_json::to_string_pretty(&t)?))?;
-                    } else if let Some(a) = t["answer"].as_str().filter(|a| !a.is_empty()) {
-                        writeln!(out, "{}", escape_text(a))?;
-                    }
-                    // A finished task without a readable stop reason is reported as
-                    // an error, never as success.
-                    let reason = serde_json::from_value::<StopReason>(t["stop_reason"].clone())
-                        .unwrap_or(StopReason::Error);
-                    eprintln!("[done] {reason}");
-                    if let Some(e) = t["error"].as_str() {
-                        eprintln!("error: {}", escape_text(e));
-                    }
-                    return Ok(reason.exit_code());
-                }
-            }
+            return wait_for(socket, &id, json_out).await;
         }
         ClientCommand::Tasks => {
             for t in body["tasks"].as_array().into_iter().flatten() {
@@ -332,6 +307,49 @@ async fn run_async(socket: &Path, cmd: ClientCommand, json_out: bool) -> anyhow:
 
 /// For `submit --wait`: prints on stderr each approval task `id` waits for that
 /// is not in `shown` yet, with every character of its input and how to answer it.
+/// `submit --wait`: follows the task's events (the log so far, then new lines as
+/// they are written) instead of polling; shows each approval it waits for as it is
+/// requested, and at `task_finished` prints the answer and exits like `run`.
+async fn wait_for(socket: &Path, id: &str, json_out: bool) -> anyhow::Result<i32> {
+    let path = format!("/v1/events?task={}&follow=1", enc(id));
+    let mut events = client::LineStream::open(socket, &path).await?;
+    let mut shown = std::collections::HashSet::new();
+    while let Some(line) = events.next_line().await? {
+        let Ok(event) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        match event["type"].as_str() {
+            Some("approval_requested") => show_waiting_approvals(socket, id, &mut shown).await?,
+            Some("task_finished") => break,
+            _ => {}
+        }
+    }
+    let (_, t) = call(socket, "GET", &format!("/v1/tasks/{}", enc(id)), None).await?;
+    if serde_json::from_value::<TaskStatus>(t["status"].clone()).ok() != Some(TaskStatus::Finished)
+    {
+        eprintln!(
+            "error: the daemon stopped before task {} finished",
+            escape_line(id)
+        );
+        return Ok(StopReason::Error.exit_code());
+    }
+    let mut out = std::io::stdout().lock();
+    if json_out {
+        writeln!(out, "{}", escape_json(&serde_json::to_string_pretty(&t)?))?;
+    } else if let Some(a) = t["answer"].as_str().filter(|a| !a.is_empty()) {
+        writeln!(out, "{}", escape_text(a))?;
+    }
+    // A finished task without a readable stop reason is reported as an error, never
+    // as success.
+    let reason =
+        serde_json::from_value::<StopReason>(t["stop_reason"].clone()).unwrap_or(StopReason::Error);
+    eprintln!("[done] {reason}");
+    if let Some(e) = t["error"].as_str() {
+        eprintln!("error: {}", escape_text(e));
+    }
+    Ok(reason.exit_code())
+}
+
 async fn show_waiting_approvals(
     socket: &Path,
     id: &str,

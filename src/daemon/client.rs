@@ -81,24 +81,58 @@ pub async fn call(
     ))
 }
 
-/// Streams a newline-delimited response, calling `on_line` for each line.
+/// An `application/x-ndjson` response read line by line.
+pub struct LineStream {
+    response: hyper::Response<hyper::body::Incoming>,
+    buf: Vec<u8>,
+}
+
+impl LineStream {
+    /// GETs `path`; the status is known before any line is read.
+    pub async fn open(socket: &Path, path: &str) -> Result<LineStream, ClientError> {
+        let response = send(socket, "GET", path, None).await?;
+        Ok(LineStream {
+            response,
+            buf: Vec::new(),
+        })
+    }
+
+    /// The response's HTTP status.
+    pub fn status(&self) -> u16 {
+        self.response.status().as_u16()
+    }
+
+    /// The next complete line, without its newline; `None` at the end of the body.
+    pub async fn next_line(&mut self) -> Result<Option<String>, ClientError> {
+        loop {
+            if let Some(pos) = self.buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=pos).collect();
+                let text = line.get(..pos).unwrap_or_default();
+                return Ok(Some(String::from_utf8_lossy(text).into_owned()));
+            }
+            match self.response.body_mut().frame().await {
+                None => return Ok(None),
+                Some(frame) => {
+                    let frame = frame.map_err(|e| ClientError::Http(e.to_string()))?;
+                    if let Some(data) = frame.data_ref() {
+                        self.buf.extend_from_slice(data);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// GETs `path` and gives each line of the body to `on_line` as it arrives; returns
+/// the status.
 pub async fn stream_lines(
     socket: &Path,
     path: &str,
     mut on_line: impl FnMut(&str),
 ) -> Result<u16, ClientError> {
-    let mut resp = send(socket, "GET", path, None).await?;
-    let status = resp.status().as_u16();
-    let mut buf = Vec::new();
-    while let Some(frame) = resp.body_mut().frame().await {
-        let frame = frame.map_err(|e| ClientError::Http(e.to_string()))?;
-        if let Some(data) = frame.data_ref() {
-            buf.extend_from_slice(data);
-            while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = buf.drain(..=pos).collect();
-                on_line(String::from_utf8_lossy(&line[..line.len() - 1]).as_ref());
-            }
-        }
+    let mut lines = LineStream::open(socket, path).await?;
+    while let Some(line) = lines.next_line().await? {
+        on_line(&line);
     }
-    Ok(status)
+    Ok(lines.status())
 }

@@ -193,8 +193,9 @@ pub async fn run(
     let spool_prefix = out_file.clone();
     // Keep enough of each stream that the model's view is exact for any sane cap.
     let keep_bytes = (max_chars * 4).max(64 * 1024);
-    let outcome = tokio::task::spawn_blocking(move || {
-        executor.run(&ExecRequest {
+    let out_path = out_file.clone();
+    let rendered = tokio::task::spawn_blocking(move || {
+        let outcome = executor.run(&ExecRequest {
             job: &job,
             workspace: &workspace,
             confine: &confine,
@@ -203,20 +204,20 @@ pub async fn run(
             keep_bytes,
             cancel: &cancel,
             relay_output: false,
-        })
+        });
+        // Rendering copies the full output from its spools into the `.out` file:
+        // file I/O, so it stays on this blocking thread too.
+        render_result(
+            is_command,
+            &outcome,
+            timeout_secs,
+            max_chars,
+            out_path.as_deref(),
+        )
     })
     .await;
-    match outcome {
-        Ok(outcome) => {
-            let result = render_result(
-                is_command,
-                &outcome,
-                timeout_secs,
-                max_chars,
-                out_file.as_deref(),
-            );
-            (result, out_file)
-        }
+    match rendered {
+        Ok(result) => (result, out_file),
         Err(e) => (
             ToolResult::error(format!("internal error running the tool: {e}")),
             None,
