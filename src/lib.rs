@@ -10,6 +10,12 @@
 //!                                                     └──── events / transcripts ◄─┘
 //! ```
 //!
+//! That diagram is how data moves. Imports go one way, down the layers that
+//! `tests/it/architecture.rs` lists and enforces (no cycle between top-level
+//! modules): `config` calls [`policy`] to compile rules, never the reverse; [`llm`]
+//! reports failed attempts to the agent loop, which records them in [`events`];
+//! the [`sandbox`] helper has its own types and imports nothing of `config`.
+//!
 //! - [`config`]: the two operator-edited files, parsed, validated, swapped live.
 //! - [`reload`]: file watching and SIGHUP into [`config::LiveConfig`].
 //! - [`daemon`]: `harnessd serve`: control API, scheduler, approvals, metrics.
@@ -25,6 +31,8 @@
 //!   layer.
 //! - [`events`]: the audit log writer.
 //! - [`commands`]: one module per subcommand; [`cli`] holds their clap types.
+//! - [`usage`]: token counts, shared by [`llm`] and [`events`] so neither imports
+//!   the other.
 //! - [`text`]: cutting long text in the middle; escaping hostile text before it
 //!   reaches a terminal (every human-readable printer uses it).
 
@@ -45,3 +53,4 @@ pub mod sandbox;
 pub mod startup;
 pub mod text;
 pub mod tools;
+pub mod usage;

@@ -29,7 +29,8 @@ use crate::config::{ConfigSource, Loaded};
 use crate::events::{Event, EventError, EventLog};
 use crate::exec::Executor;
 use crate::llm::{
-    AnthropicClient, Attempt, Block, LlmError, Message, Request, Role, ToolChoice, Usage,
+    AnthropicClient, Block, FailedAttempt, LlmError, Message, Request, Role, SendError, ToolChoice,
+    Usage,
 };
 use crate::tools::ToolName;
 
@@ -87,6 +88,17 @@ pub struct TaskOutcome {
 pub fn new_task_id() -> String {
     let now = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
     format!("t-{now}-{:06x}", fastrand::u32(..0x100_0000))
+}
+
+/// The `model_error` event of one failed attempt of request `turn`.
+fn model_error(turn: u32, f: FailedAttempt) -> Event {
+    Event::ModelError {
+        turn,
+        status: f.status,
+        attempt: f.attempt,
+        retry_in_ms: f.retry_in.map(|w| w.as_millis() as u64),
+        message: f.message,
+    }
 }
 
 /// Canonical signature of a turn's tool calls, order ignored.
@@ -228,17 +240,23 @@ impl Run<'_> {
             })
             .await?;
             let sent = Instant::now();
-            let attempt = Attempt {
-                events: &self.env.events,
-                task_id: &self.spec.task_id,
-                turn: self.turn,
-                cancel: &self.env.cancel,
+            // Each failed attempt becomes a `model_error` event, recorded before the
+            // client waits for the next one: llm reports, the loop records.
+            let (events, task_id, turn) = (&self.env.events, self.spec.task_id.as_str(), self.turn);
+            let on_failure = move |f: FailedAttempt| async move {
+                events
+                    .record(Some(task_id), model_error(turn, f))
+                    .await
+                    .map(|_| ())
             };
-            let response = match self.env.client.send(&request, attempt).await {
+            let sent_request = self.env.client.send(&request, &self.env.cancel, on_failure);
+            let response = match sent_request.await {
                 Ok(r) => r,
-                Err(LlmError::Cancelled) => return Ok((StopReason::Cancelled, None)),
-                Err(LlmError::Events(e)) => return Err(e),
-                Err(e) => return Ok((StopReason::Error, Some(e.to_string()))),
+                Err(SendError::Model(LlmError::Cancelled)) => {
+                    return Ok((StopReason::Cancelled, None));
+                }
+                Err(SendError::Callback(e)) => return Err(e),
+                Err(SendError::Model(e)) => return Ok((StopReason::Error, Some(e.to_string()))),
             };
             let latency_ms = sent.elapsed().as_millis() as u64;
             let model_stop = response.stop_reason.clone().unwrap_or_default();

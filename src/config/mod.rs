@@ -1,7 +1,7 @@
 //! Configuration: the two operator-edited files of a root, parsed and validated.
 //!
 //! `config/config.toml` ([`Config`]) and `policies/settings.json` ([`Settings`],
-//! compiled into a [`Policy`]) are read together into a [`Loaded`] snapshot. Nothing
+//! its rules compiled by [`crate::policy`] into a [`CompiledSettings`]) are read together into a [`Loaded`] snapshot. Nothing
 //! else in harnessd reads these files. Errors name the file, line, column and key.
 
 mod changes;
@@ -18,7 +18,8 @@ pub use file::{ApiConfig, Config, DaemonConfig, LoopConfig, PathsConfig, ToolsCo
 pub use key::ApiKey;
 pub use live::{LiveConfig, ReloadOutcome};
 pub use settings::{
-    AllowedPaths, OutputSettings, Policy, SandboxRequire, SandboxSettings, Settings, ToolTiers,
+    AllowedPaths, CompiledSettings, OutputSettings, SandboxRequire, SandboxSettings, Settings,
+    ToolTiers,
 };
 
 use std::path::{Path, PathBuf};
@@ -73,7 +74,7 @@ pub struct Loaded {
     /// `config/config.toml`.
     pub config: Config,
     /// `policies/settings.json`, compiled.
-    pub policy: Policy,
+    pub policy: CompiledSettings,
     /// sha256 of the config file's bytes.
     pub config_sha256: String,
     /// sha256 of the settings file's bytes.

@@ -3,13 +3,17 @@
 //! Parsed with unknown keys rejected (only `"$schema"` is extra), then validated:
 //! every rule must name a real tool and carry a pattern that compiles, so a typo in
 //! a deny rule is an error instead of a rule that silently matches nothing. The
-//! decisions themselves live in [`crate::policy`].
+//! rules are compiled, and decisions made, by [`crate::policy`], which knows
+//! nothing of this file: this module hands it the lists as plain data and turns
+//! its [`RuleError`] into a located [`ConfigError`].
+
+use std::ops::Deref;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::error::{ConfigError, find_key};
-use crate::policy::{Rule, RuleSet, Tier};
+use crate::policy::{self, RuleError, RuleLists, Tier};
 
 /// The whole of `policies/settings.json`.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, JsonSchema)]
@@ -156,22 +160,40 @@ impl Default for SandboxSettings {
     }
 }
 
-/// Settings plus their compiled rules, ready for [`crate::policy::decide`].
+/// Settings as written plus their compiled rules. Derefs to the compiled
+/// [`policy::Policy`], so `policy::decide(&loaded.policy, …)` and
+/// `loaded.policy.deny` read the rules while `loaded.policy.settings` reads the file.
 #[derive(Debug, Clone)]
-pub struct Policy {
+pub struct CompiledSettings {
     /// The file as written.
     pub settings: Settings,
-    /// Compiled `tools.deny`, in file order.
-    pub deny: RuleSet,
-    /// Compiled `tools.ask`.
-    pub ask: RuleSet,
-    /// Compiled `tools.allow`.
-    pub allow: RuleSet,
+    /// `tools`, compiled.
+    pub rules: policy::Policy,
+}
+
+impl Deref for CompiledSettings {
+    type Target = policy::Policy;
+
+    fn deref(&self) -> &policy::Policy {
+        &self.rules
+    }
+}
+
+impl ToolTiers {
+    /// The lists as plain data for [`policy::Policy::compile`].
+    pub fn rule_lists(&self) -> RuleLists<'_> {
+        RuleLists {
+            default: self.default,
+            allow: &self.allow,
+            ask: &self.ask,
+            deny: &self.deny,
+        }
+    }
 }
 
 impl Settings {
     /// Parses and validates the text of a settings file; `file` names it in errors.
-    pub fn parse(text: &str, file: &str) -> Result<Policy, ConfigError> {
+    pub fn parse(text: &str, file: &str) -> Result<CompiledSettings, ConfigError> {
         let mut de = serde_json::Deserializer::from_str(text);
         let settings: Settings = serde_path_to_error::deserialize(&mut de).map_err(|e| {
             let key = e.path().to_string();
@@ -193,7 +215,7 @@ impl Settings {
         settings.compile(text, file)
     }
 
-    fn compile(self, text: &str, file: &str) -> Result<Policy, ConfigError> {
+    fn compile(self, text: &str, file: &str) -> Result<CompiledSettings, ConfigError> {
         let bad = |key: String, message: String| {
             ConfigError::invalid(file, find_key(text, &key), key, message)
         };
@@ -224,22 +246,21 @@ impl Settings {
                 }
             }
         }
-        let compile = |tier: &str, rules: &[String]| -> Result<RuleSet, ConfigError> {
-            let parsed = rules
-                .iter()
-                .enumerate()
-                .map(|(i, r)| Rule::parse(r).map_err(|m| bad(format!("tools.{tier}[{i}]"), m)))
-                .collect::<Result<Vec<Rule>, ConfigError>>()?;
-            RuleSet::new(parsed).map_err(|m| bad(format!("tools.{tier}"), m))
-        };
-        let deny = compile("deny", &self.tools.deny)?;
-        let ask = compile("ask", &self.tools.ask)?;
-        let allow = compile("allow", &self.tools.allow)?;
-        Ok(Policy {
+        let rules = policy::Policy::compile(self.tools.rule_lists()).map_err(|e| {
+            let RuleError {
+                tier,
+                index,
+                message,
+            } = e;
+            let key = match index {
+                Some(i) => format!("tools.{}[{i}]", tier.as_str()),
+                None => format!("tools.{}", tier.as_str()),
+            };
+            bad(key, message)
+        })?;
+        Ok(CompiledSettings {
             settings: self,
-            deny,
-            ask,
-            allow,
+            rules,
         })
     }
 }
@@ -280,6 +301,20 @@ mod tests {
             .to_string();
         assert!(s.contains("tools.deny[0]"), "{s}");
         assert!(s.contains("read_fiel"), "{s}");
+    }
+
+    /// Policy reports a bad rule by tier and position; the key and line are
+    /// config's, as before policy compiled the rules itself.
+    #[test]
+    fn bad_rule_names_its_tier_index_and_line() {
+        let text = "{\"tools\": {\n  \"ask\": [\"read_file\",\n    \"run_bash(ls\"]}}";
+        let s = Settings::parse(text, "s.json")
+            .expect_err("unclosed")
+            .to_string();
+        assert!(s.contains("tools.ask[1]"), "{s}");
+        assert!(s.contains("does not end with ')'"), "{s}");
+        // The line of the list's key: find_key locates keys, not array items.
+        assert!(s.starts_with("s.json:2:"), "{s}");
     }
 
     #[test]

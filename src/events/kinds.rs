@@ -4,7 +4,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::llm::Usage;
+use crate::usage::Usage;
 
 /// One auditable event.
 #[derive(Debug, Clone, Serialize)]

@@ -11,6 +11,7 @@
 
 pub mod capture;
 pub mod cgroup;
+mod confinement;
 mod relay;
 mod spare;
 mod workspace;
@@ -31,8 +32,7 @@ use wait_timeout::ChildExt;
 pub use capture::Captured;
 use capture::Sink;
 
-use crate::config::SandboxRequire;
-use crate::sandbox::{Confinement, HelperRequest, Job, Report};
+use crate::sandbox::{Confinement, HelperRequest, Job, Report, Require};
 
 /// Bytes of one stream written to disk before the process tree is killed.
 pub const FLOOD_CAP_BYTES: u64 = 64 * 1024 * 1024;
@@ -135,7 +135,7 @@ impl Executor {
     /// refusing, so every layer is reported) and returns its report.
     pub fn probe(&self, confine: &Confinement, workspace: &Path) -> Result<Report, String> {
         let mut confine = confine.clone();
-        confine.limits.require = SandboxRequire::BestEffort;
+        confine.limits.require = Require::BestEffort;
         let never = CancellationToken::new();
         let outcome = self.run(&ExecRequest {
             job: &Job::Probe,

@@ -1,8 +1,9 @@
 //! The Anthropic Messages API over reqwest (rustls): one request, retried exactly
-//! as SPEC §3 says, each failed attempt recorded as a `model_error` event before
-//! the wait. Prompt-cache breakpoints are placed here, on the last tool definition,
+//! as SPEC §3 says, each failed attempt reported to the caller's callback before
+//! the wait (the agent loop records it as a `model_error` event). Prompt-cache breakpoints are placed here, on the last tool definition,
 //! the system prompt and the newest message, so they move forward every turn.
 
+use std::future::Future;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -12,7 +13,6 @@ use serde::Serialize;
 
 use super::wire::{Block, Message, Request, Response, Role, ToolChoice};
 use crate::config::{ApiConfig, ApiKey};
-use crate::events::{Event, EventError, EventLog};
 
 const ANTHROPIC_VERSION: &str = "2023-06-01";
 const BACKOFF_BASE: Duration = Duration::from_millis(500);
@@ -41,24 +41,35 @@ pub enum LlmError {
     /// The task was cancelled while waiting.
     #[error("cancelled")]
     Cancelled,
-    /// The attempt could not be recorded.
-    #[error(transparent)]
-    Events(#[from] EventError),
     /// The client could not be built.
     #[error("cannot build the HTTP client: {0}")]
     Client(String),
 }
 
-/// Context of one request, for its `model_error` events.
-pub struct Attempt<'a> {
-    /// The audit log.
-    pub events: &'a EventLog,
-    /// The task.
-    pub task_id: &'a str,
-    /// The request's turn number.
-    pub turn: u32,
-    /// Cancels the request and any wait between attempts.
-    pub cancel: &'a CancellationToken,
+/// Why [`AnthropicClient::send`] returned without a response: the request
+/// failed, or the caller's callback refused to go on.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError<E> {
+    /// The request failed for good (or was cancelled).
+    #[error(transparent)]
+    Model(#[from] LlmError),
+    /// The `on_failure` callback failed; the request was abandoned at once.
+    #[error(transparent)]
+    Callback(E),
+}
+
+/// One failed attempt, as reported to the caller before the client waits for the
+/// next attempt or gives up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailedAttempt {
+    /// Attempt number, from 1.
+    pub attempt: u32,
+    /// HTTP status, if there was a response.
+    pub status: Option<u16>,
+    /// The wait before the next attempt; `None` when there will be none.
+    pub retry_in: Option<Duration>,
+    /// What went wrong.
+    pub message: String,
 }
 
 /// A failed attempt.
@@ -95,7 +106,21 @@ impl AnthropicClient {
     }
 
     /// Sends `req`, retrying per policy; returns the parsed response.
-    pub async fn send(&self, req: &Request<'_>, ctx: Attempt<'_>) -> Result<Response, LlmError> {
+    ///
+    /// Every failed attempt is passed to `on_failure`, and the client waits for
+    /// the returned future before it sleeps or returns, so what the caller does
+    /// with it (recording it) happens before the wait. An `Err` from the callback
+    /// abandons the request. `cancel` ends the request and any wait.
+    pub async fn send<E, F, Fut>(
+        &self,
+        req: &Request<'_>,
+        cancel: &CancellationToken,
+        mut on_failure: F,
+    ) -> Result<Response, SendError<E>>
+    where
+        F: FnMut(FailedAttempt) -> Fut,
+        Fut: Future<Output = Result<(), E>>,
+    {
         let body = request_body(req)
             .map_err(|e| LlmError::Malformed(format!("cannot serialise the request: {e}")))?;
         let mut attempt: u32 = 0;
@@ -103,25 +128,21 @@ impl AnthropicClient {
             attempt += 1;
             let result = tokio::select! {
                 r = self.attempt_once(&body) => r,
-                () = ctx.cancel.cancelled() => return Err(LlmError::Cancelled),
+                () = cancel.cancelled() => return Err(LlmError::Cancelled.into()),
             };
             let failure = match result {
                 Ok(resp) => return Ok(resp),
                 Err(Ok(failure)) => failure,
                 Err(Err(permanent)) => {
-                    ctx.events
-                        .record(
-                            Some(ctx.task_id),
-                            Event::ModelError {
-                                turn: ctx.turn,
-                                status: None,
-                                attempt,
-                                retry_in_ms: None,
-                                message: permanent.to_string(),
-                            },
-                        )
-                        .await?;
-                    return Err(permanent);
+                    on_failure(FailedAttempt {
+                        attempt,
+                        status: None,
+                        retry_in: None,
+                        message: permanent.to_string(),
+                    })
+                    .await
+                    .map_err(SendError::Callback)?;
+                    return Err(permanent.into());
                 }
             };
             let retry = failure.retryable && attempt <= self.max_retries;
@@ -131,18 +152,14 @@ impl AnthropicClient {
                     .map(|d| d.min(RETRY_AFTER_CAP))
                     .unwrap_or_else(|| backoff(attempt - 1))
             });
-            ctx.events
-                .record(
-                    Some(ctx.task_id),
-                    Event::ModelError {
-                        turn: ctx.turn,
-                        status: failure.status,
-                        attempt,
-                        retry_in_ms: wait.map(|w| w.as_millis() as u64),
-                        message: failure.message.clone(),
-                    },
-                )
-                .await?;
+            on_failure(FailedAttempt {
+                attempt,
+                status: failure.status,
+                retry_in: wait,
+                message: failure.message.clone(),
+            })
+            .await
+            .map_err(SendError::Callback)?;
             let Some(wait) = wait else {
                 return Err(match failure.status {
                     Some(status) => LlmError::Status {
@@ -150,7 +167,8 @@ impl AnthropicClient {
                         message: failure.message,
                     },
                     None => LlmError::Transport(failure.message),
-                });
+                }
+                .into());
             };
             tracing::warn!(
                 "model request failed (attempt {attempt}): {}; retrying in {} ms",
@@ -159,7 +177,7 @@ impl AnthropicClient {
             );
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
-                () = ctx.cancel.cancelled() => return Err(LlmError::Cancelled),
+                () = cancel.cancelled() => return Err(LlmError::Cancelled.into()),
             }
         }
     }

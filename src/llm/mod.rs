@@ -1,8 +1,13 @@
 //! The model side: wire types of the Anthropic Messages API and a client that
-//! sends one request with retries. The client knows nothing of tools or policy.
+//! sends one request with retries. The client knows nothing of tools, policy or
+//! the audit log: it reports each failed attempt to a callback of its caller
+//! ([`AnthropicClient::send`]), which decides what to record.
 
 mod anthropic;
 mod wire;
 
-pub use anthropic::{AnthropicClient, Attempt, LlmError};
-pub use wire::{Block, KnownBlock, Message, Request, Response, Role, ToolChoice, Usage};
+/// Re-exported: responses carry it, and callers sum it (it lives in its own leaf
+/// module so the audit log can record it without importing this one).
+pub use crate::usage::Usage;
+pub use anthropic::{AnthropicClient, FailedAttempt, LlmError, SendError};
+pub use wire::{Block, KnownBlock, Message, Request, Response, Role, ToolChoice};

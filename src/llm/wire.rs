@@ -8,6 +8,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
+use crate::usage::Usage;
+
 /// One content block, exactly as received or built.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -128,41 +130,6 @@ impl Message {
             })
             .collect();
         texts.join("\n")
-    }
-}
-
-/// Token counts of one response, or summed over a task.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Usage {
-    /// Uncached input tokens.
-    #[serde(default)]
-    pub input_tokens: u64,
-    /// Output tokens.
-    #[serde(default)]
-    pub output_tokens: u64,
-    /// Input tokens written to the prompt cache.
-    #[serde(default)]
-    pub cache_creation_input_tokens: u64,
-    /// Input tokens read from the prompt cache.
-    #[serde(default)]
-    pub cache_read_input_tokens: u64,
-}
-
-impl Usage {
-    /// Adds `other` into `self`.
-    pub fn add(&mut self, other: &Usage) {
-        self.input_tokens += other.input_tokens;
-        self.output_tokens += other.output_tokens;
-        self.cache_creation_input_tokens += other.cache_creation_input_tokens;
-        self.cache_read_input_tokens += other.cache_read_input_tokens;
-    }
-
-    /// Input (cached or not) plus output: what `loop.token_budget` counts.
-    pub fn total(&self) -> u64 {
-        self.input_tokens
-            + self.output_tokens
-            + self.cache_creation_input_tokens
-            + self.cache_read_input_tokens
     }
 }
 

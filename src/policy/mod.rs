@@ -1,11 +1,14 @@
 //! Policy decisions: whether one tool call runs, asks a human, or is refused.
 //!
-//! Pure: [`decide`] takes the compiled [`Policy`] and the call's primary argument
+//! Pure: [`Policy::compile`] turns the rule lists of `settings.json`, as plain
+//! data ([`RuleLists`]), into a [`Policy`]; [`decide`] takes it and the call's primary argument
 //! (already normalised by the caller: a path relative to the root, or a command) and
 //! returns the tier and the rule that made it. For `run_bash`, deny and ask patterns
 //! see every command [`shell::analyse`] can find, in normalised forms; allow patterns
 //! apply only to a command it proves literal. No I/O happens here; *what* a running
-//! tool can touch is the sandbox's business, not this module's.
+//! tool can touch is the sandbox's business, not this module's. Nor does this
+//! module know the settings file: `config` parses it and calls [`Policy::compile`],
+//! so the dependency runs config → policy only.
 //!
 //! Precedence is deny > ask > allow > default. A deny rule that matches wins outright.
 //! Otherwise rules with a pattern are weighed before whole-tool rules, so the shipped
@@ -20,7 +23,6 @@ pub mod shell;
 
 pub use rules::{Rule, RuleSet};
 
-use crate::config::Policy;
 use crate::tools::ToolName;
 
 /// What happens to a call.
@@ -43,6 +45,78 @@ impl Tier {
             Tier::Ask => "ask",
             Tier::Deny => "deny",
         }
+    }
+}
+
+/// The rule lists of the `tools` section as plain data: what [`Policy::compile`]
+/// takes. Each list is one tier's rules in file order.
+#[derive(Debug, Clone, Copy)]
+pub struct RuleLists<'a> {
+    /// Tier of a call no rule matches.
+    pub default: Tier,
+    /// Rules whose calls run without asking.
+    pub allow: &'a [String],
+    /// Rules whose calls need a human's approval.
+    pub ask: &'a [String],
+    /// Rules whose calls are refused.
+    pub deny: &'a [String],
+}
+
+/// A rule that does not compile, located by tier and position so that the caller
+/// can name the key (`tools.deny[2]`) in its own terms.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{} rule{}: {message}", tier.as_str(), index.map(|i| format!(" {i}")).unwrap_or_default())]
+pub struct RuleError {
+    /// The tier whose list holds it.
+    pub tier: Tier,
+    /// Its position in that list; `None` when the list as a whole failed to index.
+    pub index: Option<usize>,
+    /// What is wrong, naming the rule.
+    pub message: String,
+}
+
+/// The compiled rules of all three tiers and the default: what [`decide`] reads.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// Tier of a call no rule matches.
+    pub default: Tier,
+    /// Compiled `tools.deny`, in file order.
+    pub deny: RuleSet,
+    /// Compiled `tools.ask`.
+    pub ask: RuleSet,
+    /// Compiled `tools.allow`.
+    pub allow: RuleSet,
+}
+
+impl Policy {
+    /// Compiles the rule lists. Tiers are compiled deny, ask, allow, and the first
+    /// bad rule is the error, so a file with several mistakes reports the same one
+    /// every time.
+    pub fn compile(lists: RuleLists<'_>) -> Result<Policy, RuleError> {
+        let compile = |tier: Tier, rules: &[String]| -> Result<RuleSet, RuleError> {
+            let parsed = rules
+                .iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    Rule::parse(r).map_err(|message| RuleError {
+                        tier,
+                        index: Some(i),
+                        message,
+                    })
+                })
+                .collect::<Result<Vec<Rule>, RuleError>>()?;
+            RuleSet::new(parsed).map_err(|message| RuleError {
+                tier,
+                index: None,
+                message,
+            })
+        };
+        Ok(Policy {
+            default: lists.default,
+            deny: compile(Tier::Deny, lists.deny)?,
+            ask: compile(Tier::Ask, lists.ask)?,
+            allow: compile(Tier::Allow, lists.allow)?,
+        })
     }
 }
 
@@ -180,7 +254,7 @@ pub fn decide(policy: &Policy, subject: Subject<'_>) -> Decision {
     if let Some(r) = policy.allow.whole_tool(tool) {
         return decided(Tier::Allow, Some(r.text.clone()));
     }
-    decided(policy.settings.tools.default, None)
+    decided(policy.default, None)
 }
 
 /// Of two hits in `set`, the rule written first.
@@ -203,14 +277,28 @@ pub fn denied_outright(policy: &Policy, tool: ToolName) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Settings;
 
+    /// Compiles the `tools` section of a settings JSON text, without `config`:
+    /// policy is tested on plain data.
     fn policy(json: &str) -> Policy {
-        Settings::parse(json, "s.json").expect("valid settings")
+        let v: serde_json::Value = serde_json::from_str(json).expect("json");
+        let tools = &v["tools"];
+        let list = |tier: &str| -> Vec<String> {
+            serde_json::from_value(tools[tier].clone()).unwrap_or_default()
+        };
+        let default = serde_json::from_value(tools["default"].clone()).unwrap_or(Tier::Ask);
+        let (allow, ask, deny) = (list("allow"), list("ask"), list("deny"));
+        Policy::compile(RuleLists {
+            default,
+            allow: &allow,
+            ask: &ask,
+            deny: &deny,
+        })
+        .expect("valid rules")
     }
 
     fn shipped() -> Policy {
-        policy(crate::config::DEFAULT_SETTINGS)
+        policy(include_str!("../../policies/settings.json"))
     }
 
     fn tier(p: &Policy, tool: ToolName, arg: Option<&str>) -> Tier {
@@ -440,6 +528,23 @@ mod tests {
         );
         assert_eq!(tier(&p, ToolName::RunBash, Some("git push")), Tier::Deny);
         assert_eq!(tier(&p, ToolName::RunBash, Some("git pushx")), Tier::Ask);
+    }
+
+    #[test]
+    fn compile_locates_the_bad_rule() {
+        let (good, bad) = (
+            vec!["read_file".to_string()],
+            vec!["read_fiel(x)".to_string()],
+        );
+        let err = Policy::compile(RuleLists {
+            default: Tier::Ask,
+            allow: &bad,
+            ask: &good,
+            deny: &good,
+        })
+        .expect_err("typo");
+        assert_eq!((err.tier, err.index), (Tier::Allow, Some(0)));
+        assert!(err.message.contains("read_fiel"), "{err}");
     }
 
     #[test]

@@ -25,9 +25,8 @@ use nix::sys::signal::Signal;
 use nix::sys::wait::{WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Gid, Pid, Uid, fork, getppid, setsid};
 
-use super::job::Confinement;
+use super::job::{Confinement, Require};
 use super::report::Report;
-use crate::config::SandboxRequire;
 
 /// The uid a best_effort sandbox drops to when `sandbox.user` cannot be had.
 const FALLBACK_UID: &str = "65534";
@@ -36,7 +35,7 @@ const FALLBACK_UID: &str = "65534";
 /// of the new namespace, or the helper itself without one). `Err` says which layer
 /// a `full` sandbox could not have.
 pub fn apply(c: &Confinement, report: &mut Report) -> Result<(), String> {
-    let full = c.limits.require == SandboxRequire::Full;
+    let full = c.limits.require == Require::Full;
     let layer = |report: &mut Report, name: &str, r: Result<String, String>| match r {
         Ok(detail) => {
             report.push(name, true, detail);

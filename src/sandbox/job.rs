@@ -1,10 +1,12 @@
 //! What the executor asks the helper to do: the wire format on the helper's stdin.
+//!
+//! These types are the helper's own: it imports nothing of `config`, so the
+//! confined side depends on no file format. The parent builds a [`Confinement`]
+//! from settings (see `Confinement::from_settings`, defined in [`crate::exec`]).
 
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
-
-use crate::config::{SandboxSettings, Settings, resolve};
 
 /// One request to the helper: the job and the confinement to apply first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -25,20 +27,39 @@ pub struct Confinement {
     pub write: Vec<PathBuf>,
     /// `settings.sandbox` as it was when the call started: network, resource
     /// limits, user, require.
-    pub limits: SandboxSettings,
+    pub limits: Limits,
 }
 
-impl Confinement {
-    /// The confinement `settings` asks for, with relative paths resolved against
-    /// `root`.
-    pub fn from_settings(settings: &Settings, root: &std::path::Path) -> Confinement {
-        let paths = |list: &[String]| list.iter().map(|p| resolve(root, p)).collect();
-        Confinement {
-            read: paths(&settings.allowed_paths.read),
-            write: paths(&settings.allowed_paths.write),
-            limits: settings.sandbox.clone(),
-        }
-    }
+/// Whether the helper may run a job when a layer cannot be enforced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Require {
+    /// Refuse the job if any layer cannot be enforced.
+    Full,
+    /// Run with what the kernel offers; the report says what is missing.
+    BestEffort,
+}
+
+/// Network, resource limits and account of one tool process. The wall-clock
+/// timeout is not here: the parent enforces it, the helper never sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Whether the process may use the network.
+    pub network: bool,
+    /// CPU seconds (RLIMIT_CPU).
+    pub cpu_secs: u64,
+    /// Address space in MiB.
+    pub memory_mb: u64,
+    /// Processes of the sandbox user.
+    pub max_processes: u64,
+    /// Largest file it may write, in MiB.
+    pub max_file_mb: u64,
+    /// Open descriptors per process.
+    pub max_open_files: u64,
+    /// Account it runs as when the helper starts as root.
+    pub user: String,
+    /// Whether every layer is required.
+    pub require: Require,
 }
 
 /// One unit of work for the helper. A file job's `path` is the path the daemon

@@ -6,6 +6,7 @@ mod common;
 
 mod allow_rules;
 mod api;
+mod architecture;
 mod attack_regressions;
 mod check;
 mod daemon;
