@@ -18,8 +18,10 @@
 //!
 //! - [`config`]: the two operator-edited files, parsed, validated, swapped live.
 //! - [`reload`]: file watching and SIGHUP into [`config::LiveConfig`].
-//! - [`daemon`]: `harnessd serve`: control API, scheduler, approvals, metrics.
-//! - [`startup`]: what `run` and `serve` do before the first task.
+//! - [`daemon`]: `harnessd serve` as a library function taking its shutdown
+//!   trigger: control API, scheduler, approvals, metrics.
+//! - [`services`]: the start/stop core `run` and `serve` share (config, audit
+//!   log, sandbox probe, hot reload); signals are handed in, never installed there.
 //! - [`agent`]: the turn loop and the transcript.
 //! - [`llm`]: the Anthropic Messages API client and wire types.
 //! - [`policy`]: pure allow / ask / deny decisions and the shell splitter.
@@ -50,7 +52,7 @@ pub mod llm;
 pub mod policy;
 pub mod reload;
 pub mod sandbox;
-pub mod startup;
+pub mod services;
 pub mod text;
 pub mod tools;
 pub mod usage;

@@ -6,6 +6,7 @@ use clap::Parser;
 use harnessd::cli::{Cli, Command, PolicyCommand};
 use harnessd::commands;
 use harnessd::commands::clients::ClientCommand;
+use harnessd::services::StartError;
 
 fn main() {
     // The sandbox helper is this binary re-executed; it must start fast and touch
@@ -17,7 +18,6 @@ fn main() {
     }
     let cli = Cli::parse();
     let _log_guard = init_logging();
-    let env = |name: &str| std::env::var(name).ok();
     // Tools run as this executable re-executed (the sandbox helper). Through
     // /proc/self/exe, so a daemon whose binary was replaced by an upgrade still
     // starts helpers of its own version.
@@ -28,88 +28,84 @@ fn main() {
         std::env::current_exe()
     })
     .map_err(|e| anyhow::anyhow!("cannot find the harnessd executable: {e}"))
-    .and_then(|helper| match cli.command {
+    .and_then(|helper| dispatch(cli, helper));
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            // A config error (either file, the API key) is shown as it is, without
+            // a chain, and is a usage error (SPEC §8).
+            if let Some(StartError::Config(c)) = e.downcast_ref::<StartError>() {
+                eprintln!("error: {}", harnessd::text::escape_text(&c.to_string()));
+                std::process::exit(commands::EXIT_CONFIG);
+            }
+            // Errors can quote model or file text (a transcript that does not parse).
+            eprintln!("error: {}", harnessd::text::escape_text(&format!("{e:#}")));
+            std::process::exit(1);
+        }
+    }
+}
+
+/// Runs the command; returns its exit code.
+fn dispatch(cli: Cli, helper: std::path::PathBuf) -> anyhow::Result<i32> {
+    let env = |name: &str| std::env::var(name).ok();
+    let root = cli.root;
+    match cli.command {
         Command::Run {
             yes,
             max_turns,
             task,
-        } => commands::run::run(
-            commands::run::RunOptions {
-                root: cli.root,
+        } => {
+            let opts = commands::run::RunOptions {
+                root,
                 task,
                 yes,
                 max_turns,
                 helper,
-            },
-            env,
-        ),
-        Command::Check { json } => commands::check::run(&cli.root, json, &helper, env),
-        Command::Init { dir } => commands::init::run(&dir.unwrap_or(cli.root)),
-        Command::Sandbox { command } => commands::sandbox::run(&cli.root, command, &helper),
+            };
+            commands::run::run(opts, env)
+        }
+        Command::Serve => commands::serve::run(root, helper, env),
+        Command::Check { json } => commands::check::run(&root, json, &helper, env),
+        Command::Init { dir } => commands::init::run(&dir.unwrap_or(root)),
+        Command::Sandbox { command } => commands::sandbox::run(&root, command, &helper),
         Command::Policy { command } => match command {
             PolicyCommand::Test { tool, input, json } => {
-                commands::policy::test(&cli.root, &tool, &input, json)
+                commands::policy::test(&root, &tool, &input, json)
             }
             PolicyCommand::Schema => commands::policy::schema(),
         },
-        Command::Replay { path, json } => commands::replay::run(&cli.root, &path, json),
-        Command::Serve => harnessd::daemon::serve::serve(
-            harnessd::daemon::serve::ServeOptions {
-                root: cli.root,
-                helper,
-            },
-            env,
-        ),
+        Command::Replay { path, json } => commands::replay::run(&root, &path, json),
         Command::Submit {
             wait,
             max_turns,
             json,
             task,
-        } => client(
-            &cli.root,
-            ClientCommand::Submit {
+        } => {
+            let submit = ClientCommand::Submit {
                 prompt: task,
                 max_turns,
                 wait,
-            },
-            json,
-        ),
-        Command::Tasks { json } => client(&cli.root, ClientCommand::Tasks, json),
-        Command::Show { id, json } => client(&cli.root, ClientCommand::Show(id), json),
-        Command::Cancel { id, json } => client(&cli.root, ClientCommand::Cancel(id), json),
-        Command::Resume { id, json } => client(&cli.root, ClientCommand::Resume(id), json),
-        Command::Approvals { json } => client(&cli.root, ClientCommand::Approvals, json),
-        Command::Approve { id, json } => client(
-            &cli.root,
-            ClientCommand::Answer {
-                id,
-                approve: true,
-                reason: None,
-            },
-            json,
-        ),
-        Command::Deny { id, reason, json } => client(
-            &cli.root,
-            ClientCommand::Answer {
-                id,
-                approve: false,
-                reason,
-            },
-            json,
-        ),
-        Command::Events { task, kind, follow } => client(
-            &cli.root,
-            ClientCommand::Events { task, kind, follow },
-            false,
-        ),
-    });
-    match result {
-        Ok(code) => std::process::exit(code),
-        Err(e) => {
-            // Errors can quote model or file text (a transcript that does not parse).
-            eprintln!("error: {}", harnessd::text::escape_text(&format!("{e:#}")));
-            std::process::exit(1);
+            };
+            client(&root, submit, json)
         }
+        Command::Tasks { json } => client(&root, ClientCommand::Tasks, json),
+        Command::Show { id, json } => client(&root, ClientCommand::Show(id), json),
+        Command::Cancel { id, json } => client(&root, ClientCommand::Cancel(id), json),
+        Command::Resume { id, json } => client(&root, ClientCommand::Resume(id), json),
+        Command::Approvals { json } => client(&root, ClientCommand::Approvals, json),
+        Command::Approve { id, json } => client(&root, answer(id, true, None), json),
+        Command::Deny { id, reason, json } => client(&root, answer(id, false, reason), json),
+        Command::Events { task, kind, follow } => {
+            client(&root, ClientCommand::Events { task, kind, follow }, false)
+        }
+    }
+}
+
+fn answer(id: String, approve: bool, reason: Option<String>) -> ClientCommand {
+    ClientCommand::Answer {
+        id,
+        approve,
+        reason,
     }
 }
 

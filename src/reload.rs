@@ -1,4 +1,5 @@
-//! Hot reload, wired: file events from `notify` and SIGHUP go through a
+//! Hot reload, wired: file events from `notify` and SIGHUP (a stream handed in by
+//! the command entry, which installs the handler) go through a
 //! [`Debouncer`] into [`LiveConfig::reload`], and every outcome is recorded
 //! (`config_loaded` with what changed, `config_rejected` with the error) and told
 //! on stderr.
@@ -13,6 +14,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
+use futures::stream::BoxStream;
 use notify::{RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -139,11 +142,23 @@ pub async fn reload_and_record(
     Ok(outcome)
 }
 
-/// Watches until `cancel` fires. Errors setting up the watcher are reported and
-/// leave SIGHUP as the only trigger.
+/// Watches the files until `cancel` fires, with no SIGHUP trigger: for callers
+/// that only need file events (the reload benchmark).
 pub async fn run_reloader(
     live: Arc<LiveConfig>,
     events: EventLog,
+    cancel: CancellationToken,
+) -> Result<(), EventError> {
+    watch(live, events, futures::stream::pending().boxed(), cancel).await
+}
+
+/// Watches the files, and reloads at every item of `hangups` (SIGHUP, installed by
+/// the command entry), until `cancel` fires. Errors setting up the watcher are
+/// reported and leave `hangups` as the only trigger.
+pub async fn watch(
+    live: Arc<LiveConfig>,
+    events: EventLog,
+    mut hangups: BoxStream<'static, ()>,
     cancel: CancellationToken,
 ) -> Result<(), EventError> {
     let (tx, mut rx) = mpsc::unbounded_channel::<notify::Event>();
@@ -162,7 +177,6 @@ pub async fn run_reloader(
             None
         }
     };
-    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
     let mut debounce = Debouncer::new(DEBOUNCE);
     // The same rejection is recorded once, not at every later event.
     let mut last_rejection: Option<ReloadOutcome> = None;
@@ -175,7 +189,7 @@ pub async fn run_reloader(
                     debounce.event(Instant::now());
                 }
             }
-            Some(()) = async { match hangup.as_mut() { Some(h) => h.recv().await, None => std::future::pending().await } } => {
+            Some(()) = hangups.next() => {
                 last_rejection = None;
                 reload_and_record(&live, &events, "sighup", &mut last_rejection).await?;
             }

@@ -1,5 +1,6 @@
 //! One module per subcommand. Each returns the process exit code; only `main`
-//! exits.
+//! exits. `run` and `serve` install their signal handlers here ([`signals`]) and
+//! start through [`crate::services`].
 
 pub mod boundary;
 pub mod check;
@@ -10,6 +11,8 @@ pub mod progress;
 pub mod replay;
 pub mod run;
 pub mod sandbox;
+pub mod serve;
+pub mod signals;
 
 /// Exit code of a usage or config error.
 pub const EXIT_CONFIG: i32 = 2;
@@ -23,31 +26,10 @@ pub fn load_root(root: &std::path::Path) -> Result<crate::config::Loaded, i32> {
     })
 }
 
-/// For `run` and `serve`: the config, policy and a model client with the key.
-/// A missing key is a config error before any request.
-pub fn load_with_client(
-    root: &std::path::Path,
-    env: impl Fn(&str) -> Option<String>,
-) -> anyhow::Result<
-    Result<
-        (
-            std::sync::Arc<crate::config::Loaded>,
-            crate::llm::AnthropicClient,
-        ),
-        i32,
-    >,
-> {
-    let loaded = match load_root(root) {
-        Ok(l) => std::sync::Arc::new(l),
-        Err(code) => return Ok(Err(code)),
-    };
-    let key = match crate::config::ApiKey::load(&loaded, env) {
-        Ok(k) => k,
-        Err(e) => {
-            eprintln!("error: {}", crate::text::escape_text(&e.to_string()));
-            return Ok(Err(EXIT_CONFIG));
-        }
-    };
-    let client = crate::llm::AnthropicClient::new(&loaded.config.api, key)?;
-    Ok(Ok((loaded, client)))
+/// The runtime `run` and `serve` work on: two workers, I/O and timers.
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
 }

@@ -1,18 +1,18 @@
 //! `harnessd run "TASK"`: one task in-process. Answer on stdout, progress on
 //! stderr, exit code from the stop reason (SPEC §8).
 
+use std::future::Future;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use futures::stream::BoxStream;
 use tokio_util::sync::CancellationToken;
 
 use super::EXIT_CONFIG;
 use crate::agent::{TaskEnv, TaskSpec, new_task_id, run_task};
 use crate::approval::TerminalApprover;
-use crate::config::{LiveConfig, Loaded};
-use crate::exec::Executor;
-use crate::llm::AnthropicClient;
+use crate::services::{Services, StartOptions};
 use crate::text::{escape_line, escape_text};
 
 /// Options of `run`.
@@ -30,58 +30,48 @@ pub struct RunOptions {
     pub helper: PathBuf,
 }
 
-fn config_error(e: impl std::fmt::Display) -> i32 {
-    eprintln!("error: {}", escape_text(&e.to_string()));
-    EXIT_CONFIG
-}
-
-/// Runs `run` on a fresh tokio runtime; returns the exit code.
+/// Runs `run` on a fresh tokio runtime; returns the exit code. A config error comes
+/// back as [`crate::services::StartError::Config`] for `main` to show (exit 2).
 pub fn run(opts: RunOptions, env: impl Fn(&str) -> Option<String>) -> anyhow::Result<i32> {
     if opts.max_turns == Some(0) {
-        return Ok(config_error("--max-turns must be at least 1"));
+        eprintln!("error: --max-turns must be at least 1");
+        return Ok(EXIT_CONFIG);
     }
-    let (loaded, client) = match super::load_with_client(&opts.root, env)? {
-        Ok(v) => v,
-        Err(code) => return Ok(code),
-    };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    runtime.block_on(run_async(opts, loaded, client))
+    let runtime = super::runtime()?;
+    runtime.block_on(async {
+        // Installed here, at the top, and handed down (SPEC §8: Ctrl-C exits 130).
+        let interrupted = super::signals::interrupt()?;
+        run_async(opts, env, interrupted, super::signals::hangups()).await
+    })
 }
 
 async fn run_async(
     opts: RunOptions,
-    loaded: Arc<Loaded>,
-    client: AnthropicClient,
+    env: impl Fn(&str) -> Option<String>,
+    interrupted: impl Future<Output = ()> + Send + 'static,
+    hangups: BoxStream<'static, ()>,
 ) -> anyhow::Result<i32> {
     let (tap_tx, tap_rx) = tokio::sync::mpsc::unbounded_channel();
     let printer = tokio::spawn(super::progress::print(tap_rx));
-    let events = crate::startup::open_audit_log(&loaded, Some(tap_tx)).await?;
-    let mut executor = Executor::new(opts.helper.clone());
+    let start = StartOptions {
+        helper: opts.helper.clone(),
+        tap: Some(tap_tx),
+        hangups,
+        record_daemon_started: false,
+    };
     // The probe's verdict is already on stderr and, if weakened, in the executor.
-    let _report = crate::startup::prepare_sandbox(&mut executor, &loaded)?;
+    let services = Services::start(&opts.root, env, start).await?;
     let cancel = CancellationToken::new();
-    let interrupted = cancel.clone();
+    let on_interrupt = cancel.clone();
     tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            interrupted.cancel();
-        }
+        interrupted.await;
+        on_interrupt.cancel();
     });
-    // Hot reload: a valid edit of either file applies from the next tool call.
-    let live = Arc::new(LiveConfig::new(loaded.clone()));
-    let stop_reloader = CancellationToken::new();
-    let reloader = tokio::spawn(crate::reload::run_reloader(
-        live.clone(),
-        events.clone(),
-        stop_reloader.clone(),
-    ));
     let env = TaskEnv {
-        config: live.clone(),
-        client,
-        events,
-        executor,
+        config: services.live.clone(),
+        client: services.client.clone(),
+        events: services.events.clone(),
+        executor: services.executor.clone(),
         approver: Arc::new(TerminalApprover::new(opts.yes)),
         cancel,
     };
@@ -94,8 +84,9 @@ async fn run_async(
     };
     // A panic in the task comes back as an `error` outcome (exit 1), not an unwind.
     let outcome = run_task(&env, &spec).await;
-    stop_reloader.cancel();
-    let _ = reloader.await;
+    let loaded = services.loaded.clone();
+    services.shutdown().await;
+    // The last handles to the audit log: the printer ends once every line is out.
     drop(env);
     let _ = printer.await;
     let outcome = outcome?;

@@ -1,7 +1,8 @@
 //! `harnessd serve`: the long-running service. Wiring only: the control API
 //! ([`api`]) and who may call it ([`access`]), the socket's directory ([`socket`]),
 //! the scheduler ([`tasks`]), approvals ([`approvals`]), hot reload, metrics
-//! ([`metrics`]), signals and the systemd handshake.
+//! ([`metrics`]) and the systemd handshake. [`serve`] is a library function taking
+//! its shutdown trigger; the signals are installed by the `serve` command.
 
 pub mod access;
 pub mod api;

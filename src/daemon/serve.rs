@@ -1,45 +1,106 @@
-//! The daemon's life: check the socket's directory, lock the root, bind the
-//! socket, mark what a crash left as interrupted, serve until SIGTERM, give running
-//! tasks their grace, stop cleanly.
+//! The daemon's life: check the socket's directory, lock the root, start the
+//! services, bind the socket, mark what a crash left as interrupted, serve until
+//! the shutdown trigger fires, give running tasks their grace, stop cleanly.
+//!
+//! A library function: the caller prepares the root ([`crate::services::Prepared`],
+//! [`PreparedSocket`]) and passes the shutdown trigger and SIGHUP as a future and a
+//! stream, so tests run the daemon in-process with triggers of their own; the
+//! `serve` command installs the real signal handlers ([`crate::commands::serve`]).
 
+use std::fs::File;
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::stream::BoxStream;
+use nix::fcntl::Flock;
 use nix::unistd::Gid;
 use serde_json::Value;
 use tokio::sync::broadcast;
-use tokio_util::sync::CancellationToken;
 
 use super::api::{AppState, Peer, router};
 use super::approvals::Approvals;
 use super::metrics::Metrics;
-use super::socket::SocketDir;
+use super::socket::{SocketDir, SocketError};
 use super::tasks::{Registry, Scheduler, SchedulerParts, TaskInfo, TaskStatus};
 use crate::agent::Transcript;
-use crate::config::{ConfigSource, LiveConfig, Loaded, resolve};
-use crate::events::{Event, EventLog};
-use crate::exec::Executor;
-use crate::llm::AnthropicClient;
+use crate::config::{ConfigSource, Loaded, resolve};
+use crate::events::{Event, EventError, EventLog};
+use crate::services::{Prepared, Services, StartError, StartOptions};
 
-/// Options of `serve`.
+/// Why the daemon could not start or stop cleanly.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The services did not start.
+    #[error(transparent)]
+    Start(#[from] StartError),
+    /// The socket directory, the lock or the socket.
+    #[error(transparent)]
+    Socket(#[from] SocketError),
+    /// The audit log could not be written.
+    #[error(transparent)]
+    Events(#[from] EventError),
+    /// `daemon.operators_group` cannot be resolved (any more).
+    #[error("{0}")]
+    OperatorsGroup(String),
+    /// A crashed daemon's task could not be marked interrupted on disk.
+    #[error("cannot save the transcript of {task_id} as interrupted: {error}")]
+    Transcript {
+        /// The task.
+        task_id: String,
+        /// Why.
+        error: std::io::Error,
+    },
+}
+
+/// What `serve` needs besides the root and its triggers.
 pub struct ServeOptions {
-    /// The root.
-    pub root: PathBuf,
     /// This executable (the sandbox helper).
     pub helper: PathBuf,
+    /// One item per SIGHUP: reload both files.
+    pub hangups: BoxStream<'static, ()>,
+}
+
+/// The socket's directory, checked and fixed, and the root's lock, held: only one
+/// daemon serves a root. The socket itself is bound later, when the daemon is
+/// ready, so clients are refused rather than left waiting during start-up.
+pub struct PreparedSocket {
+    dir: SocketDir,
+    /// The socket's path, as `daemon.socket` resolves it.
+    path: PathBuf,
+    /// Held until the daemon has stopped; dropping it lets the next daemon start.
+    _lock: Flock<File>,
+}
+
+impl PreparedSocket {
+    /// Checks and fixes the socket's directory through its descriptor (warnings are
+    /// logged there) and takes the root's lock.
+    pub fn prepare(loaded: &Loaded) -> Result<PreparedSocket, ServeError> {
+        let path = resolve(&loaded.paths.root, &loaded.config.daemon.socket);
+        let group = operators_gid(loaded.config.daemon.operators_group.as_deref())?;
+        let (dir, _) = SocketDir::prepare(&path, group)?;
+        let lock = dir.lock()?;
+        Ok(PreparedSocket {
+            dir,
+            path,
+            _lock: lock,
+        })
+    }
 }
 
 /// The gid of `daemon.operators_group`, if set. Validated when the config was
 /// loaded; looked up again here since the group may have gone since.
-fn operators_gid(group: Option<&str>) -> anyhow::Result<Option<Gid>> {
+fn operators_gid(group: Option<&str>) -> Result<Option<Gid>, ServeError> {
     let Some(name) = group else { return Ok(None) };
     match nix::unistd::Group::from_name(name) {
         Ok(Some(g)) => Ok(Some(g.gid)),
-        Ok(None) => anyhow::bail!(
+        Ok(None) => Err(ServeError::OperatorsGroup(format!(
             "daemon.operators_group {name:?} does not exist (any more); create it or remove the key"
-        ),
-        Err(e) => anyhow::bail!("cannot look up daemon.operators_group {name:?}: {e}"),
+        ))),
+        Err(e) => Err(ServeError::OperatorsGroup(format!(
+            "cannot look up daemon.operators_group {name:?}: {e}"
+        ))),
     }
 }
 
@@ -49,7 +110,7 @@ async fn recover_tasks(
     loaded: &Loaded,
     registry: &Registry,
     events: &EventLog,
-) -> anyhow::Result<()> {
+) -> Result<(), ServeError> {
     let Ok(dir) = std::fs::read_dir(&loaded.paths.transcripts) else {
         return Ok(());
     };
@@ -67,7 +128,11 @@ async fn recover_tasks(
         let status = if matches!(t.status, TaskStatus::Running | TaskStatus::Interrupted) {
             if t.status == TaskStatus::Running {
                 t.status = TaskStatus::Interrupted;
-                t.save(&loaded.paths.transcripts)?;
+                t.save(&loaded.paths.transcripts)
+                    .map_err(|error| ServeError::Transcript {
+                        task_id: t.task_id.clone(),
+                        error,
+                    })?;
                 events
                     .record(
                         Some(&t.task_id),
@@ -95,32 +160,58 @@ async fn recover_tasks(
     Ok(())
 }
 
-/// Runs `serve`; returns the exit code.
-pub fn serve(opts: ServeOptions, env: impl Fn(&str) -> Option<String>) -> anyhow::Result<i32> {
-    let (loaded, client) = match crate::commands::load_with_client(&opts.root, env)? {
-        Ok(v) => v,
-        Err(code) => return Ok(code),
+/// Serves the root until `shutdown` resolves (with the reason recorded in
+/// `daemon_stopping`), then stops accepting, gives running tasks
+/// `daemon.shutdown_grace_secs`, cancels the rest and stops the services.
+pub async fn serve(
+    prepared: Prepared,
+    socket: PreparedSocket,
+    opts: ServeOptions,
+    shutdown: impl Future<Output = String>,
+) -> Result<(), ServeError> {
+    let (tap_tx, tap_rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    let services = prepared
+        .start(StartOptions {
+            helper: opts.helper,
+            tap: Some(tap_tx),
+            hangups: opts.hangups,
+            record_daemon_started: true,
+        })
+        .await?;
+    let (state, scheduler) = wire(&services, tap_rx).await?;
+    // We hold the lock, so a socket file left there is a crashed daemon's.
+    let listener = socket.dir.bind()?;
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
+    watchdog();
+    eprintln!(
+        "harnessd serving on {} (pid {})",
+        socket.path.display(),
+        std::process::id()
+    );
+    let app = router(state).into_make_service_with_connect_info::<Peer>();
+    let reason = tokio::select! {
+        r = axum::serve(listener, app) => format!("server ended: {r:?}"),
+        reason = shutdown => reason,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    runtime.block_on(serve_async(opts, loaded, client))
+    // No longer accepting: the listener is gone with the server future.
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+    socket.dir.remove_socket();
+    let grace = Duration::from_secs(services.live.current().config.daemon.shutdown_grace_secs);
+    drain(&scheduler, grace).await;
+    let events = services.events.clone();
+    services.shutdown().await;
+    events
+        .record(None, Event::DaemonStopping { reason })
+        .await?;
+    Ok(())
 }
 
-async fn serve_async(
-    opts: ServeOptions,
-    loaded: Arc<Loaded>,
-    client: AnthropicClient,
-) -> anyhow::Result<i32> {
-    let socket = resolve(&loaded.paths.root, &loaded.config.daemon.socket);
-    let group = operators_gid(loaded.config.daemon.operators_group.as_deref())?;
-    // Checked and fixed through its descriptor; warnings are logged there.
-    let (socket_dir, _) = SocketDir::prepare(&socket, group)?;
-    let _lock = socket_dir.lock()?;
-
-    let (tap_tx, mut tap_rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
-    let events = crate::startup::open_audit_log(&loaded, Some(tap_tx)).await?;
+/// Recovers a crashed daemon's tasks and builds the scheduler and the API's state;
+/// the tap feeds metrics and the live event stream.
+async fn wire(
+    services: &Services,
+    mut tap_rx: tokio::sync::mpsc::UnboundedReceiver<Value>,
+) -> Result<(AppState, Scheduler), ServeError> {
     let (live_tx, _) = broadcast::channel::<Value>(1024);
     let metrics = Metrics::new();
     {
@@ -132,45 +223,14 @@ async fn serve_async(
             }
         });
     }
-    let mut executor = Executor::new(opts.helper.clone());
-    let report = crate::startup::prepare_sandbox(&mut executor, &loaded)?;
-    let (abi, layers) = match &report {
-        Ok(r) => (
-            r.landlock_abi,
-            serde_json::to_value(&r.layers).unwrap_or_default(),
-        ),
-        Err(e) => (
-            crate::sandbox::landlock_abi(),
-            serde_json::json!({"probe_error": e}),
-        ),
-    };
-    events
-        .record(
-            None,
-            Event::DaemonStarted {
-                version: env!("CARGO_PKG_VERSION").into(),
-                pid: std::process::id(),
-                landlock_abi: abi,
-                enforced: layers,
-            },
-        )
-        .await?;
-
-    let live = Arc::new(LiveConfig::new(loaded.clone()));
-    let stop_reloader = CancellationToken::new();
-    let reloader = tokio::spawn(crate::reload::run_reloader(
-        live.clone(),
-        events.clone(),
-        stop_reloader.clone(),
-    ));
     let registry = Registry::default();
-    recover_tasks(&loaded, &registry, &events).await?;
-    let approvals = Approvals::new(registry.clone(), live.clone());
+    recover_tasks(&services.loaded, &registry, &services.events).await?;
+    let approvals = Approvals::new(registry.clone(), services.live.clone());
     let scheduler = Scheduler::new(SchedulerParts {
-        config: live.clone(),
-        client,
-        events: events.clone(),
-        executor,
+        config: services.live.clone(),
+        client: services.client.clone(),
+        events: services.events.clone(),
+        executor: services.executor.clone(),
         approver: Arc::new(approvals.clone()),
         registry,
     });
@@ -178,15 +238,15 @@ async fn serve_async(
         scheduler: scheduler.clone(),
         approvals,
         metrics,
-        config: live.clone(),
+        config: services.live.clone(),
         live_events: live_tx,
     };
+    Ok((state, scheduler))
+}
 
-    // We hold the lock, so a socket file left there is a crashed daemon's.
-    let listener = socket_dir.bind()?;
-    let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
-    // With WatchdogSec= in the unit, ping at half the interval while the runtime is
-    // alive; a wedged runtime stops the pings and systemd restarts the service.
+/// With WatchdogSec= in the unit, pings at half the interval while the runtime is
+/// alive; a wedged runtime stops the pings and systemd restarts the service.
+fn watchdog() {
     if let Some(interval) = sd_notify::watchdog_enabled() {
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(interval / 2);
@@ -196,23 +256,11 @@ async fn serve_async(
             }
         });
     }
-    eprintln!(
-        "harnessd serving on {} (pid {})",
-        socket.display(),
-        std::process::id()
-    );
+}
 
-    let app = router(state).into_make_service_with_connect_info::<Peer>();
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let reason = tokio::select! {
-        r = axum::serve(listener, app) => format!("server ended: {r:?}"),
-        _ = term.recv() => "SIGTERM".to_string(),
-        _ = tokio::signal::ctrl_c() => "SIGINT".to_string(),
-    };
-    // No longer accepting: the listener is gone with the server future.
-    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
-    socket_dir.remove_socket();
-    let grace = Duration::from_secs(live.current().config.daemon.shutdown_grace_secs);
+/// Lets running tasks finish within `grace`, then cancels the rest and waits for
+/// them.
+async fn drain(scheduler: &Scheduler, grace: Duration) {
     scheduler.tracker.close();
     if tokio::time::timeout(grace, scheduler.tracker.wait())
         .await
@@ -222,10 +270,4 @@ async fn serve_async(
         scheduler.shutdown.cancel();
         scheduler.tracker.wait().await;
     }
-    stop_reloader.cancel();
-    let _ = reloader.await;
-    events
-        .record(None, Event::DaemonStopping { reason })
-        .await?;
-    Ok(0)
 }

@@ -12,6 +12,7 @@ mod check;
 mod daemon;
 mod escape;
 mod guard;
+mod inprocess;
 mod paths;
 mod policy_cli;
 mod records;

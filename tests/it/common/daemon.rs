@@ -1,4 +1,6 @@
-//! A running `harnessd serve` on a test root, and raw HTTP over its socket.
+//! A running `harnessd serve` on a test root, and raw HTTP over its socket: the
+//! real binary ([`Daemon`]) or the library function in this test's runtime
+//! ([`InProcess`]).
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -8,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::TestRoot;
+use super::{SECRET_KEY, TestRoot};
 
 /// The daemon process; killed on drop if still running.
 pub struct Daemon {
@@ -86,19 +88,7 @@ impl Daemon {
         )?;
         let mut raw = Vec::new();
         s.read_to_end(&mut raw)?;
-        let text = String::from_utf8_lossy(&raw).into_owned();
-        let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-        let status = head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
-        let body = if head.to_lowercase().contains("transfer-encoding: chunked") {
-            dechunk(rest)
-        } else {
-            rest.to_string()
-        };
-        Ok((status, body))
+        Ok(parse_response(&raw))
     }
 
     /// One request; the body parsed as JSON (Null if it is not).
@@ -149,4 +139,123 @@ fn dechunk(mut s: &str) -> String {
         s = rest[n..].trim_start_matches("\r\n");
     }
     out
+}
+
+/// `serve` run in-process, in the test's own runtime, on a test root: the test owns
+/// the shutdown trigger and, with a current-thread runtime, the clock
+/// (`tokio::time::pause`).
+pub struct InProcess {
+    pub socket: PathBuf,
+    /// Sending is the daemon's SIGTERM; the string is recorded in `daemon_stopping`.
+    pub shutdown: Option<tokio::sync::oneshot::Sender<String>>,
+    /// The daemon; its output is what `serve` returns.
+    pub handle: tokio::task::JoinHandle<Result<(), harnessd::daemon::serve::ServeError>>,
+}
+
+impl InProcess {
+    /// Starts the daemon on `root` (the key comes from the test, not the process
+    /// environment) and waits, in real time, until it answers `/healthz`.
+    pub async fn start(root: &TestRoot) -> InProcess {
+        use harnessd::daemon::serve::{PreparedSocket, ServeOptions, serve};
+        let env = |name: &str| (name == "ANTHROPIC_API_KEY").then(|| SECRET_KEY.to_string());
+        let prepared = harnessd::services::Prepared::load(&root.dir, env).unwrap();
+        let socket = PreparedSocket::prepare(&prepared.loaded).unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<String>();
+        let opts = ServeOptions {
+            helper: PathBuf::from(super::bin()),
+            // No SIGHUP in these tests: reload is left to the file watcher.
+            hangups: Box::pin(futures::stream::pending()),
+        };
+        let shutdown = async move { rx.await.unwrap_or_else(|_| "dropped".into()) };
+        let handle = tokio::spawn(serve(prepared, socket, opts, shutdown));
+        let d = InProcess {
+            socket: root.dir.join("run/harnessd.sock"),
+            shutdown: Some(tx),
+            handle,
+        };
+        d.until("the daemon to come up", async || {
+            d.try_request("GET", "/healthz", None).await.is_ok()
+        })
+        .await;
+        d
+    }
+
+    /// Polls `f` every 10 ms of tokio time until it holds; fails after 20 s of
+    /// real time, naming `what`.
+    pub async fn until(&self, what: &str, mut f: impl AsyncFnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !f().await {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    async fn try_request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+    ) -> std::io::Result<(u16, String)> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::UnixStream::connect(&self.socket).await?;
+        let body = body.unwrap_or("");
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        s.write_all(head.as_bytes()).await?;
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).await?;
+        Ok(parse_response(&raw))
+    }
+
+    /// One request; the body parsed as JSON (Null if it is not).
+    pub async fn request(&self, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
+        let (status, text) = self.try_request(method, path, body).await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    pub async fn submit(&self, prompt: &str) -> String {
+        let body = serde_json::json!({"prompt": prompt}).to_string();
+        let (status, v) = self.request("POST", "/v1/tasks", Some(&body)).await;
+        assert_eq!(status, 202, "{v}");
+        v["task_id"].as_str().unwrap().to_string()
+    }
+
+    /// Polls a task until it is finished; returns it.
+    pub async fn wait_finished(&self, id: &str) -> Value {
+        let path = format!("/v1/tasks/{id}");
+        let mut task = Value::Null;
+        self.until(&format!("task {id} to finish"), async || {
+            task = self.request("GET", &path, None).await.1;
+            task["status"] == "finished"
+        })
+        .await;
+        task
+    }
+
+    /// Sends the shutdown trigger and waits for `serve` to return.
+    pub async fn stop(mut self, reason: &str) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(reason.to_string());
+        }
+        (&mut self.handle).await.unwrap().unwrap();
+    }
+}
+
+/// Status and body (de-chunked) of a raw HTTP/1.1 response.
+fn parse_response(raw: &[u8]) -> (u16, String) {
+    let text = String::from_utf8_lossy(raw).into_owned();
+    let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = if head.to_lowercase().contains("transfer-encoding: chunked") {
+        dechunk(rest)
+    } else {
+        rest.to_string()
+    };
+    (status, body)
 }

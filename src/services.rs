@@ -1,0 +1,240 @@
+//! The start/stop core `run` and `serve` share: load the root's config and the API
+//! key, build the model client, open the audit log (recording a repair and the
+//! config loaded), hand the workspace to the sandbox user, probe the sandbox so a
+//! weaker one is said out loud, and start hot reload; [`Services::shutdown`] stops
+//! it again.
+//!
+//! It prints nothing but start-up warnings: errors go back as [`StartError`] and
+//! the binary's edge decides how to show them and which exit code they mean. It
+//! installs no signal handler: SIGHUP arrives as a stream passed in.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use futures::stream::BoxStream;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{ApiKey, CONFIG_FILE, ConfigError, LiveConfig, Loaded, SandboxRequire, load};
+use crate::events::{Event, EventError, EventLog};
+use crate::exec::{Executor, WorkspaceError, prepare_workspace};
+use crate::llm::{AnthropicClient, LlmError};
+use crate::sandbox::{Confinement, Report};
+
+/// Why start-up failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// config.toml or settings.json is invalid, or the API key is missing: a config
+    /// error (exit 2), found before any request or record.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The model client could not be built.
+    #[error(transparent)]
+    Client(#[from] LlmError),
+    /// The audit log could not be opened or written.
+    #[error(transparent)]
+    Events(#[from] EventError),
+    /// The workspace directory itself is unusable (a planted entry inside it never
+    /// is a reason: it is moved aside with a warning).
+    #[error(transparent)]
+    Workspace(#[from] WorkspaceError),
+}
+
+/// A root's config and model client, loaded but nothing started or written yet:
+/// `serve` locks the root between this and [`Prepared::start`], so a second daemon
+/// is refused before it touches the audit log.
+pub struct Prepared {
+    /// The config and policy as loaded.
+    pub loaded: Arc<Loaded>,
+    client: AnthropicClient,
+}
+
+impl Prepared {
+    /// Loads the root's config and policy and builds a model client with the key
+    /// (looked up through `env`; `main` passes the process environment). A missing
+    /// key is a config error before any request.
+    pub fn load(root: &Path, env: impl Fn(&str) -> Option<String>) -> Result<Prepared, StartError> {
+        let loaded = Arc::new(load(root)?);
+        let key = ApiKey::load(&loaded, env)?;
+        let client = AnthropicClient::new(&loaded.config.api, key)?;
+        Ok(Prepared { loaded, client })
+    }
+
+    /// Opens the audit log, prepares the workspace, probes the sandbox and starts
+    /// hot reload.
+    pub async fn start(self, opts: StartOptions) -> Result<Services, StartError> {
+        let loaded = self.loaded;
+        let events = open_audit_log(&loaded, opts.tap).await?;
+        let mut executor = Executor::new(opts.helper);
+        let probe = prepare_sandbox(&mut executor, &loaded)?;
+        if opts.record_daemon_started {
+            events.record(None, daemon_started(&probe)).await?;
+        }
+        // Hot reload: a valid edit of either file applies from the next tool call.
+        let live = Arc::new(LiveConfig::new(loaded.clone()));
+        let stop_reloader = CancellationToken::new();
+        let reloader = tokio::spawn(crate::reload::watch(
+            live.clone(),
+            events.clone(),
+            opts.hangups,
+            stop_reloader.clone(),
+        ));
+        Ok(Services {
+            loaded,
+            live,
+            client: self.client,
+            events,
+            executor,
+            probe,
+            stop_reloader,
+            reloader,
+        })
+    }
+}
+
+/// How to start.
+pub struct StartOptions {
+    /// This executable: tools run as it re-executed (the sandbox helper).
+    pub helper: PathBuf,
+    /// Receives every event as it is recorded (progress lines, metrics, the live
+    /// event stream); `None` when nobody watches.
+    pub tap: Option<mpsc::UnboundedSender<Value>>,
+    /// One item per SIGHUP: each reloads both files. Installed by the caller (the
+    /// command entry), so nothing below it touches signal handlers.
+    pub hangups: BoxStream<'static, ()>,
+    /// Record `daemon_started` (`serve`) before hot reload starts.
+    pub record_daemon_started: bool,
+}
+
+/// What a running `run` or `serve` is made of. Its handles are cheap to clone into
+/// a task's environment or a scheduler.
+pub struct Services {
+    /// The config and policy as loaded at start.
+    pub loaded: Arc<Loaded>,
+    /// The config in force, swapped by hot reload.
+    pub live: Arc<LiveConfig>,
+    /// The model client.
+    pub client: AnthropicClient,
+    /// The audit log; its writer ends when the last clone is dropped.
+    pub events: EventLog,
+    /// Spawns tool processes; weakened when the probe found a layer missing under
+    /// `best_effort`.
+    pub executor: Executor,
+    /// The sandbox probe's report, or why the probe failed.
+    pub probe: Result<Report, String>,
+    /// Cancelled by [`Services::shutdown`]: the reloader stops watching.
+    stop_reloader: CancellationToken,
+    /// The reloader; awaited at shutdown so no reload is recorded after it.
+    reloader: JoinHandle<Result<(), EventError>>,
+}
+
+impl Services {
+    /// [`Prepared::load`] then [`Prepared::start`]: what `run` does.
+    pub async fn start(
+        root: &Path,
+        env: impl Fn(&str) -> Option<String>,
+        opts: StartOptions,
+    ) -> Result<Services, StartError> {
+        Prepared::load(root, env)?.start(opts).await
+    }
+
+    /// Stops hot reload and waits for it, then drops this handle to the audit log
+    /// (the writer ends once the clones given out are dropped too).
+    pub async fn shutdown(self) {
+        self.stop_reloader.cancel();
+        // A reloader that failed to record has nothing left to say at shutdown.
+        let _ = self.reloader.await;
+    }
+}
+
+/// `daemon_started`: version, pid and what the sandbox enforces here.
+fn daemon_started(probe: &Result<Report, String>) -> Event {
+    let (abi, layers) = match probe {
+        Ok(r) => (
+            r.landlock_abi,
+            serde_json::to_value(&r.layers).unwrap_or_default(),
+        ),
+        Err(e) => (
+            crate::sandbox::landlock_abi(),
+            serde_json::json!({"probe_error": e}),
+        ),
+    };
+    Event::DaemonStarted {
+        version: env!("CARGO_PKG_VERSION").into(),
+        pid: std::process::id(),
+        landlock_abi: abi,
+        enforced: layers,
+    }
+}
+
+/// Opens events.jsonl with `tap`, records a torn-line repair and `config_loaded`
+/// for both files.
+async fn open_audit_log(
+    loaded: &Loaded,
+    tap: Option<mpsc::UnboundedSender<Value>>,
+) -> Result<EventLog, StartError> {
+    let (events, repair) = EventLog::open(&loaded.paths.events, tap)?;
+    if let Some(r) = repair {
+        events
+            .record(
+                None,
+                Event::EventsRepaired {
+                    torn_file: loaded.paths.display(&r.torn_file),
+                    bytes: r.bytes,
+                },
+            )
+            .await?;
+    }
+    for (file, sha256) in [
+        (CONFIG_FILE.to_string(), &loaded.config_sha256),
+        (
+            loaded.paths.display(&loaded.paths.settings),
+            &loaded.settings_sha256,
+        ),
+    ] {
+        let event = Event::ConfigLoaded {
+            file,
+            sha256: sha256.clone(),
+            changes: Vec::new(),
+            restart_needed: Vec::new(),
+            trigger: "start".into(),
+        };
+        events.record(None, event).await?;
+    }
+    Ok(events)
+}
+
+/// Prepares the workspace and probes the sandbox; warns when tools would be refused
+/// (`full`) or run weakened (`best_effort`, then the executor says so in every
+/// `tool_finished`). Returns the probe's report.
+fn prepare_sandbox(
+    executor: &mut Executor,
+    loaded: &Loaded,
+) -> Result<Result<Report, String>, StartError> {
+    let settings = &loaded.policy.settings;
+    // Its warnings (a planted `.tmp` moved aside…) are logged where they arise.
+    prepare_workspace(&loaded.paths.workspace, &settings.sandbox.user)?;
+    let confine = Confinement::from_settings(settings, &loaded.paths.root);
+    let report = executor.probe(&confine, &loaded.paths.workspace);
+    let missing = match &report {
+        Ok(r) => r.missing(),
+        Err(e) => vec![e.clone()],
+    };
+    if !missing.is_empty() {
+        let missing = missing.join("; ");
+        // A failed probe quotes the helper's stderr.
+        let shown = crate::text::escape_text(&missing);
+        match settings.sandbox.require {
+            SandboxRequire::Full => {
+                eprintln!("warning: tools will be refused, the sandbox is incomplete here: {shown}")
+            }
+            SandboxRequire::BestEffort => {
+                eprintln!("warning: tools run in a weakened sandbox (best_effort): {shown}");
+                executor.set_weakened(Some(missing));
+            }
+        }
+    }
+    Ok(report)
+}
