@@ -383,11 +383,38 @@ pub fn quote_word(word: &str) -> String {
     format!("'{}'", word.replace('\'', r"'\''"))
 }
 
-/// Words rendered with [`quote_word`], joined by spaces.
+/// Whether `word`, written without quotes before the program, would be an assignment
+/// (`NAME=…` or `NAME+=…`).
+fn reads_as_assignment(word: &str) -> bool {
+    word.split_once('=').is_some_and(|(name, _)| {
+        let name = name.strip_suffix('+').unwrap_or(name);
+        let mut c = name.chars();
+        c.next()
+            .is_some_and(|c| c == '_' || c.is_ascii_alphabetic())
+            && c.all(|c| c == '_' || c.is_ascii_alphanumeric())
+    })
+}
+
+/// Reserved words bash recognises only unquoted in command position.
+const RESERVED: [&str; 22] = [
+    "if", "then", "else", "elif", "fi", "case", "esac", "for", "select", "while", "until", "do",
+    "done", "in", "function", "time", "coproc", "{", "}", "!", "[[", "]]",
+];
+
+/// Words rendered with [`quote_word`], joined by spaces. The program word is also
+/// quoted when it would read back as a keyword or an assignment (`\if`, `\a=`), so
+/// the rendering always reads back as the same argv.
 pub(super) fn render(words: &[String]) -> String {
     words
         .iter()
-        .map(|w| quote_word(w))
+        .enumerate()
+        .map(|(i, w)| {
+            if i == 0 && (RESERVED.contains(&w.as_str()) || reads_as_assignment(w)) {
+                format!("'{}'", w.replace('\'', r"'\''"))
+            } else {
+                quote_word(w)
+            }
+        })
         .collect::<Vec<_>>()
         .join(" ")
 }

@@ -212,6 +212,19 @@ fn deny_forms_see_through_spelling() {
 fn canonical_form_quotes_where_needed() {
     let a = analyse("ls 'a b' \"it's\" plain");
     assert_eq!(a.commands[0].canonical(), "ls 'a b' 'it'\\''s' plain");
+    // A quoted program word that would read back as an assignment or a keyword
+    // stays quoted (found by the round-trip property: `\a=`).
+    for (cmd, canon) in [
+        ("\\a= x", "'a=' x"),
+        ("\\if x", "'if' x"),
+        ("\\a+=1", "'a+=1'"),
+        ("'time'", "'time'"),
+    ] {
+        let a = analyse(cmd);
+        assert_eq!(a.commands[0].canonical(), canon, "{cmd:?}");
+        let again = analyse(canon);
+        assert_eq!(again.provable(), a.provable(), "{cmd:?}");
+    }
     let a = analyse("'git status' x");
     assert_eq!(a.commands[0].canonical(), "'git status' x");
 }
