@@ -50,29 +50,47 @@ fn enforcement(loaded: &Loaded, helper: &Path) -> (u32, Vec<Layer>, Option<Strin
     }
 }
 
-/// Runs `check`.
-pub fn run(
-    root: &Path,
-    json_out: bool,
-    helper: &Path,
-    env: impl Fn(&str) -> Option<String>,
-) -> anyhow::Result<i32> {
-    let loaded = match crate::commands::load_root(root) {
-        Ok(l) => l,
-        Err(code) => return Ok(code),
-    };
-    let key_warning = ApiKey::load(&loaded, env).err().map(|e| e.to_string());
-    let (abi, layers, probe_error) = enforcement(&loaded, helper);
-    let missing: Vec<&Layer> = layers
-        .iter()
-        .filter(|l| !l.enforced && !l.optional)
-        .collect();
-    let refused = loaded.policy.settings.sandbox.require == SandboxRequire::Full
-        && (probe_error.is_some() || !missing.is_empty());
-    // Unreadable passwd: /home and /root are still checked.
-    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
-    let boundary = super::boundary::warnings(&loaded, &super::boundary::passwd_homes(&passwd));
-    let report = json!({
+/// What `check` found beyond the files themselves: the key, the probe of the
+/// sandbox and the boundary warnings. Gathered once, then printed as JSON or
+/// text.
+struct Findings {
+    /// Why the API key is unusable, if it is (check itself does not need it).
+    key_warning: Option<String>,
+    landlock_abi: u32,
+    layers: Vec<Layer>,
+    probe_error: Option<String>,
+    /// Required (non-optional) layers the probe found not enforced.
+    missing: usize,
+    /// `sandbox.require = "full"` and the sandbox is incomplete here.
+    refused: bool,
+    boundary: Vec<String>,
+}
+
+impl Findings {
+    fn gather(loaded: &Loaded, helper: &Path, env: impl Fn(&str) -> Option<String>) -> Self {
+        let key_warning = ApiKey::load(loaded, env).err().map(|e| e.to_string());
+        let (landlock_abi, layers, probe_error) = enforcement(loaded, helper);
+        let missing = layers.iter().filter(|l| !l.enforced && !l.optional).count();
+        let refused = loaded.policy.settings.sandbox.require == SandboxRequire::Full
+            && (probe_error.is_some() || missing > 0);
+        // Unreadable passwd: /home and /root are still checked.
+        let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+        let boundary = super::boundary::warnings(loaded, &super::boundary::passwd_homes(&passwd));
+        Self {
+            key_warning,
+            landlock_abi,
+            layers,
+            probe_error,
+            missing,
+            refused,
+            boundary,
+        }
+    }
+}
+
+/// The `--json` report; the text output reads its file names from it too.
+fn report_json(loaded: &Loaded, f: &Findings) -> Value {
+    json!({
         "root": loaded.paths.root.display().to_string(),
         "config": {"file": crate::config::CONFIG_FILE, "sha256": loaded.config_sha256},
         "settings": {"file": loaded.paths.display(&loaded.paths.settings), "sha256": loaded.settings_sha256},
@@ -80,41 +98,33 @@ pub fn run(
             "base_url": loaded.config.api.base_url,
             "model": loaded.config.api.model,
             "max_tokens": loaded.config.api.max_tokens,
-            "key": key_warning.clone().unwrap_or_else(|| "present".into()),
+            "key": f.key_warning.clone().unwrap_or_else(|| "present".into()),
         },
         "loop": loaded.config.loop_,
         "paths": loaded.config.paths,
-        "tools": tool_tiers(&loaded),
+        "tools": tool_tiers(loaded),
         "allowed_paths": loaded.policy.settings.allowed_paths,
         "output": loaded.policy.settings.output,
         "sandbox": loaded.policy.settings.sandbox,
         "enforced": {
-            "landlock_abi": abi,
-            "layers": layers,
-            "probe_error": probe_error,
-            "tools_refused": refused,
+            "landlock_abi": f.landlock_abi,
+            "layers": f.layers,
+            "probe_error": f.probe_error,
+            "tools_refused": f.refused,
         },
-        "warnings": boundary,
+        "warnings": f.boundary,
         "documented_gap": super::boundary::HARD_LINK_GAP,
-    });
-    let mut out = std::io::stdout().lock();
-    if json_out {
-        writeln!(
-            out,
-            "{}",
-            escape_json(&serde_json::to_string_pretty(&report)?)
-        )?;
-        return Ok(0);
-    }
-    if let Some(w) = key_warning {
-        eprintln!(
-            "warning: {} (check does not need it; run does)",
-            escape_text(&w)
-        );
-    }
-    // Rules can hold model text (`approve --remember` writes the literal command),
-    // and the probe's details quote the helper: every field is escaped.
-    let field = |v: &Value| escape_line(v.as_str().unwrap_or("")).into_owned();
+    })
+}
+
+/// Rules can hold model text (`approve --remember` writes the literal command),
+/// and the probe's details quote the helper: every field printed is escaped.
+fn field(v: &Value) -> String {
+    escape_line(v.as_str().unwrap_or("")).into_owned()
+}
+
+/// The text output's first part: the files, the API, the loop and the tiers.
+fn print_config(out: &mut impl Write, loaded: &Loaded, report: &Value) -> std::io::Result<()> {
     writeln!(
         out,
         "ok: {} and {} are valid",
@@ -142,7 +152,7 @@ pub fn run(
         out,
         "tools      (tier without a pattern; pattern rules below)"
     )?;
-    for t in tool_tiers(&loaded) {
+    for t in tool_tiers(loaded) {
         let shown = if t["advertised"] == true {
             ""
         } else {
@@ -159,6 +169,12 @@ pub fn run(
             writeln!(out, "              {}", field(p))?;
         }
     }
+    Ok(())
+}
+
+/// The text output's second part: paths, output, the sandbox settings and what
+/// the probe found enforced.
+fn print_sandbox(out: &mut impl Write, loaded: &Loaded, f: &Findings) -> std::io::Result<()> {
     let s = &loaded.policy.settings;
     let list = |l: &[String]| escape_line(&l.join(", ")).into_owned();
     writeln!(out, "read       {}", list(&s.allowed_paths.read))?;
@@ -180,9 +196,10 @@ pub fn run(
     )?;
     writeln!(
         out,
-        "enforced   (probed: a helper confined exactly as a tool; Landlock ABI {abi})"
+        "enforced   (probed: a helper confined exactly as a tool; Landlock ABI {})",
+        f.landlock_abi
     )?;
-    for l in &layers {
+    for l in &f.layers {
         let mark = if l.enforced { "yes" } else { "NO " };
         writeln!(
             out,
@@ -191,23 +208,61 @@ pub fn run(
             escape_line(&l.detail)
         )?;
     }
-    if let Some(e) = &probe_error {
+    if let Some(e) = &f.probe_error {
         writeln!(out, "  NO  probe           {}", escape_line(e))?;
     }
     writeln!(out, "gap        {}", super::boundary::HARD_LINK_GAP)?;
-    for w in &boundary {
+    Ok(())
+}
+
+/// The warnings that follow the text output, on stderr.
+fn print_warnings(f: &Findings) {
+    for w in &f.boundary {
         eprintln!("warning: {w}");
     }
-    if refused {
+    if f.refused {
         eprintln!(
             "warning: sandbox.require is \"full\" and the sandbox is incomplete here: \
              tools will be refused"
         );
-    } else if !missing.is_empty() {
+    } else if f.missing > 0 {
         eprintln!(
             "warning: best_effort sandbox: {} layer(s) not enforced",
-            missing.len()
+            f.missing
         );
     }
+}
+
+/// Runs `check`.
+pub fn run(
+    root: &Path,
+    json_out: bool,
+    helper: &Path,
+    env: impl Fn(&str) -> Option<String>,
+) -> anyhow::Result<i32> {
+    let loaded = match crate::commands::load_root(root) {
+        Ok(l) => l,
+        Err(code) => return Ok(code),
+    };
+    let findings = Findings::gather(&loaded, helper, env);
+    let report = report_json(&loaded, &findings);
+    let mut out = std::io::stdout().lock();
+    if json_out {
+        writeln!(
+            out,
+            "{}",
+            escape_json(&serde_json::to_string_pretty(&report)?)
+        )?;
+        return Ok(0);
+    }
+    if let Some(w) = &findings.key_warning {
+        eprintln!(
+            "warning: {} (check does not need it; run does)",
+            escape_text(w)
+        );
+    }
+    print_config(&mut out, &loaded, &report)?;
+    print_sandbox(&mut out, &loaded, &findings)?;
+    print_warnings(&findings);
     Ok(0)
 }

@@ -37,37 +37,8 @@ pub fn line(ev: &Value, total_tokens: &mut u64) -> Option<String> {
             };
             format!("[turn {turn}] asking the model{note}")
         }
-        "model_response" => {
-            let u = &ev["usage"];
-            let n = |k: &str| u[k].as_u64().unwrap_or(0);
-            let this = n("input_tokens")
-                + n("output_tokens")
-                + n("cache_read_input_tokens")
-                + n("cache_creation_input_tokens");
-            *total_tokens += this;
-            format!(
-                "[turn {turn}] {} in {} ms · in {} out {} cache read {} write {} · {} tokens so far",
-                short(&ev["stop_reason"], 20),
-                ev["latency_ms"],
-                n("input_tokens"),
-                n("output_tokens"),
-                n("cache_read_input_tokens"),
-                n("cache_creation_input_tokens"),
-                total_tokens
-            )
-        }
-        "model_error" => match ev["retry_in_ms"].as_u64() {
-            Some(ms) => format!(
-                "[turn {turn}] model error (attempt {}): {}; retrying in {ms} ms",
-                ev["attempt"],
-                short(&ev["message"], 200)
-            ),
-            None => format!(
-                "[turn {turn}] model error (attempt {}): {}",
-                ev["attempt"],
-                short(&ev["message"], 200)
-            ),
-        },
+        "model_response" => model_response(ev, turn, total_tokens),
+        "model_error" => model_error(ev, turn),
         "tool_requested" => format!(
             "  → {} {}",
             short(&ev["tool"], 40),
@@ -83,28 +54,7 @@ pub fn line(ev: &Value, total_tokens: &mut u64) -> Option<String> {
             short(&ev["decision"], 10),
             short(&ev["by"], 20)
         ),
-        "tool_finished" => {
-            let status = if ev["is_error"] == true {
-                "error"
-            } else {
-                "ok"
-            };
-            let exit = ev["exit_code"]
-                .as_i64()
-                .map(|c| format!(" exit {c}"))
-                .unwrap_or_default();
-            let cut = if ev["truncated"] == true {
-                " (truncated for the model)"
-            } else {
-                ""
-            };
-            format!(
-                "    ← {} {status}{exit} in {} ms, {} bytes{cut}",
-                short(&ev["tool"], 40),
-                ev["duration_ms"],
-                ev["output_bytes"]
-            )
-        }
+        "tool_finished" => tool_finished(ev),
         "task_finished" => format!(
             "[done] {} after {} turns · {} tokens · {} ms",
             short(&ev["stop_reason"], 20),
@@ -118,6 +68,68 @@ pub fn line(ev: &Value, total_tokens: &mut u64) -> Option<String> {
         ),
         _ => return None,
     })
+}
+
+/// The line of a `model_response`; adds its tokens to `total_tokens`, which the
+/// line shows so far.
+fn model_response(ev: &Value, turn: u64, total_tokens: &mut u64) -> String {
+    let u = &ev["usage"];
+    let n = |k: &str| u[k].as_u64().unwrap_or(0);
+    let this = n("input_tokens")
+        + n("output_tokens")
+        + n("cache_read_input_tokens")
+        + n("cache_creation_input_tokens");
+    *total_tokens += this;
+    format!(
+        "[turn {turn}] {} in {} ms · in {} out {} cache read {} write {} · {} tokens so far",
+        short(&ev["stop_reason"], 20),
+        ev["latency_ms"],
+        n("input_tokens"),
+        n("output_tokens"),
+        n("cache_read_input_tokens"),
+        n("cache_creation_input_tokens"),
+        total_tokens
+    )
+}
+
+/// The line of a `model_error`, saying when it is retried.
+fn model_error(ev: &Value, turn: u64) -> String {
+    match ev["retry_in_ms"].as_u64() {
+        Some(ms) => format!(
+            "[turn {turn}] model error (attempt {}): {}; retrying in {ms} ms",
+            ev["attempt"],
+            short(&ev["message"], 200)
+        ),
+        None => format!(
+            "[turn {turn}] model error (attempt {}): {}",
+            ev["attempt"],
+            short(&ev["message"], 200)
+        ),
+    }
+}
+
+/// The line of a `tool_finished`: status, exit code, duration and size.
+fn tool_finished(ev: &Value) -> String {
+    let status = if ev["is_error"] == true {
+        "error"
+    } else {
+        "ok"
+    };
+    let exit = ev["exit_code"]
+        .as_i64()
+        .map(|c| format!(" exit {c}"))
+        .unwrap_or_default();
+    let cut = if ev["truncated"] == true {
+        " (truncated for the model)"
+    } else {
+        ""
+    };
+    format!(
+        "    ← {} {status}{exit} in {} ms, {} bytes{cut}",
+        short(&ev["tool"], 40),
+        ev["duration_ms"],
+        ev["output_bytes"]
+    )
 }
 
 /// Prints lines for events received until the channel closes.

@@ -167,17 +167,24 @@ impl Config {
         Ok(config)
     }
 
+    /// What serde cannot check, in the order the file is read: the first
+    /// failure is reported, at its key's line in `text`.
     fn validate(&self, text: &str, file: &str) -> Result<(), ConfigError> {
-        let bad = |key: &str, message: String| {
-            Err(ConfigError::invalid(
-                file,
-                find_key(text, key),
-                key,
-                message,
-            ))
-        };
+        let checked = self
+            .validate_api()
+            .and_then(|()| self.validate_limits())
+            .and_then(|()| self.validate_thinking_and_key())
+            .and_then(|()| validate_operators_group(self.daemon.operators_group.as_deref()))
+            .and_then(|()| validate_enabled_tools(self.tools.enabled.as_deref()));
+        checked.map_err(|Bad { key, message }| {
+            ConfigError::invalid(file, find_key(text, &key), key, message)
+        })
+    }
+
+    /// A known provider at an http(s) URL.
+    fn validate_api(&self) -> Result<(), Bad> {
         if self.api.provider != "anthropic" {
-            return bad(
+            return Bad::at(
                 "api.provider",
                 format!(
                     "unknown provider {:?}; the only one is \"anthropic\"",
@@ -187,11 +194,16 @@ impl Config {
         }
         if !(self.api.base_url.starts_with("http://") || self.api.base_url.starts_with("https://"))
         {
-            return bad(
+            return Bad::at(
                 "api.base_url",
                 format!("{:?} is not an http(s) URL", self.api.base_url),
             );
         }
+        Ok(())
+    }
+
+    /// Every count and duration that a zero would make meaningless.
+    fn validate_limits(&self) -> Result<(), Bad> {
         let positive: [(&str, u64); 9] = [
             ("api.max_tokens", self.api.max_tokens.into()),
             ("api.timeout_secs", self.api.timeout_secs),
@@ -220,13 +232,18 @@ impl Config {
         ];
         for (key, value) in positive {
             if value == 0 {
-                return bad(key, "must be greater than 0".into());
+                return Bad::at(key, "must be greater than 0".into());
             }
         }
+        Ok(())
+    }
+
+    /// A thinking budget the API accepts, and a named key variable.
+    fn validate_thinking_and_key(&self) -> Result<(), Bad> {
         if let Some(budget) = self.api.thinking_budget_tokens
             && (budget < 1024 || budget >= self.api.max_tokens)
         {
-            return bad(
+            return Bad::at(
                 "api.thinking_budget_tokens",
                 format!(
                     "{budget} must be at least 1024 and below api.max_tokens ({})",
@@ -235,46 +252,63 @@ impl Config {
             );
         }
         if self.api.api_key_env.is_empty() {
-            return bad(
+            return Bad::at(
                 "api.api_key_env",
                 "must name an environment variable".into(),
             );
         }
-        if let Some(group) = &self.daemon.operators_group {
-            match nix::unistd::Group::from_name(group) {
-                Ok(Some(_)) => {}
-                Ok(None) => {
-                    return bad(
-                        "daemon.operators_group",
-                        format!(
-                            "no group named {group:?} on this host; create it (groupadd \
-                             {group}) or remove the key"
-                        ),
-                    );
-                }
-                Err(e) => {
-                    return bad(
-                        "daemon.operators_group",
-                        format!("cannot look up the group {group:?}: {e}"),
-                    );
-                }
-            }
-        }
-        if let Some(enabled) = &self.tools.enabled {
-            for (i, name) in enabled.iter().enumerate() {
-                if crate::tools::ToolName::parse(name).is_none() {
-                    return bad(
-                        &format!("tools.enabled[{i}]"),
-                        format!(
-                            "unknown tool {name:?}; known tools: {}",
-                            crate::tools::ToolName::ALL_NAMES.join(", ")
-                        ),
-                    );
-                }
-            }
-        }
         Ok(())
     }
+}
+
+/// A failed check: the key path it concerns and what is wrong.
+struct Bad {
+    key: String,
+    message: String,
+}
+
+impl Bad {
+    fn at(key: &str, message: String) -> Result<(), Bad> {
+        Err(Bad {
+            key: key.to_string(),
+            message,
+        })
+    }
+}
+
+/// `daemon.operators_group`, when set, names a group of this host.
+fn validate_operators_group(group: Option<&str>) -> Result<(), Bad> {
+    let Some(group) = group else { return Ok(()) };
+    match nix::unistd::Group::from_name(group) {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Bad::at(
+            "daemon.operators_group",
+            format!(
+                "no group named {group:?} on this host; create it (groupadd \
+                 {group}) or remove the key"
+            ),
+        ),
+        Err(e) => Bad::at(
+            "daemon.operators_group",
+            format!("cannot look up the group {group:?}: {e}"),
+        ),
+    }
+}
+
+/// Every name in `tools.enabled` is a tool harnessd has.
+fn validate_enabled_tools(enabled: Option<&[String]>) -> Result<(), Bad> {
+    for (i, name) in enabled.into_iter().flatten().enumerate() {
+        if crate::tools::ToolName::parse(name).is_none() {
+            return Bad::at(
+                &format!("tools.enabled[{i}]"),
+                format!(
+                    "unknown tool {name:?}; known tools: {}",
+                    crate::tools::ToolName::ALL_NAMES.join(", ")
+                ),
+            );
+        }
+    }
+    Ok(())
 }
 
 fn toml_error(text: &str, file: &str, key: &str, e: &toml::de::Error) -> ConfigError {

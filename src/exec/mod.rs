@@ -21,6 +21,7 @@ pub use workspace::{PLANTED_PREFIX, Prepared, WorkspaceError, prepare_workspace}
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Child;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
@@ -168,17 +169,7 @@ impl Executor {
     /// Runs one job to its end. Blocking: call it from a blocking thread.
     pub fn run(&self, req: &ExecRequest<'_>) -> ExecOutcome {
         let started = Instant::now();
-        let spool = |suffix: &str| {
-            req.spool_prefix.as_ref().map(|p| {
-                let mut s = p.clone().into_os_string();
-                s.push(suffix);
-                PathBuf::from(s)
-            })
-        };
-        let sinks = [
-            Arc::new(Mutex::new(Sink::new(req.keep_bytes, spool(".stdout.part")))),
-            Arc::new(Mutex::new(Sink::new(req.keep_bytes, spool(".stderr.part")))),
-        ];
+        let sinks = sinks(req);
         // Created before the spawn so the helper joins it before it reads its job,
         // that is before it can start anything.
         let cgroup = cgroup::CallCgroup::create(
@@ -191,63 +182,14 @@ impl Executor {
                 if let Some(cg) = cgroup {
                     cg.release();
                 }
-                return ExecOutcome {
-                    ending: Ending::SpawnFailed(format!(
-                        "cannot start {}: {e}",
-                        self.helper.display()
-                    )),
-                    stdout: Captured::default(),
-                    stderr: Captured::default(),
-                    duration: started.elapsed(),
-                    notes: Vec::new(),
-                };
+                return self.spawn_failed(&e, started);
             }
         };
         // The helper makes itself a session (and process group) leader, so its pid
         // names the group; killing it also kills the PID namespace it supervises.
         let pgid = Pid::from_raw(child.id() as i32);
-        let flooded = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (done_tx, done_rx) = mpsc::channel::<()>();
-        let pipes: [Option<Box<dyn std::io::Read + Send>>; 2] = [
-            child
-                .stdout
-                .take()
-                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
-            child
-                .stderr
-                .take()
-                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
-        ];
-        let mut readers = 0;
-        let targets = [relay::Target::Stdout, relay::Target::Stderr];
-        // Relayed output goes to harnessd's own streams (`harnessd sandbox` keeps
-        // none of it), so only where it goes bounds it, as when a command runs there
-        // itself.
-        let cap = if req.relay_output {
-            u64::MAX
-        } else {
-            FLOOD_CAP_BYTES
-        };
-        for ((pipe, sink), target) in pipes.into_iter().zip(sinks.iter()).zip(targets) {
-            let Some(pipe) = pipe else { continue };
-            let (sink, flooded, done_tx) = (sink.clone(), flooded.clone(), done_tx.clone());
-            let mut relay = req.relay_output.then(|| relay::Relay::new(target));
-            readers += 1;
-            std::thread::spawn(move || {
-                let on_flood = || {
-                    flooded.store(true, std::sync::atomic::Ordering::SeqCst);
-                    kill_tree(pgid);
-                };
-                capture::pump(pipe, sink, cap, on_flood, |chunk| {
-                    relay.as_mut().is_none_or(|r| r.write(chunk))
-                });
-                if let Some(r) = &mut relay {
-                    r.finish();
-                }
-                let _ = done_tx.send(());
-            });
-        }
-        drop(done_tx);
+        let flooded = Arc::new(AtomicBool::new(false));
+        let readers = Readers::spawn(&mut child, req, &sinks, pgid, &flooded);
         let ending = wait(&mut child, req, &flooded);
         // Whatever the ending, nothing the job started may outlive it: background
         // jobs left behind would also hold our pipes open.
@@ -256,34 +198,26 @@ impl Executor {
         if let Some(cg) = cgroup {
             cg.release();
         }
-        let deadline = Instant::now() + DRAIN_GRACE;
         let mut notes = Vec::new();
-        for _ in 0..readers {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if done_rx.recv_timeout(left).is_err() {
-                notes.push(
-                    "output pipes were still held open by a process that left the tool's \
-                     process group; output after this point is not recorded"
-                        .to_string(),
-                );
-                break;
-            }
-        }
-        let [stdout, stderr] = sinks.map(|s| match s.lock() {
-            Ok(s) => {
-                if let Some(e) = s.spool_error() {
-                    notes.push(format!("full output not kept: {e}"));
-                }
-                s.snapshot()
-            }
-            Err(_) => Captured::default(),
-        });
+        notes.extend(readers.drain());
+        let [stdout, stderr] = snapshot(sinks, &mut notes);
         ExecOutcome {
             ending,
             stdout,
             stderr,
             duration: started.elapsed(),
             notes,
+        }
+    }
+
+    /// The outcome of a job whose helper could not be started.
+    fn spawn_failed(&self, e: &std::io::Error, started: Instant) -> ExecOutcome {
+        ExecOutcome {
+            ending: Ending::SpawnFailed(format!("cannot start {}: {e}", self.helper.display())),
+            stdout: Captured::default(),
+            stderr: Captured::default(),
+            duration: started.elapsed(),
+            notes: Vec::new(),
         }
     }
 
@@ -325,6 +259,119 @@ impl Executor {
     }
 }
 
+/// The stdout and stderr sinks of a job, spooling to `<spool_prefix>.stdout.part`
+/// and `.stderr.part` when the caller keeps the full output.
+fn sinks(req: &ExecRequest<'_>) -> [Arc<Mutex<Sink>>; 2] {
+    let spool = |suffix: &str| {
+        req.spool_prefix.as_ref().map(|p| {
+            let mut s = p.clone().into_os_string();
+            s.push(suffix);
+            PathBuf::from(s)
+        })
+    };
+    [
+        Arc::new(Mutex::new(Sink::new(req.keep_bytes, spool(".stdout.part")))),
+        Arc::new(Mutex::new(Sink::new(req.keep_bytes, spool(".stderr.part")))),
+    ]
+}
+
+/// The threads pumping the helper's stdout and stderr into their sinks.
+struct Readers {
+    /// How many were started (a pipe may be missing).
+    count: usize,
+    /// Each reader sends once when its pipe closes.
+    done: mpsc::Receiver<()>,
+}
+
+impl Readers {
+    /// Starts one reader per pipe of `child`. A reader that sees its stream pass
+    /// the cap sets `flooded` and kills the process group `pgid`.
+    fn spawn(
+        child: &mut Child,
+        req: &ExecRequest<'_>,
+        sinks: &[Arc<Mutex<Sink>>; 2],
+        pgid: Pid,
+        flooded: &Arc<AtomicBool>,
+    ) -> Readers {
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let pipes: [Option<Box<dyn std::io::Read + Send>>; 2] = [
+            child
+                .stdout
+                .take()
+                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+            child
+                .stderr
+                .take()
+                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+        ];
+        let mut readers = 0;
+        let targets = [relay::Target::Stdout, relay::Target::Stderr];
+        // Relayed output goes to harnessd's own streams (`harnessd sandbox` keeps
+        // none of it), so only where it goes bounds it, as when a command runs there
+        // itself.
+        let cap = if req.relay_output {
+            u64::MAX
+        } else {
+            FLOOD_CAP_BYTES
+        };
+        for ((pipe, sink), target) in pipes.into_iter().zip(sinks.iter()).zip(targets) {
+            let Some(pipe) = pipe else { continue };
+            let (sink, flooded, done_tx) = (sink.clone(), flooded.clone(), done_tx.clone());
+            let mut relay = req.relay_output.then(|| relay::Relay::new(target));
+            readers += 1;
+            std::thread::spawn(move || {
+                let on_flood = || {
+                    flooded.store(true, std::sync::atomic::Ordering::SeqCst);
+                    kill_tree(pgid);
+                };
+                capture::pump(pipe, sink, cap, on_flood, |chunk| {
+                    relay.as_mut().is_none_or(|r| r.write(chunk))
+                });
+                if let Some(r) = &mut relay {
+                    r.finish();
+                }
+                let _ = done_tx.send(());
+            });
+        }
+        Readers {
+            count: readers,
+            done: done_rx,
+        }
+    }
+
+    /// Waits up to [`DRAIN_GRACE`] for every pipe to close, after the process
+    /// group was killed; returns a note when one was still held open.
+    fn drain(self) -> Option<String> {
+        let deadline = Instant::now() + DRAIN_GRACE;
+        for _ in 0..self.count {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if self.done.recv_timeout(left).is_err() {
+                return Some(
+                    "output pipes were still held open by a process that left the tool's \
+                     process group; output after this point is not recorded"
+                        .to_string(),
+                );
+            }
+        }
+        None
+    }
+}
+
+/// What the sinks hold, stdout then stderr, noting a full-output spool that
+/// failed.
+fn snapshot(sinks: [Arc<Mutex<Sink>>; 2], notes: &mut Vec<String>) -> [Captured; 2] {
+    sinks.map(|s| match s.lock() {
+        Ok(s) => {
+            if let Some(e) = s.spool_error() {
+                notes.push(format!("full output not kept: {e}"));
+            }
+            s.snapshot()
+        }
+        Err(_) => Captured::default(),
+    })
+}
+
+/// Waits for the job to end: its exit, the timeout, a flood or cancellation.
 fn wait(
     child: &mut Child,
     req: &ExecRequest<'_>,

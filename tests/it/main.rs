@@ -11,6 +11,7 @@ mod attack_regressions;
 mod check;
 mod daemon;
 mod escape;
+mod function_length;
 mod guard;
 mod inprocess;
 mod paths;

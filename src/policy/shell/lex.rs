@@ -169,98 +169,116 @@ impl Lexer<'_, '_> {
             let Some(c) = self.peek() else {
                 return (words, redirected, at, Sep::Eof);
             };
-            let sep = match c {
-                '\n' => {
-                    self.i += 1;
-                    if !pending.is_empty() {
-                        self.heredoc_bodies(pending);
-                    }
-                    Sep::Newline
-                }
-                ';' => {
-                    self.i += 1;
-                    if matches!(self.peek(), Some(';' | '&')) {
-                        self.refuse("`;;` or `;&` (a case clause)");
-                        while matches!(self.peek(), Some(';' | '&')) {
-                            self.i += 1;
-                        }
-                    }
-                    Sep::List
-                }
+            match c {
+                // Before the separators: `&>` is a redirection, not `&`.
                 '&' if self.peek_at(1) == Some('>') => {
                     self.redirection(pending);
                     redirected = true;
-                    continue;
                 }
-                '&' if self.peek_at(1) == Some('&') => {
-                    self.i += 2;
-                    Sep::Binary
-                }
-                '&' => {
-                    self.i += 1;
-                    Sep::List
-                }
-                '|' => {
-                    self.i += 1;
-                    if matches!(self.peek(), Some('|' | '&')) {
-                        self.i += 1;
-                    }
-                    Sep::Binary
-                }
-                ')' if term == Term::Paren => {
-                    self.i += 1;
-                    Sep::Close
-                }
-                ')' => {
-                    self.refuse("an unbalanced `)`");
-                    self.i += 1;
-                    Sep::List
+                '<' | '>' => {
+                    self.redirection(pending);
+                    redirected = true;
                 }
                 '(' => {
-                    self.refuse(if words.is_empty() {
-                        "a subshell `( … )`"
-                    } else {
-                        "a parenthesis (function definition or array)"
-                    });
-                    self.i += 1;
-                    self.nested_script();
+                    self.parenthesis(words.is_empty());
                     if !words.is_empty() {
                         // `f() cmd`, `case … in (x) cmd`, `a=(…) cmd`: what follows
                         // the `)` is in command position, a command of its own.
                         return (words, redirected, self.i, Sep::List);
                     }
-                    continue;
                 }
                 '#' => {
                     self.refuse("a comment");
                     while self.peek().is_some_and(|c| c != '\n') {
                         self.i += 1;
                     }
-                    continue;
                 }
-                '<' | '>' => {
-                    self.redirection(pending);
-                    redirected = true;
-                    continue;
-                }
-                _ => {
-                    let word = self.word();
-                    if matches!(self.peek(), Some('<' | '>')) {
-                        if word.is_fd_number() {
-                            continue;
-                        }
-                        if word.value.starts_with('{') {
-                            // `{name}>file`: bash assigns a descriptor to a variable.
-                            self.refuse("a `{name}` redirection");
-                            continue;
-                        }
-                    }
-                    words.push(word);
-                    continue;
-                }
-            };
-            return (words, redirected, at, sep);
+                _ => match self.separator(c, term, pending) {
+                    Some(sep) => return (words, redirected, at, sep),
+                    None => self.command_word(&mut words),
+                },
+            }
         }
+    }
+
+    /// Consumes the separator `c` at the current position and says what it is, or
+    /// consumes nothing and returns `None` when `c` starts no separator. Called
+    /// after `&>` was taken as a redirection, so a `&` here is `&` or `&&`.
+    fn separator(&mut self, c: char, term: Term, pending: &mut Vec<Heredoc>) -> Option<Sep> {
+        Some(match c {
+            '\n' => {
+                self.i += 1;
+                if !pending.is_empty() {
+                    self.heredoc_bodies(pending);
+                }
+                Sep::Newline
+            }
+            ';' => {
+                self.i += 1;
+                if matches!(self.peek(), Some(';' | '&')) {
+                    self.refuse("`;;` or `;&` (a case clause)");
+                    while matches!(self.peek(), Some(';' | '&')) {
+                        self.i += 1;
+                    }
+                }
+                Sep::List
+            }
+            '&' if self.peek_at(1) == Some('&') => {
+                self.i += 2;
+                Sep::Binary
+            }
+            '&' => {
+                self.i += 1;
+                Sep::List
+            }
+            '|' => {
+                self.i += 1;
+                if matches!(self.peek(), Some('|' | '&')) {
+                    self.i += 1;
+                }
+                Sep::Binary
+            }
+            ')' if term == Term::Paren => {
+                self.i += 1;
+                Sep::Close
+            }
+            ')' => {
+                self.refuse("an unbalanced `)`");
+                self.i += 1;
+                Sep::List
+            }
+            _ => return None,
+        })
+    }
+
+    /// A `(` in a command: a subshell when it starts the command (`first`),
+    /// otherwise a function definition or an array. Never provable; the script
+    /// inside is still read so its commands are seen.
+    fn parenthesis(&mut self, first: bool) {
+        self.refuse(if first {
+            "a subshell `( … )`"
+        } else {
+            "a parenthesis (function definition or array)"
+        });
+        self.i += 1;
+        self.nested_script();
+    }
+
+    /// Reads one word of a command into `words`, unless it is the descriptor of a
+    /// redirection that follows it (`2>`, `{name}>`).
+    fn command_word(&mut self, words: &mut Vec<Word>) {
+        let word = self.word();
+        if matches!(self.peek(), Some('<' | '>')) {
+            if word.is_fd_number() {
+                return;
+            }
+            if word.value.starts_with('{') {
+                // `{name}>file`: bash assigns a descriptor to a variable.
+                self.refuse("a `{name}` redirection");
+                return;
+            }
+        }
+        words.push(word);
     }
 
     /// Records one simple command and follows the commands it runs itself.
