@@ -68,14 +68,30 @@ fn rewatch(watcher: &mut notify::RecommendedWatcher, dirs: &[PathBuf]) {
     }
 }
 
-/// Reloads once and records the outcome.
+/// [`LiveConfig::reload`] on a blocking thread: it reads both files and
+/// canonicalises the root, which must not stall the runtime's workers.
+async fn reload_off_runtime(live: &Arc<LiveConfig>) -> ReloadOutcome {
+    let live = live.clone();
+    match tokio::task::spawn_blocking(move || live.reload()).await {
+        Ok(outcome) => outcome,
+        // A panic in the reload travels on as it would have on this thread.
+        Err(e) => match e.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            // The runtime is shutting down and the reload never ran.
+            Err(_) => ReloadOutcome::Unchanged,
+        },
+    }
+}
+
+/// Reloads once and records the outcome; a rejection equal to `last_rejection` is
+/// not recorded again.
 pub async fn reload_and_record(
-    live: &LiveConfig,
+    live: &Arc<LiveConfig>,
     events: &EventLog,
     trigger: &str,
     last_rejection: &mut Option<ReloadOutcome>,
 ) -> Result<ReloadOutcome, EventError> {
-    let outcome = live.reload();
+    let outcome = reload_off_runtime(live).await;
     if matches!(outcome, ReloadOutcome::Rejected { .. })
         && last_rejection.as_ref() == Some(&outcome)
     {
@@ -91,37 +107,7 @@ pub async fn reload_and_record(
             files,
             changes,
             restart_needed,
-        } => {
-            for (file, sha256) in files {
-                events
-                    .record(
-                        None,
-                        Event::ConfigLoaded {
-                            file: file.clone(),
-                            sha256: sha256.clone(),
-                            changes: changes.clone(),
-                            restart_needed: restart_needed.clone(),
-                            trigger: trigger.into(),
-                        },
-                    )
-                    .await?;
-            }
-            // Rules can hold model text (`approve --remember`): escaped for the terminal.
-            eprintln!(
-                "config reloaded ({trigger}): {}",
-                if changes.is_empty() {
-                    "no effective change".to_string()
-                } else {
-                    escape_text(&changes.join("; ")).into_owned()
-                }
-            );
-            if !restart_needed.is_empty() {
-                eprintln!(
-                    "warning: changed but needs a restart: {}",
-                    escape_text(&restart_needed.join(", "))
-                );
-            }
-        }
+        } => record_loaded(events, trigger, files, changes, restart_needed).await?,
         ReloadOutcome::Rejected { file, error } => {
             events
                 .record(
@@ -140,6 +126,46 @@ pub async fn reload_and_record(
         }
     }
     Ok(outcome)
+}
+
+/// Records `config_loaded` for each changed file and says on stderr what changed.
+async fn record_loaded(
+    events: &EventLog,
+    trigger: &str,
+    files: &[(String, String)],
+    changes: &[String],
+    restart_needed: &[String],
+) -> Result<(), EventError> {
+    for (file, sha256) in files {
+        events
+            .record(
+                None,
+                Event::ConfigLoaded {
+                    file: file.clone(),
+                    sha256: sha256.clone(),
+                    changes: changes.to_vec(),
+                    restart_needed: restart_needed.to_vec(),
+                    trigger: trigger.into(),
+                },
+            )
+            .await?;
+    }
+    // Rules can hold model text (`approve --remember`): escaped for the terminal.
+    eprintln!(
+        "config reloaded ({trigger}): {}",
+        if changes.is_empty() {
+            "no effective change".to_string()
+        } else {
+            escape_text(&changes.join("; ")).into_owned()
+        }
+    );
+    if !restart_needed.is_empty() {
+        eprintln!(
+            "warning: changed but needs a restart: {}",
+            escape_text(&restart_needed.join(", "))
+        );
+    }
+    Ok(())
 }
 
 /// Watches the files until `cancel` fires, with no SIGHUP trigger: for callers

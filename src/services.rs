@@ -17,6 +17,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::agent::TaskServices;
+use crate::approval::Approver;
 use crate::config::{ApiKey, CONFIG_FILE, ConfigError, LiveConfig, Loaded, SandboxRequire, load};
 use crate::events::{Event, EventError, EventLog};
 use crate::exec::{Executor, WorkspaceError, prepare_workspace};
@@ -94,7 +96,7 @@ impl Prepared {
     }
 }
 
-/// How to start.
+/// What [`Prepared::start`] needs besides the loaded root.
 pub struct StartOptions {
     /// This executable: tools run as it re-executed (the sandbox helper).
     pub helper: PathBuf,
@@ -108,8 +110,8 @@ pub struct StartOptions {
     pub record_daemon_started: bool,
 }
 
-/// What a running `run` or `serve` is made of. Its handles are cheap to clone into
-/// a task's environment or a scheduler.
+/// What a running `run` or `serve` is made of. Its handles are cheap to clone;
+/// [`Services::task_services`] bundles them for tasks.
 pub struct Services {
     /// The config and policy as loaded at start.
     pub loaded: Arc<Loaded>,
@@ -138,6 +140,17 @@ impl Services {
         opts: StartOptions,
     ) -> Result<Services, StartError> {
         Prepared::load(root, env)?.start(opts).await
+    }
+
+    /// What tasks run with: these services, with `approver` answering `ask` calls.
+    pub fn task_services(&self, approver: Arc<dyn Approver>) -> TaskServices {
+        TaskServices {
+            config: self.live.clone(),
+            client: self.client.clone(),
+            events: self.events.clone(),
+            executor: self.executor.clone(),
+            approver,
+        }
     }
 
     /// Stops hot reload and waits for it, then drops this handle to the audit log

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::TaskEnv;
 use super::guard::{self, FaultPoint, Ledger};
-use crate::approval::ApprovalRequest;
+use crate::approval::{ApprovalAnswer, ApprovalRequest};
 use crate::config::Loaded;
 use crate::events::{Event, EventError};
 use crate::llm::Block;
@@ -54,7 +54,8 @@ pub(super) async fn finished(
     duration: std::time::Duration,
     output_file: Option<String>,
 ) -> Result<(), EventError> {
-    env.events
+    env.services
+        .events
         .record(
             Some(task_id),
             Event::ToolFinished {
@@ -66,7 +67,11 @@ pub(super) async fn finished(
                 truncated: result.truncated,
                 is_error: result.is_error,
                 output_file,
-                sandbox: env.executor.weakened().map(|w| format!("best_effort: {w}")),
+                sandbox: env
+                    .services
+                    .executor
+                    .weakened()
+                    .map(|w| format!("best_effort: {w}")),
             },
         )
         .await
@@ -83,7 +88,8 @@ pub async fn answer_unexecuted(
     let mut blocks = Vec::with_capacity(uses.len());
     for (id, name, input) in uses {
         let started = Instant::now();
-        env.events
+        env.services
+            .events
             .record(Some(task_id), Event::tool_requested(id, name, input))
             .await?;
         let result = ToolResult::error(message);
@@ -93,21 +99,23 @@ pub async fn answer_unexecuted(
     Ok(blocks)
 }
 
-/// Checks one call against validation, limits, policy and approval. `Ok(None)`
-/// means it may run; `Ok(Some(result))` is its (error) answer.
-async fn admit(
-    env: &TaskEnv,
-    task_id: &str,
+/// A call's answer that is not a run: refused by a check, denied or not approved.
+type Refused = ToolResult;
+
+/// The checks that need no policy: the per-turn call limit, a known and offered
+/// tool, input matching its schema.
+fn validate(
     loaded: &Loaded,
     index: usize,
-    (id, name, input): &ToolUse,
-) -> Result<Result<(ToolName, ToolInput, tools::Judged), ToolResult>, EventError> {
+    name: &str,
+    input: &Value,
+) -> Result<(ToolName, ToolInput), Refused> {
     let max_calls = loaded.config.loop_.max_tool_calls_per_turn as usize;
     if index >= max_calls {
-        return Ok(Err(ToolResult::error(format!(
+        return Err(ToolResult::error(format!(
             "not executed: at most {max_calls} tool calls run per turn; request this call \
              again in your next turn"
-        ))));
+        )));
     }
     let Some(tool) = ToolName::parse(name).filter(|t| advertised(loaded, *t)) else {
         let available: Vec<&str> = ToolName::ALL
@@ -115,26 +123,42 @@ async fn admit(
             .filter(|t| advertised(loaded, *t))
             .map(ToolName::as_str)
             .collect();
-        return Ok(Err(ToolResult::error(format!(
+        return Err(ToolResult::error(format!(
             "unknown tool {name:?}; the tools available are: {}",
             available.join(", ")
-        ))));
+        )));
     };
-    let parsed = match ToolInput::parse(tool, input) {
-        Ok(parsed) => parsed,
-        Err(e) => {
-            return Ok(Err(ToolResult::error(format!(
-                "invalid input for {name}: {e}. Call {name} again with input matching its schema."
-            ))));
-        }
+    match ToolInput::parse(tool, input) {
+        Ok(parsed) => Ok((tool, parsed)),
+        Err(e) => Err(ToolResult::error(format!(
+            "invalid input for {name}: {e}. Call {name} again with input matching its schema."
+        ))),
+    }
+}
+
+/// Checks one call against validation, limits, policy and approval. `Ok(Ok(_))`
+/// means it may run; `Ok(Err(result))` is its (error) answer.
+async fn admit(
+    env: &TaskEnv,
+    task_id: &str,
+    loaded: &Arc<Loaded>,
+    index: usize,
+    (id, name, input): &ToolUse,
+) -> Result<Result<(ToolName, ToolInput, tools::Judged), Refused>, EventError> {
+    let (tool, parsed) = match validate(loaded, index, name, input) {
+        Ok(valid) => valid,
+        Err(refused) => return Ok(Err(refused)),
     };
-    let tools::Verdict {
-        judged,
-        decision,
-        refusal,
-    } = tools::decide(tool, &parsed, loaded);
-    let subject = judged.subject.clone();
-    env.events
+    let (
+        parsed,
+        tools::Verdict {
+            judged,
+            decision,
+            refusal,
+        },
+    ) = decide_off_runtime(tool, parsed, loaded).await;
+    env.services
+        .events
         .record(
             Some(task_id),
             Event::PolicyDecision {
@@ -142,74 +166,111 @@ async fn admit(
                 tool: name.clone(),
                 tier: decision.tier.as_str().into(),
                 rule: decision.rule_label(),
-                subject: subject.clone(),
+                subject: judged.subject.clone(),
                 commands: decision.shell.as_ref().map(|s| s.commands.clone()),
                 provable: decision.shell.as_ref().map(|s| s.provable),
                 not_provable: decision.shell.as_ref().and_then(|s| s.not_provable.clone()),
             },
         )
         .await?;
-    match decision.tier {
-        Tier::Allow => Ok(Ok((tool, parsed, judged))),
-        Tier::Deny => Ok(Err(ToolResult::error(refusal.unwrap_or_else(|| {
+    let allowed = match decision.tier {
+        Tier::Allow => Ok(()),
+        Tier::Deny => Err(ToolResult::error(refusal.unwrap_or_else(|| {
             format!(
                 "denied by policy (rule `{}`): this call will not run. Do not retry it; use \
                  another approach within the policy, or tell the user what you need.",
                 decision.rule_label()
             )
-        })))),
-        Tier::Ask => {
-            let req = ApprovalRequest {
-                approval_id: format!("ap-{:012x}", fastrand::u64(..) >> 16),
-                task_id: task_id.to_string(),
-                tool_use_id: id.clone(),
-                tool: name.clone(),
-                input: input.clone(),
-                rule: decision.rule_label(),
-            };
-            env.events
-                .record(
-                    Some(task_id),
-                    Event::ApprovalRequested {
-                        approval_id: req.approval_id.clone(),
-                        tool_use_id: id.clone(),
-                        tool: name.clone(),
-                        rule: req.rule.clone(),
-                    },
-                )
-                .await?;
-            let answer = tokio::select! {
-                a = env.approver.ask(&req) => a,
-                () = env.cancel.cancelled() => crate::approval::ApprovalAnswer {
-                    approved: false,
-                    decision: "denied",
-                    by: "cancel".into(),
-                    reason: Some("the task was cancelled".into()),
-                },
-            };
-            env.events
-                .record(
-                    Some(task_id),
-                    Event::ApprovalResolved {
-                        approval_id: req.approval_id.clone(),
-                        decision: answer.decision.into(),
-                        by: answer.by.clone(),
-                        reason: answer.reason.clone(),
-                    },
-                )
-                .await?;
-            if answer.approved {
-                return Ok(Ok((tool, parsed, judged)));
-            }
-            let why = answer.reason.map(|r| format!(": {r}")).unwrap_or_default();
-            Ok(Err(ToolResult::error(format!(
-                "the call was not approved ({} by {}){why}. Do not retry it unchanged; \
-                 continue without it or explain what you need.",
-                answer.decision, answer.by
-            ))))
-        }
+        }))),
+        Tier::Ask => ask(env, task_id, (id, name, input), decision.rule_label()).await?,
+    };
+    Ok(allowed.map(|()| (tool, parsed, judged)))
+}
+
+/// [`tools::decide`] on a blocking thread: judging a file tool's path walks the
+/// workspace (`symlink_metadata`, `read_link`), which must not stall the runtime's
+/// workers. The input travels there and back rather than being copied.
+async fn decide_off_runtime(
+    tool: ToolName,
+    input: ToolInput,
+    loaded: &Arc<Loaded>,
+) -> (ToolInput, tools::Verdict) {
+    let loaded = loaded.clone();
+    let decided = tokio::task::spawn_blocking(move || {
+        let verdict = tools::decide(tool, &input, &loaded);
+        (input, verdict)
+    })
+    .await;
+    match decided {
+        Ok(decided) => decided,
+        // A panic while deciding reaches the task guard as it did on this thread;
+        // a blocking task is only cancelled when the runtime shuts down, and then
+        // `into_panic` panics too, which the guard turns into the task's `error`.
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
     }
 }
+
+/// Asks the approver about a call the policy sends to `ask`, recording the request
+/// and the answer; a cancelled task denies it. `Ok(Err(_))` is the refusal.
+async fn ask(
+    env: &TaskEnv,
+    task_id: &str,
+    (id, name, input): (&String, &String, &Value),
+    rule: String,
+) -> Result<Result<(), Refused>, EventError> {
+    let events = &env.services.events;
+    let req = ApprovalRequest {
+        approval_id: format!("ap-{:012x}", fastrand::u64(..) >> 16),
+        task_id: task_id.to_string(),
+        tool_use_id: id.clone(),
+        tool: name.clone(),
+        input: input.clone(),
+        rule,
+    };
+    events
+        .record(
+            Some(task_id),
+            Event::ApprovalRequested {
+                approval_id: req.approval_id.clone(),
+                tool_use_id: id.clone(),
+                tool: name.clone(),
+                rule: req.rule.clone(),
+            },
+        )
+        .await?;
+    let answer = tokio::select! {
+        a = env.services.approver.ask(&req) => a,
+        () = env.cancel.cancelled() => ApprovalAnswer {
+            approved: false,
+            decision: "denied",
+            by: "cancel".into(),
+            reason: Some("the task was cancelled".into()),
+        },
+    };
+    events
+        .record(
+            Some(task_id),
+            Event::ApprovalResolved {
+                approval_id: req.approval_id.clone(),
+                decision: answer.decision.into(),
+                by: answer.by.clone(),
+                reason: answer.reason.clone(),
+            },
+        )
+        .await?;
+    if answer.approved {
+        return Ok(Ok(()));
+    }
+    let why = answer.reason.map(|r| format!(": {r}")).unwrap_or_default();
+    Ok(Err(ToolResult::error(format!(
+        "the call was not approved ({} by {}){why}. Do not retry it unchanged; \
+         continue without it or explain what you need.",
+        answer.decision, answer.by
+    ))))
+}
+
+/// Each call's answer, by the call's index: the result and its full-output file.
+type Answers = Vec<Option<(ToolResult, Option<String>)>>;
 
 /// Validates, decides and runs every call of one turn; returns the `tool_result`
 /// blocks in the calls' order. `ledger` follows each call's progress, for the answers
@@ -221,12 +282,34 @@ pub async fn execute_calls(
     uses: &[ToolUse],
     ledger: &Ledger,
 ) -> Result<Vec<Block>, EventError> {
-    let mut results: Vec<Option<(ToolResult, Option<String>)>> = vec![None; uses.len()];
-    let mut starts = Vec::with_capacity(uses.len());
+    let mut answers: Answers = vec![None; uses.len()];
+    let runnable = admit_all(env, task_id, uses, ledger, &mut answers).await?;
+    run_admitted(env, task_id, &loaded, &runnable, ledger, &mut answers).await?;
+    Ok(uses
+        .iter()
+        .zip(answers)
+        .map(|((id, _, _), r)| {
+            let (result, _) =
+                r.unwrap_or_else(|| (ToolResult::error("internal error: no result"), None));
+            Block::tool_result(id, &result.content, result.is_error)
+        })
+        .collect())
+}
+
+/// Records every call as requested and admits it or answers it (refused, denied,
+/// not approved) in `answers`; returns the calls that will run, in order.
+async fn admit_all(
+    env: &TaskEnv,
+    task_id: &str,
+    uses: &[ToolUse],
+    ledger: &Ledger,
+    answers: &mut Answers,
+) -> Result<Vec<Runnable>, EventError> {
     let mut runnable = Vec::new();
     for (index, call) in uses.iter().enumerate() {
-        starts.push(Instant::now());
-        env.events
+        let started = Instant::now();
+        env.services
+            .events
             .record(
                 Some(task_id),
                 Event::tool_requested(&call.0, &call.1, &call.2),
@@ -234,7 +317,7 @@ pub async fn execute_calls(
             .await?;
         ledger.requested(&call.0);
         // Each call is judged by the policy in force when it is reached.
-        let now = env.config.current();
+        let now = env.services.config.current();
         guard::fault_point(&call.1, FaultPoint::Policy);
         match admit(env, task_id, &now, index, call).await? {
             Ok((tool, input, judged)) => runnable.push(Runnable {
@@ -246,28 +329,32 @@ pub async fn execute_calls(
                 loaded: now,
             }),
             Err(result) => {
-                finished(
-                    env,
-                    task_id,
-                    &call.0,
-                    &call.1,
-                    &result,
-                    starts[index].elapsed(),
-                    None,
-                )
-                .await?;
+                let took = started.elapsed();
+                finished(env, task_id, &call.0, &call.1, &result, took, None).await?;
                 ledger.answered(&call.0, &result);
-                results[index] = Some((result, None));
+                answers[index] = Some((result, None));
             }
         }
     }
+    Ok(runnable)
+}
+
+/// Runs the admitted calls in batches — a run of consecutive read-only calls
+/// together, any other call alone — recording each end and filling `answers`.
+async fn run_admitted(
+    env: &TaskEnv,
+    task_id: &str,
+    loaded: &Arc<Loaded>,
+    runnable: &[Runnable],
+    ledger: &Ledger,
+    answers: &mut Answers,
+) -> Result<(), EventError> {
     let ctx = RunContext {
-        executor: env.executor.clone(),
+        executor: env.services.executor.clone(),
         loaded: loaded.clone(),
         output_dir: Some(loaded.paths.transcripts.join(task_id)),
         cancel: env.cancel.clone(),
     };
-    // Batches: a run of consecutive read-only calls, or one other call.
     let mut i = 0;
     while i < runnable.len() {
         let mut end = i + 1;
@@ -292,28 +379,12 @@ pub async fn execute_calls(
         .await;
         for (r, (result, file, duration)) in batch.iter().zip(outputs) {
             let file = file.map(|f| loaded.paths.display(&f));
-            finished(
-                env,
-                task_id,
-                &r.id,
-                r.tool.as_str(),
-                &result,
-                duration,
-                file.clone(),
-            )
-            .await?;
+            let tool = r.tool.as_str();
+            finished(env, task_id, &r.id, tool, &result, duration, file.clone()).await?;
             ledger.answered(&r.id, &result);
-            results[r.index] = Some((result, file));
+            answers[r.index] = Some((result, file));
         }
         i = end;
     }
-    Ok(uses
-        .iter()
-        .zip(results)
-        .map(|((id, _, _), r)| {
-            let (result, _) =
-                r.unwrap_or_else(|| (ToolResult::error("internal error: no result"), None));
-            Block::tool_result(id, &result.content, result.is_error)
-        })
-        .collect())
+    Ok(())
 }

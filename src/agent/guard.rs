@@ -223,7 +223,8 @@ pub(super) async fn answer_open_calls(
             Some(Progress::Started(at)) => (STATE_UNKNOWN, at),
             Some(Progress::Requested(at)) => (NOT_EXECUTED, at),
             None => {
-                env.events
+                env.services
+                    .events
                     .record(Some(task_id), Event::tool_requested(id, name, input))
                     .await?;
                 (NOT_EXECUTED, Instant::now())

@@ -25,12 +25,12 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::approval::Approver;
-use crate::config::{ConfigSource, Loaded};
+use crate::config::{ConfigSource, Loaded, LoopConfig};
 use crate::events::{Event, EventError, EventLog};
 use crate::exec::Executor;
 use crate::llm::{
-    AnthropicClient, Block, FailedAttempt, LlmError, Message, Request, Role, SendError, ToolChoice,
-    Usage,
+    AnthropicClient, Block, FailedAttempt, LlmError, Message, Request, Response, Role, SendError,
+    ToolChoice, Usage,
 };
 use crate::tools::ToolName;
 
@@ -38,8 +38,10 @@ use crate::tools::ToolName;
 pub const SUMMARY_REQUEST: &str = "The turn limit for this task has been reached, so no more \
 tools can run. Summarise what you found so far and what remains to be done.";
 
-/// What a task runs with.
-pub struct TaskEnv {
+/// The services every task shares: `run` builds one for its task, the daemon's
+/// scheduler keeps one and gives each task a [`TaskEnv`] of its own. Cheap to clone.
+#[derive(Clone)]
+pub struct TaskServices {
     /// Config and policy in force; read afresh every turn.
     pub config: Arc<dyn ConfigSource>,
     /// The model client.
@@ -50,16 +52,32 @@ pub struct TaskEnv {
     pub executor: Executor,
     /// Answers `ask` calls.
     pub approver: Arc<dyn Approver>,
-    /// Cancels the task.
+}
+
+impl TaskServices {
+    /// The environment of one task, stopped by `cancel`.
+    pub fn for_task(&self, cancel: CancellationToken) -> TaskEnv {
+        TaskEnv {
+            services: self.clone(),
+            cancel,
+        }
+    }
+}
+
+/// What a task runs with: the shared services and its own cancellation.
+pub struct TaskEnv {
+    /// The services shared with every other task.
+    pub services: TaskServices,
+    /// Cancels this task: its model request and its tools' process trees.
     pub cancel: CancellationToken,
 }
 
 /// A task to run.
 #[derive(Debug, Clone)]
 pub struct TaskSpec {
-    /// Its id.
+    /// The task's id, from [`new_task_id`] or the resumed transcript.
     pub task_id: String,
-    /// The prompt.
+    /// What the user asked; unused when resuming.
     pub prompt: String,
     /// Overrides `loop.max_turns`.
     pub max_turns: Option<u32>,
@@ -76,9 +94,9 @@ pub struct TaskOutcome {
     pub stop_reason: StopReason,
     /// The answer (the last assistant message's text).
     pub answer: String,
-    /// Model requests made.
+    /// Model requests made, resumed ones included.
     pub turns: u32,
-    /// Tokens summed.
+    /// Tokens summed over the task's requests.
     pub usage: Usage,
     /// The error, when stop_reason is `error`.
     pub error: Option<String>,
@@ -153,9 +171,44 @@ fn build_request<'a>(loaded: &Loaded, messages: &'a [Message], summary: bool) ->
     }
 }
 
+/// The repeat counter of the no-progress limit: the last turn's call signature and
+/// how many turns in a row asked for exactly those calls.
+#[derive(Default)]
+struct Repeats {
+    last_signature: Option<String>,
+    count: u32,
+}
+
+impl Repeats {
+    /// Counts this turn's calls; returns how many turns in a row made them.
+    fn observe(&mut self, uses: &[calls::ToolUse]) -> u32 {
+        let signature = call_signature(uses);
+        self.count = if self.last_signature.as_ref() == Some(&signature) {
+            self.count + 1
+        } else {
+            1
+        };
+        self.last_signature = Some(signature);
+        self.count
+    }
+}
+
+/// How a task ended: the stop reason and, for `error`, the error.
+type Ended = (StopReason, Option<String>);
+
+/// What the loop does after the model's stop reason is looked at.
+enum AfterResponse {
+    /// The task stops here.
+    Stop(Ended),
+    /// Send again without running anything (`pause_turn`).
+    SendAgain,
+    /// Run the calls, after the limit checks.
+    RunCalls,
+}
+
 /// Mutable state of a running task. It lives outside the guarded future, so after a
 /// panic the transcript and the ledger are still here to finish the task with.
-struct Run<'a> {
+struct TaskRun<'a> {
     env: &'a TaskEnv,
     spec: &'a TaskSpec,
     transcript: Transcript,
@@ -165,16 +218,19 @@ struct Run<'a> {
     ledger: guard::Ledger,
 }
 
-impl Run<'_> {
+impl TaskRun<'_> {
     async fn save(&self) {
-        let dir = self.env.config.current().paths.transcripts.clone();
+        let dir = self.env.services.config.current().paths.transcripts.clone();
         if let Err(e) = self.transcript.save_async(dir).await {
             tracing::error!("cannot save transcript {}: {e}", self.spec.task_id);
         }
     }
 
     fn record(&self, event: Event) -> impl Future<Output = Result<u64, EventError>> + '_ {
-        self.env.events.record(Some(&self.spec.task_id), event)
+        self.env
+            .services
+            .events
+            .record(Some(&self.spec.task_id), event)
     }
 
     /// Appends a user message with the given blocks.
@@ -212,128 +268,41 @@ impl Run<'_> {
     }
 
     /// The loop proper. `Err` is an internal error (the audit log failed).
-    async fn turns(&mut self) -> Result<(StopReason, Option<String>), EventError> {
-        let mut last_signature: Option<String> = None;
-        let mut repeats = 0u32;
+    async fn turns(&mut self) -> Result<Ended, EventError> {
+        let mut repeats = Repeats::default();
         loop {
             // A task cancelled between steps (or while queued) sends nothing more.
             if self.env.cancel.is_cancelled() {
                 return Ok((StopReason::Cancelled, None));
             }
             self.ledger.clear();
-            let loaded = self.env.config.current();
-            let limits = &loaded.config.loop_;
-            let max_turns = self.spec.max_turns.unwrap_or(limits.max_turns);
+            let loaded = self.env.services.config.current();
+            let max_turns = self.spec.max_turns.unwrap_or(loaded.config.loop_.max_turns);
             self.turn += 1;
-            let after_tools = self.transcript.messages.last().is_some_and(|m| {
-                m.role == Role::User && m.content.iter().any(|b| b.kind() == "tool_result")
-            });
-            let summary = self.turn >= max_turns && after_tools;
-            if summary && let Some(last) = self.transcript.messages.last_mut() {
-                last.content.push(Block::text(SUMMARY_REQUEST));
-            }
-            let request = build_request(&loaded, &self.transcript.messages, summary);
-            self.record(Event::ModelRequest {
-                turn: self.turn,
-                messages: request.messages.len(),
-                tools_disabled: summary,
-            })
-            .await?;
-            let sent = Instant::now();
-            // Each failed attempt becomes a `model_error` event, recorded before the
-            // client waits for the next one: llm reports, the loop records.
-            let (events, task_id, turn) = (&self.env.events, self.spec.task_id.as_str(), self.turn);
-            let on_failure = move |f: FailedAttempt| async move {
-                events
-                    .record(Some(task_id), model_error(turn, f))
-                    .await
-                    .map(|_| ())
+            let summary = self.begin_turn(max_turns);
+            let (model_stop, uses) = match self.send(&loaded, summary).await? {
+                Ok(response) => response,
+                Err(ended) => return Ok(ended),
             };
-            let sent_request = self.env.client.send(&request, &self.env.cancel, on_failure);
-            let response = match sent_request.await {
-                Ok(r) => r,
-                Err(SendError::Model(LlmError::Cancelled)) => {
-                    return Ok((StopReason::Cancelled, None));
-                }
-                Err(SendError::Callback(e)) => return Err(e),
-                Err(SendError::Model(e)) => return Ok((StopReason::Error, Some(e.to_string()))),
-            };
-            let latency_ms = sent.elapsed().as_millis() as u64;
-            let model_stop = response.stop_reason.clone().unwrap_or_default();
-            self.record(Event::ModelResponse {
-                turn: self.turn,
-                stop_reason: model_stop.clone(),
-                usage: response.usage,
-                latency_ms,
-            })
-            .await?;
-            self.transcript.usage.add(&response.usage);
-            self.transcript.turns.push(TurnRecord {
-                turn: self.turn,
-                stop_reason: model_stop.clone(),
-                usage: response.usage,
-                latency_ms,
-            });
-            let message = Message {
-                role: Role::Assistant,
-                content: response.content,
-            };
-            let uses = message.tool_uses();
-            self.transcript.messages.push(message);
-            match model_stop.as_str() {
-                "max_tokens" => {
-                    if !uses.is_empty() {
-                        let why = "not executed: the response was cut off by max_tokens, so this \
-                                   call may be incomplete";
-                        self.unexecuted(&uses, why).await?;
-                    }
-                    return Ok((StopReason::MaxTokens, None));
-                }
-                "refusal" => return Ok((StopReason::Refusal, None)),
-                "pause_turn" => {
-                    if self.turn >= max_turns {
-                        return Ok((StopReason::MaxTurns, None));
-                    }
-                    continue;
-                }
-                _ if uses.is_empty() => {
-                    let reason = if summary {
-                        StopReason::MaxTurns
-                    } else {
-                        StopReason::EndTurn
-                    };
-                    return Ok((reason, None));
-                }
-                _ => {}
+            match self
+                .after_response(&model_stop, &uses, summary, max_turns)
+                .await?
+            {
+                AfterResponse::Stop(ended) => return Ok(ended),
+                AfterResponse::SendAgain => continue,
+                AfterResponse::RunCalls => {}
             }
-            if self.transcript.usage.total() >= limits.token_budget {
-                let why = format!(
-                    "not executed: the task's token budget ({} tokens) is used up; the task \
-                     stops here",
-                    limits.token_budget
-                );
-                self.unexecuted(&uses, &why).await?;
-                return Ok((StopReason::TokenBudget, None));
-            }
-            let signature = call_signature(&uses);
-            repeats = if last_signature.as_ref() == Some(&signature) {
-                repeats + 1
-            } else {
-                1
-            };
-            last_signature = Some(signature);
-            if repeats >= limits.no_progress_repeats {
-                let why = format!(
-                    "not executed: the same tool calls were requested {repeats} turns in a row \
-                     without progress; the task stops here"
-                );
-                self.unexecuted(&uses, &why).await?;
-                return Ok((StopReason::NoProgress, None));
-            }
-            if summary || self.turn >= max_turns {
-                self.unexecuted(&uses, "not executed: the task's turn limit was reached")
-                    .await?;
-                return Ok((StopReason::MaxTurns, None));
+            let limits = &loaded.config.loop_;
+            if let Some(reason) = self
+                .check_limits(
+                    &uses,
+                    limits,
+                    &mut repeats,
+                    summary || self.turn >= max_turns,
+                )
+                .await?
+            {
+                return Ok((reason, None));
             }
             // Saved before the tools run: a crash mid-tool leaves the model's request
             // on disk, so a resume can answer it.
@@ -350,12 +319,167 @@ impl Run<'_> {
             self.save().await;
         }
     }
+
+    /// Whether this turn is the summary turn (the limit reached right after tool
+    /// results); if so, the request for a summary joins the last user message.
+    fn begin_turn(&mut self, max_turns: u32) -> bool {
+        let after_tools = self.transcript.messages.last().is_some_and(|m| {
+            m.role == Role::User && m.content.iter().any(|b| b.kind() == "tool_result")
+        });
+        let summary = self.turn >= max_turns && after_tools;
+        if summary && let Some(last) = self.transcript.messages.last_mut() {
+            last.content.push(Block::text(SUMMARY_REQUEST));
+        }
+        summary
+    }
+
+    /// Sends the history and records the response. `Ok(Ok(_))` is the model's stop
+    /// reason and the calls it asks for, its message already in the history;
+    /// `Ok(Err(_))` ends the task (cancelled, or the model failed for good).
+    async fn send(
+        &mut self,
+        loaded: &Loaded,
+        summary: bool,
+    ) -> Result<Result<(String, Vec<calls::ToolUse>), Ended>, EventError> {
+        let request = build_request(loaded, &self.transcript.messages, summary);
+        self.record(Event::ModelRequest {
+            turn: self.turn,
+            messages: request.messages.len(),
+            tools_disabled: summary,
+        })
+        .await?;
+        let sent = Instant::now();
+        // Each failed attempt becomes a `model_error` event, recorded before the
+        // client waits for the next one: llm reports, the loop records.
+        let services = &self.env.services;
+        let (events, task_id, turn) = (&services.events, self.spec.task_id.as_str(), self.turn);
+        let on_failure = move |f: FailedAttempt| async move {
+            events
+                .record(Some(task_id), model_error(turn, f))
+                .await
+                .map(|_| ())
+        };
+        let response = match services
+            .client
+            .send(&request, &self.env.cancel, on_failure)
+            .await
+        {
+            Ok(r) => r,
+            Err(SendError::Model(LlmError::Cancelled)) => {
+                return Ok(Err((StopReason::Cancelled, None)));
+            }
+            Err(SendError::Callback(e)) => return Err(e),
+            Err(SendError::Model(e)) => return Ok(Err((StopReason::Error, Some(e.to_string())))),
+        };
+        let latency_ms = sent.elapsed().as_millis() as u64;
+        self.record_response(response, latency_ms).await.map(Ok)
+    }
+
+    /// Records a response (`model_response`, the usage, the turn record) and appends
+    /// the assistant message exactly as received; returns its stop reason and calls.
+    async fn record_response(
+        &mut self,
+        response: Response,
+        latency_ms: u64,
+    ) -> Result<(String, Vec<calls::ToolUse>), EventError> {
+        let model_stop = response.stop_reason.clone().unwrap_or_default();
+        self.record(Event::ModelResponse {
+            turn: self.turn,
+            stop_reason: model_stop.clone(),
+            usage: response.usage,
+            latency_ms,
+        })
+        .await?;
+        self.transcript.usage.add(&response.usage);
+        self.transcript.turns.push(TurnRecord {
+            turn: self.turn,
+            stop_reason: model_stop.clone(),
+            usage: response.usage,
+            latency_ms,
+        });
+        let message = Message {
+            role: Role::Assistant,
+            content: response.content,
+        };
+        let uses = message.tool_uses();
+        self.transcript.messages.push(message);
+        Ok((model_stop, uses))
+    }
+
+    /// What the model's stop reason means for the loop.
+    async fn after_response(
+        &mut self,
+        model_stop: &str,
+        uses: &[calls::ToolUse],
+        summary: bool,
+        max_turns: u32,
+    ) -> Result<AfterResponse, EventError> {
+        Ok(match model_stop {
+            "max_tokens" => {
+                if !uses.is_empty() {
+                    let why = "not executed: the response was cut off by max_tokens, so this \
+                               call may be incomplete";
+                    self.unexecuted(uses, why).await?;
+                }
+                AfterResponse::Stop((StopReason::MaxTokens, None))
+            }
+            "refusal" => AfterResponse::Stop((StopReason::Refusal, None)),
+            "pause_turn" if self.turn >= max_turns => {
+                AfterResponse::Stop((StopReason::MaxTurns, None))
+            }
+            "pause_turn" => AfterResponse::SendAgain,
+            _ if uses.is_empty() => {
+                let reason = if summary {
+                    StopReason::MaxTurns
+                } else {
+                    StopReason::EndTurn
+                };
+                AfterResponse::Stop((reason, None))
+            }
+            _ => AfterResponse::RunCalls,
+        })
+    }
+
+    /// The limits checked before calls run: token budget, no progress, turn limit
+    /// (`last_turn`). A limit that stops the task answers the calls unexecuted.
+    async fn check_limits(
+        &mut self,
+        uses: &[calls::ToolUse],
+        limits: &LoopConfig,
+        repeats: &mut Repeats,
+        last_turn: bool,
+    ) -> Result<Option<StopReason>, EventError> {
+        if self.transcript.usage.total() >= limits.token_budget {
+            let why = format!(
+                "not executed: the task's token budget ({} tokens) is used up; the task \
+                 stops here",
+                limits.token_budget
+            );
+            self.unexecuted(uses, &why).await?;
+            return Ok(Some(StopReason::TokenBudget));
+        }
+        let repeated = repeats.observe(uses);
+        if repeated >= limits.no_progress_repeats {
+            let why = format!(
+                "not executed: the same tool calls were requested {repeated} turns in a row \
+                 without progress; the task stops here"
+            );
+            self.unexecuted(uses, &why).await?;
+            return Ok(Some(StopReason::NoProgress));
+        }
+        if last_turn {
+            self.unexecuted(uses, "not executed: the task's turn limit was reached")
+                .await?;
+            return Ok(Some(StopReason::MaxTurns));
+        }
+        Ok(None)
+    }
 }
 
-impl Run<'_> {
+impl TaskRun<'_> {
     /// Everything from the task's first event to its stop. `Err` is an internal error
     /// (the audit log failed).
-    async fn drive(&mut self) -> Result<(StopReason, Option<String>), EventError> {
+    async fn drive(&mut self) -> Result<Ended, EventError> {
         if self.spec.resume.is_some() {
             self.record(Event::TaskResumed {
                 turns_so_far: self.turn,
@@ -364,7 +488,7 @@ impl Run<'_> {
             .await?;
             self.prepare_resume().await?;
         } else {
-            let loaded = self.env.config.current();
+            let loaded = self.env.services.config.current();
             self.record(Event::TaskStarted {
                 prompt: self.spec.prompt.clone(),
                 model: loaded.config.api.model.clone(),
@@ -432,11 +556,7 @@ impl Run<'_> {
     }
 
     /// Ends the task after the loop stopped, or after it panicked (`panicked`).
-    async fn conclude(
-        &mut self,
-        ended: (StopReason, Option<String>),
-        panicked: bool,
-    ) -> Result<TaskOutcome, EventError> {
+    async fn conclude(&mut self, ended: Ended, panicked: bool) -> Result<TaskOutcome, EventError> {
         if panicked {
             // The hook already logged the message and where; this ties it to the task.
             tracing::error!(
@@ -457,30 +577,8 @@ impl Run<'_> {
 /// ends it with `error`, its open calls answered and `task_finished` recorded, and is
 /// never passed on to the caller. `Err` means only that the audit log failed.
 pub async fn run_task(env: &TaskEnv, spec: &TaskSpec) -> Result<TaskOutcome, EventError> {
-    let loaded = env.config.current();
-    let created = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-    let transcript = match &spec.resume {
-        Some(t) => Transcript {
-            status: TaskStatus::Running,
-            stop_reason: None,
-            answer: None,
-            error: None,
-            ..t.clone()
-        },
-        None => Transcript {
-            task_id: spec.task_id.clone(),
-            model: loaded.config.api.model.clone(),
-            created,
-            status: TaskStatus::Running,
-            stop_reason: None,
-            answer: None,
-            error: None,
-            usage: Usage::default(),
-            messages: vec![Message::user(vec![Block::text(spec.prompt.clone())])],
-            turns: Vec::new(),
-        },
-    };
-    let mut run = Run {
+    let transcript = initial_transcript(env, spec);
+    let mut run = TaskRun {
         env,
         spec,
         turn: transcript.turns.len() as u32,
@@ -503,33 +601,62 @@ pub async fn run_task(env: &TaskEnv, spec: &TaskSpec) -> Result<TaskOutcome, Eve
     match guard::catch(run.conclude(ended, panic.is_some())).await {
         Ok(outcome) => outcome,
         Err(late) => {
-            // Ending the task panicked (saving or recording it): the transcript keeps
-            // its last saved state, but the log still gets the task's end.
             let error = match &panic {
                 Some(first) => format!("{first}; then, ending the task: {late}"),
                 None => late.to_string(),
             };
-            env.cancel.cancel();
-            env.events
-                .record(
-                    Some(&spec.task_id),
-                    Event::TaskFinished {
-                        stop_reason: StopReason::Error.as_str().into(),
-                        turns: run.turn,
-                        usage: run.transcript.usage,
-                        duration_ms: run.started.elapsed().as_millis() as u64,
-                        error: Some(error.clone()),
-                    },
-                )
-                .await?;
-            Ok(TaskOutcome {
-                stop_reason: StopReason::Error,
-                answer: String::new(),
-                turns: run.turn,
-                usage: run.transcript.usage,
-                error: Some(error),
-            })
+            run.finish_after_late_panic(error).await
         }
+    }
+}
+
+/// The transcript a task starts from: the resumed one, running again, or a new one
+/// holding the prompt.
+fn initial_transcript(env: &TaskEnv, spec: &TaskSpec) -> Transcript {
+    if let Some(t) = &spec.resume {
+        return Transcript {
+            status: TaskStatus::Running,
+            stop_reason: None,
+            answer: None,
+            error: None,
+            ..t.clone()
+        };
+    }
+    let loaded = env.services.config.current();
+    Transcript {
+        task_id: spec.task_id.clone(),
+        model: loaded.config.api.model.clone(),
+        created: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        status: TaskStatus::Running,
+        stop_reason: None,
+        answer: None,
+        error: None,
+        usage: Usage::default(),
+        messages: vec![Message::user(vec![Block::text(spec.prompt.clone())])],
+        turns: Vec::new(),
+    }
+}
+
+impl TaskRun<'_> {
+    /// Ending the task panicked (saving or recording it): the transcript keeps its
+    /// last saved state, but the log still gets the task's end, with `error`.
+    async fn finish_after_late_panic(&mut self, error: String) -> Result<TaskOutcome, EventError> {
+        self.env.cancel.cancel();
+        self.record(Event::TaskFinished {
+            stop_reason: StopReason::Error.as_str().into(),
+            turns: self.turn,
+            usage: self.transcript.usage,
+            duration_ms: self.started.elapsed().as_millis() as u64,
+            error: Some(error.clone()),
+        })
+        .await?;
+        Ok(TaskOutcome {
+            stop_reason: StopReason::Error,
+            answer: String::new(),
+            turns: self.turn,
+            usage: self.transcript.usage,
+            error: Some(error),
+        })
     }
 }
 

@@ -66,7 +66,7 @@ impl std::fmt::Display for StopReason {
 pub enum TaskStatus {
     /// Accepted, waiting for a slot.
     Queued,
-    /// Running.
+    /// Holding a slot: a model request or a tool call is under way.
     Running,
     /// Waiting for a human to answer an `ask` call.
     AwaitingApproval,

@@ -26,9 +26,9 @@ pub struct TurnRecord {
 /// The whole transcript file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Transcript {
-    /// Task id.
+    /// The task's id; the file is named after it.
     pub task_id: String,
-    /// Model of the task.
+    /// The model the task started with (`api.model`).
     pub model: String,
     /// When the task was created (RFC 3339).
     pub created: String,
@@ -43,7 +43,7 @@ pub struct Transcript {
     pub error: Option<String>,
     /// Tokens summed over the task.
     pub usage: Usage,
-    /// The exact API messages.
+    /// The API messages exactly as sent and received.
     pub messages: Vec<Message>,
     /// One record per model request.
     pub turns: Vec<TurnRecord>,
@@ -53,6 +53,20 @@ impl Transcript {
     /// Path of a task's transcript in `dir`.
     pub fn path(dir: &Path, task_id: &str) -> PathBuf {
         dir.join(format!("{task_id}.json"))
+    }
+
+    /// Reads and parses the transcript at `path`; a file that does not parse is an
+    /// `InvalidData` error.
+    pub fn read(path: &Path) -> std::io::Result<Transcript> {
+        let text = std::fs::read_to_string(path)?;
+        Ok(serde_json::from_str(&text)?)
+    }
+
+    /// [`Transcript::read`] from async code, on a blocking thread.
+    pub async fn read_async(path: PathBuf) -> std::io::Result<Transcript> {
+        tokio::task::spawn_blocking(move || Transcript::read(&path))
+            .await
+            .map_err(std::io::Error::other)?
     }
 
     /// Writes the transcript atomically into `dir`.

@@ -10,7 +10,7 @@ use futures::stream::BoxStream;
 use tokio_util::sync::CancellationToken;
 
 use super::EXIT_CONFIG;
-use crate::agent::{TaskEnv, TaskSpec, new_task_id, run_task};
+use crate::agent::{TaskSpec, new_task_id, run_task};
 use crate::approval::TerminalApprover;
 use crate::services::{Services, StartOptions};
 use crate::text::{escape_line, escape_text};
@@ -67,14 +67,9 @@ async fn run_async(
         interrupted.await;
         on_interrupt.cancel();
     });
-    let env = TaskEnv {
-        config: services.live.clone(),
-        client: services.client.clone(),
-        events: services.events.clone(),
-        executor: services.executor.clone(),
-        approver: Arc::new(TerminalApprover::new(opts.yes)),
-        cancel,
-    };
+    let env = services
+        .task_services(Arc::new(TerminalApprover::new(opts.yes)))
+        .for_task(cancel);
     let spec = TaskSpec {
         task_id: new_task_id(),
         prompt: opts.task,

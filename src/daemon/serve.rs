@@ -9,7 +9,7 @@
 
 use std::fs::File;
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -47,11 +47,14 @@ pub enum ServeError {
     /// A crashed daemon's task could not be marked interrupted on disk.
     #[error("cannot save the transcript of {task_id} as interrupted: {error}")]
     Transcript {
-        /// The task.
+        /// The task whose transcript it is.
         task_id: String,
-        /// Why.
+        /// The write's error.
         error: std::io::Error,
     },
+    /// The start-up scan of the transcripts ended abnormally (it panicked).
+    #[error("the scan of the transcripts at start-up failed: {0}")]
+    Scan(tokio::task::JoinError),
 }
 
 /// What `serve` needs besides the root and its triggers.
@@ -104,47 +107,43 @@ fn operators_gid(group: Option<&str>) -> Result<Option<Gid>, ServeError> {
     }
 }
 
+/// A transcript found at start, and whether a crashed daemon left it `running`
+/// (it is now saved as `interrupted`).
+struct Found {
+    transcript: Transcript,
+    was_running: bool,
+}
+
 /// Loads every transcript; those still `running` belong to a daemon that died:
-/// they are marked interrupted, on disk and in the record.
+/// they are marked interrupted, on disk and in the record. The reads and saves run
+/// in one blocking call, off the runtime's workers.
 async fn recover_tasks(
     loaded: &Loaded,
     registry: &Registry,
     events: &EventLog,
 ) -> Result<(), ServeError> {
-    let Ok(dir) = std::fs::read_dir(&loaded.paths.transcripts) else {
-        return Ok(());
-    };
-    for entry in dir.flatten() {
-        let path = entry.path();
-        if path.extension().is_none_or(|e| e != "json") {
-            continue;
+    let dir = loaded.paths.transcripts.clone();
+    let (found, failed) = tokio::task::spawn_blocking(move || scan_transcripts(&dir))
+        .await
+        .map_err(ServeError::Scan)?;
+    for Found {
+        transcript: t,
+        was_running,
+    } in found
+    {
+        if was_running {
+            events
+                .record(
+                    Some(&t.task_id),
+                    Event::TaskInterrupted {
+                        was: "running".into(),
+                    },
+                )
+                .await?;
         }
-        let Ok(mut t) = std::fs::read_to_string(&path)
-            .map_err(|_| ())
-            .and_then(|s| serde_json::from_str::<Transcript>(&s).map_err(|_| ()))
-        else {
-            continue;
-        };
-        let status = if matches!(t.status, TaskStatus::Running | TaskStatus::Interrupted) {
-            if t.status == TaskStatus::Running {
-                t.status = TaskStatus::Interrupted;
-                t.save(&loaded.paths.transcripts)
-                    .map_err(|error| ServeError::Transcript {
-                        task_id: t.task_id.clone(),
-                        error,
-                    })?;
-                events
-                    .record(
-                        Some(&t.task_id),
-                        Event::TaskInterrupted {
-                            was: "running".into(),
-                        },
-                    )
-                    .await?;
-            }
-            TaskStatus::Interrupted
-        } else {
-            TaskStatus::Finished
+        let status = match t.status {
+            TaskStatus::Interrupted => TaskStatus::Interrupted,
+            _ => TaskStatus::Finished,
         };
         registry.insert_recorded(TaskInfo {
             task_id: t.task_id.clone(),
@@ -157,7 +156,39 @@ async fn recover_tasks(
             updated: t.created.clone(),
         });
     }
-    Ok(())
+    failed.map_or(Ok(()), Err)
+}
+
+/// Reads every transcript in `dir` (unreadable ones are skipped) and saves those
+/// still `running` as `interrupted`. Stops at the first save that fails: what was
+/// found before it is returned with the error, so it is still recorded.
+fn scan_transcripts(dir: &Path) -> (Vec<Found>, Option<ServeError>) {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return (found, None);
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        let Ok(mut transcript) = Transcript::read(&path) else {
+            continue;
+        };
+        let was_running = transcript.status == TaskStatus::Running;
+        if was_running {
+            transcript.status = TaskStatus::Interrupted;
+            if let Err(error) = transcript.save(dir) {
+                let task_id = transcript.task_id;
+                return (found, Some(ServeError::Transcript { task_id, error }));
+            }
+        }
+        found.push(Found {
+            transcript,
+            was_running,
+        });
+    }
+    (found, None)
 }
 
 /// Serves the root until `shutdown` resolves (with the reason recorded in
@@ -227,11 +258,7 @@ async fn wire(
     recover_tasks(&services.loaded, &registry, &services.events).await?;
     let approvals = Approvals::new(registry.clone(), services.live.clone());
     let scheduler = Scheduler::new(SchedulerParts {
-        config: services.live.clone(),
-        client: services.client.clone(),
-        events: services.events.clone(),
-        executor: services.executor.clone(),
-        approver: Arc::new(approvals.clone()),
+        services: services.task_services(Arc::new(approvals.clone())),
         registry,
     });
     let state = AppState {

@@ -11,17 +11,15 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use crate::agent::TaskStatus;
-use crate::agent::{StopReason, TaskEnv, TaskOutcome, TaskSpec, Transcript, new_task_id, run_task};
-use crate::approval::Approver;
-use crate::config::ConfigSource;
-use crate::events::EventLog;
-use crate::exec::Executor;
-use crate::llm::{AnthropicClient, Usage};
+use crate::agent::{
+    StopReason, TaskOutcome, TaskServices, TaskSpec, Transcript, new_task_id, run_task,
+};
+use crate::llm::Usage;
 
 /// A task as the API shows it.
 #[derive(Debug, Clone, Serialize)]
 pub struct TaskInfo {
-    /// Id.
+    /// The task's id.
     pub task_id: String,
     /// Where it stands.
     pub status: TaskStatus,
@@ -135,11 +133,9 @@ impl Registry {
 pub struct Scheduler {
     /// The registry the API reads.
     pub registry: Registry,
-    config: Arc<dyn ConfigSource>,
-    client: AnthropicClient,
-    events: EventLog,
-    executor: Executor,
-    approver: Arc<dyn Approver>,
+    /// What every task runs with; each gets its own cancellation token besides.
+    services: TaskServices,
+    /// One permit per running task, `daemon.max_concurrent_tasks` in all.
     slots: Arc<Semaphore>,
     /// Every running task; shutdown waits on it.
     pub tracker: TaskTracker,
@@ -149,31 +145,25 @@ pub struct Scheduler {
 
 /// Everything a scheduler needs.
 pub struct SchedulerParts {
-    /// Config in force.
-    pub config: Arc<dyn ConfigSource>,
-    /// Model client.
-    pub client: AnthropicClient,
-    /// Audit log.
-    pub events: EventLog,
-    /// Spawns tool processes.
-    pub executor: Executor,
-    /// Answers ask calls.
-    pub approver: Arc<dyn Approver>,
-    /// Shared registry.
+    /// What its tasks run with.
+    pub services: TaskServices,
+    /// The registry it records its tasks in, shared with the API and approvals.
     pub registry: Registry,
 }
 
 impl Scheduler {
     /// A scheduler with `max_concurrent_tasks` slots.
     pub fn new(parts: SchedulerParts) -> Scheduler {
-        let slots = parts.config.current().config.daemon.max_concurrent_tasks as usize;
+        let slots = parts
+            .services
+            .config
+            .current()
+            .config
+            .daemon
+            .max_concurrent_tasks as usize;
         Scheduler {
             registry: parts.registry,
-            config: parts.config,
-            client: parts.client,
-            events: parts.events,
-            executor: parts.executor,
-            approver: parts.approver,
+            services: parts.services,
             slots: Arc::new(Semaphore::new(slots)),
             tracker: TaskTracker::new(),
             shutdown: CancellationToken::new(),
@@ -237,14 +227,7 @@ impl Scheduler {
             p = self.slots.clone().acquire_owned() => p.ok(),
             () = cancel.cancelled() => None,
         };
-        let env = TaskEnv {
-            config: self.config.clone(),
-            client: self.client.clone(),
-            events: self.events.clone(),
-            executor: self.executor.clone(),
-            approver: self.approver.clone(),
-            cancel: cancel.clone(),
-        };
+        let env = self.services.for_task(cancel.clone());
         // Cancelled while queued (no permit): run_task still records the task and
         // writes its transcript, then stops before any model request.
         self.registry.set_status(&id, TaskStatus::Running);
