@@ -22,12 +22,6 @@ const MAX_LINES: usize = 80;
 /// Functions allowed over [`MAX_LINES`] for now: (file under `src/`, fn name).
 const KNOWN_EXCEPTIONS: &[(&str, &str)] = &[
     // Being split in issue 9 on another branch.
-    ("agent/mod.rs", "turns"),
-    // Being split in issue 9 on another branch.
-    ("agent/calls.rs", "admit"),
-    // Being split in issue 9 on another branch.
-    ("agent/calls.rs", "execute_calls"),
-    // Being split in issue 9 on another branch.
     ("commands/clients.rs", "run_async"),
 ];
 
