@@ -26,7 +26,9 @@
 //! - [`llm`]: the Anthropic Messages API client and wire types.
 //! - [`policy`]: pure allow / ask / deny decisions and the shell splitter.
 //! - [`approval`]: who answers `ask` calls.
-//! - [`tools`]: tool names, schemas, validation, results.
+//! - [`tools`]: tool schemas, validation, results.
+//! - [`tool_name`]: the built-in tools' names, a leaf that [`config`] and
+//!   [`policy`] use without importing [`tools`].
 //! - [`exec`]: the only place processes are spawned; bounded output, timeouts,
 //!   per-call cgroups.
 //! - [`sandbox`]: the child side, re-executed from this binary; every confinement
@@ -54,5 +56,6 @@ pub mod reload;
 pub mod sandbox;
 pub mod services;
 pub mod text;
+pub mod tool_name;
 pub mod tools;
 pub mod usage;

@@ -262,12 +262,12 @@ impl Config {
         }
         if let Some(enabled) = &self.tools.enabled {
             for (i, name) in enabled.iter().enumerate() {
-                if crate::tools::ToolName::parse(name).is_none() {
+                if crate::tool_name::ToolName::parse(name).is_none() {
                     return bad(
                         &format!("tools.enabled[{i}]"),
                         format!(
                             "unknown tool {name:?}; known tools: {}",
-                            crate::tools::ToolName::ALL_NAMES.join(", ")
+                            crate::tool_name::ToolName::ALL_NAMES.join(", ")
                         ),
                     );
                 }
