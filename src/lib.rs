@@ -20,6 +20,8 @@
 //! - [`reload`]: file watching and SIGHUP into [`config::LiveConfig`].
 //! - [`daemon`]: `harnessd serve` as a library function taking its shutdown
 //!   trigger: control API, scheduler, approvals, metrics.
+//! - [`control`]: the control API's request/response types and its client,
+//!   shared by the server in [`daemon`] and the clients in [`commands`].
 //! - [`services`]: the start/stop core `run` and `serve` share (config, audit
 //!   log, sandbox probe, hot reload); signals are handed in, never installed there.
 //! - [`agent`]: the turn loop and the transcript.
@@ -47,6 +49,7 @@ pub mod approval;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod control;
 pub mod daemon;
 pub mod events;
 pub mod exec;

@@ -32,7 +32,8 @@ use std::path::{Path, PathBuf};
 /// - `tools`: the tool runner, over policy, exec and sandbox.
 /// - `agent` (the turn loop), `reload`: wire the layers below.
 /// - `services`: the start/stop core `run` and `serve` share (audit log, executor
-///   and probe, live config, reloader).
+///   and probe, live config, reloader); `control`: the control API's messages and
+///   its client, shared by the server (`daemon`) and the clients (`commands`).
 /// - `daemon` and `cli`: the service and the clap types.
 /// - `commands`: one module per subcommand, the top.
 const LAYERS: &[&[&str]] = &[
@@ -42,7 +43,7 @@ const LAYERS: &[&[&str]] = &[
     &["events", "llm", "exec", "approval"],
     &["tools"],
     &["agent", "reload"],
-    &["services"],
+    &["services", "control"],
     &["daemon", "cli"],
     &["commands"],
 ];
