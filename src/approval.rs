@@ -14,7 +14,7 @@ use serde_json::Value;
 use crate::text::escape_line;
 
 /// One call waiting for a human.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ApprovalRequest {
     /// Approval id.
     pub approval_id: String,

@@ -20,13 +20,17 @@
 //! - [`reload`]: file watching and SIGHUP into [`config::LiveConfig`].
 //! - [`daemon`]: `harnessd serve` as a library function taking its shutdown
 //!   trigger: control API, scheduler, approvals, metrics.
+//! - [`control`]: the control API's request/response types and its client,
+//!   shared by the server in [`daemon`] and the clients in [`commands`].
 //! - [`services`]: the start/stop core `run` and `serve` share (config, audit
 //!   log, sandbox probe, hot reload); signals are handed in, never installed there.
 //! - [`agent`]: the turn loop and the transcript.
 //! - [`llm`]: the Anthropic Messages API client and wire types.
 //! - [`policy`]: pure allow / ask / deny decisions and the shell splitter.
 //! - [`approval`]: who answers `ask` calls.
-//! - [`tools`]: tool names, schemas, validation, results.
+//! - [`tools`]: tool schemas, validation, results.
+//! - [`tool_name`]: the built-in tools' names, a leaf that [`config`] and
+//!   [`policy`] use without importing [`tools`].
 //! - [`exec`]: the only place processes are spawned; bounded output, timeouts,
 //!   per-call cgroups.
 //! - [`sandbox`]: the child side, re-executed from this binary; every confinement
@@ -45,6 +49,7 @@ pub mod approval;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod control;
 pub mod daemon;
 pub mod events;
 pub mod exec;
@@ -54,5 +59,6 @@ pub mod reload;
 pub mod sandbox;
 pub mod services;
 pub mod text;
+pub mod tool_name;
 pub mod tools;
 pub mod usage;

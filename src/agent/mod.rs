@@ -32,7 +32,7 @@ use crate::llm::{
     AnthropicClient, Block, FailedAttempt, LlmError, Message, Request, Response, Role, SendError,
     ToolChoice, Usage,
 };
-use crate::tools::ToolName;
+use crate::tools::{ToolDefinition, ToolName};
 
 /// Text appended to the last request when the turn limit is reached.
 pub const SUMMARY_REQUEST: &str = "The turn limit for this task has been reached, so no more \

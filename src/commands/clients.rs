@@ -7,15 +7,22 @@
 //! escapes so it still parses to the same value. Approvals show every character
 //! of a call's input, wrapped ([`crate::text::render_input`]).
 
+use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 
 use super::EXIT_CONFIG;
 use crate::agent::{StopReason, TaskStatus};
 use crate::config::resolve;
-use crate::daemon::client::{self, call, stream_lines};
+use crate::control::client::{self, request, request_empty, stream_lines};
+use crate::control::{
+    Approval, ApprovalList, ClientError, DecisionRequest, DecisionResponse, SubmitRequest,
+    SubmitResponse, Task, TaskList,
+};
 use crate::text::{escape_json, escape_line, escape_text};
 
 /// One client command.
@@ -72,13 +79,6 @@ fn socket_of(root: &Path) -> Result<PathBuf, String> {
     Ok(resolve(&root, &config.daemon.socket))
 }
 
-fn api_error(v: &Value, status: u16) -> String {
-    v["error"]["message"]
-        .as_str()
-        .map(str::to_string)
-        .unwrap_or_else(|| format!("HTTP {status}"))
-}
-
 fn enc(s: &str) -> String {
     s.chars()
         .map(|c| {
@@ -91,43 +91,38 @@ fn enc(s: &str) -> String {
         .collect()
 }
 
-/// A string field of a daemon reply, escaped for one line.
-fn field<'a>(v: &'a Value, default: &'a str) -> std::borrow::Cow<'a, str> {
-    escape_line(v.as_str().unwrap_or(default))
-}
-
-fn print_task(out: &mut impl Write, t: &Value) -> std::io::Result<()> {
+fn print_task(out: &mut impl Write, t: &Task) -> std::io::Result<()> {
     writeln!(
         out,
         "{:<30} {:<18} {:<13} {:>8} tokens  {}",
-        field(&t["task_id"], ""),
-        field(&t["status"], ""),
-        field(&t["stop_reason"], "-"),
-        [
-            "input_tokens",
-            "output_tokens",
-            "cache_read_input_tokens",
-            "cache_creation_input_tokens"
-        ]
-        .iter()
-        .map(|k| t["usage"][k].as_u64().unwrap_or(0))
-        .sum::<u64>(),
-        field(&t["updated"], "")
+        escape_line(&t.task_id),
+        t.status.as_str(),
+        t.stop_reason.map_or("-", StopReason::as_str),
+        t.usage.total(),
+        escape_line(&t.updated)
     )
 }
 
 /// One pending approval: who asks for what under which rule, then every
 /// character of the input, wrapped at `width`.
-fn print_approval(out: &mut impl Write, a: &Value, width: usize) -> std::io::Result<()> {
+fn print_approval(out: &mut impl Write, a: &Approval, width: usize) -> std::io::Result<()> {
+    let r = &a.request;
     writeln!(
         out,
         "{}  {}  {}  rule {}",
-        field(&a["approval_id"], ""),
-        field(&a["task_id"], ""),
-        field(&a["tool"], ""),
-        field(&a["rule"], "")
+        escape_line(&r.approval_id),
+        escape_line(&r.task_id),
+        escape_line(&r.tool),
+        escape_line(&r.rule)
     )?;
-    write!(out, "{}", crate::text::render_input(&a["input"], width))
+    write!(out, "{}", crate::text::render_input(&r.input, width))
+}
+
+/// `--json`: the daemon's answer, pretty-printed.
+fn print_json(value: &impl Serialize) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(value)?;
+    writeln!(std::io::stdout().lock(), "{}", escape_json(&text))?;
+    Ok(())
 }
 
 /// Runs a client command.
@@ -175,193 +170,273 @@ fn read_events_file(root: &Path, task: Option<&str>, kind: Option<&str>) -> anyh
 }
 
 async fn run_async(socket: &Path, cmd: ClientCommand, json_out: bool) -> anyhow::Result<i32> {
-    let mut out = std::io::stdout().lock();
-    let (status, body) = match &cmd {
+    let result = match cmd {
         ClientCommand::Events { task, kind, follow } => {
-            let mut q = Vec::new();
-            if let Some(t) = task {
-                q.push(format!("task={}", enc(t)));
-            }
-            if let Some(k) = kind {
-                q.push(format!("type={}", enc(k)));
-            }
-            if *follow {
-                q.push("follow=1".into());
-            }
-            let path = format!("/v1/events?{}", q.join("&"));
-            let status = stream_lines(socket, &path, |line| {
-                let _ = writeln!(out, "{}", escape_json(line));
-                let _ = out.flush();
-            })
-            .await?;
-            return Ok(if status == 200 { 0 } else { 1 });
+            events(socket, task.as_deref(), kind.as_deref(), follow).await
         }
         ClientCommand::Submit {
-            prompt, max_turns, ..
-        } => {
-            let mut body = json!({"prompt": prompt});
-            if let Some(m) = max_turns {
-                body["max_turns"] = json!(m);
-            }
-            call(socket, "POST", "/v1/tasks", Some(&body)).await?
-        }
-        ClientCommand::Tasks => call(socket, "GET", "/v1/tasks", None).await?,
+            prompt,
+            max_turns,
+            wait,
+        } => submit(socket, SubmitRequest { prompt, max_turns }, wait, json_out).await,
+        ClientCommand::Tasks => tasks(socket, json_out).await,
         ClientCommand::Show(id) => {
-            call(socket, "GET", &format!("/v1/tasks/{}", enc(id)), None).await?
+            one_task(socket, "GET", &format!("/v1/tasks/{}", enc(&id)), json_out).await
         }
         ClientCommand::Cancel(id) => {
-            call(
-                socket,
-                "POST",
-                &format!("/v1/tasks/{}/cancel", enc(id)),
-                None,
-            )
-            .await?
+            let path = format!("/v1/tasks/{}/cancel", enc(&id));
+            one_task(socket, "POST", &path, json_out).await
         }
         ClientCommand::Resume(id) => {
-            call(
-                socket,
-                "POST",
-                &format!("/v1/tasks/{}/resume", enc(id)),
-                None,
-            )
-            .await?
+            let path = format!("/v1/tasks/{}/resume", enc(&id));
+            one_task(socket, "POST", &path, json_out).await
         }
-        ClientCommand::Approvals => call(socket, "GET", "/v1/approvals", None).await?,
+        ClientCommand::Approvals => approvals(socket, json_out).await,
         ClientCommand::Answer {
             id,
             approve,
             reason,
         } => {
-            let body =
-                json!({"decision": if *approve { "approve" } else { "deny" }, "reason": reason});
-            call(
+            answer(
                 socket,
-                "POST",
-                &format!("/v1/approvals/{}", enc(id)),
-                Some(&body),
+                &id,
+                &DecisionRequest::new(approve, reason),
+                json_out,
             )
-            .await?
+            .await
         }
     };
-    if status >= 400 {
-        eprintln!("error: {}", escape_text(&api_error(&body, status)));
-        return Ok(1);
+    // An error the daemon answered with is the user's to read (exit 1); only a
+    // failure to talk to the daemon at all goes up as an error of the command.
+    match result {
+        Err(e) => match e.downcast_ref::<ClientError>() {
+            Some(ClientError::Api { message, .. }) => {
+                eprintln!("error: {}", escape_text(message));
+                Ok(1)
+            }
+            _ => Err(e),
+        },
+        ok => ok,
     }
-    if json_out && !matches!(cmd, ClientCommand::Submit { wait: true, .. }) {
-        writeln!(
-            out,
-            "{}",
-            escape_json(&serde_json::to_string_pretty(&body)?)
-        )?;
-        return Ok(0);
+}
+
+/// `events`: the matching lines of the log, and with `follow` new ones as they
+/// are written. Exit 1 when the daemon refuses the query.
+async fn events(
+    socket: &Path,
+    task: Option<&str>,
+    kind: Option<&str>,
+    follow: bool,
+) -> anyhow::Result<i32> {
+    let mut q = Vec::new();
+    if let Some(t) = task {
+        q.push(format!("task={}", enc(t)));
     }
-    match cmd {
-        ClientCommand::Submit { wait, .. } => {
-            let id = body["task_id"].as_str().unwrap_or("").to_string();
-            if !wait {
-                writeln!(out, "{}", escape_line(&id))?;
-                return Ok(0);
-            }
-            eprintln!("task {} submitted; waiting", escape_line(&id));
-            return wait_for(socket, &id, json_out).await;
-        }
-        ClientCommand::Tasks => {
-            for t in body["tasks"].as_array().into_iter().flatten() {
-                print_task(&mut out, t)?;
-            }
-        }
-        ClientCommand::Show(_) | ClientCommand::Cancel(_) | ClientCommand::Resume(_) => {
-            print_task(&mut out, &body)?;
-            if let Some(a) = body["answer"].as_str().filter(|a| !a.is_empty()) {
-                writeln!(out, "\n{}", escape_text(a))?;
-            }
-        }
-        ClientCommand::Approvals => {
-            let width = crate::text::terminal_width(std::os::fd::AsFd::as_fd(&std::io::stdout()))
-                .unwrap_or(crate::text::DEFAULT_WIDTH);
-            for (i, a) in body["approvals"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .enumerate()
-            {
-                if i > 0 {
-                    writeln!(out)?;
-                }
-                print_approval(&mut out, a, width)?;
-            }
-        }
-        ClientCommand::Answer { .. } => {
-            writeln!(
-                out,
-                "{} {}",
-                field(&body["approval_id"], ""),
-                field(&body["decision"], "")
-            )?;
-        }
-        ClientCommand::Events { .. } => {}
+    if let Some(k) = kind {
+        q.push(format!("type={}", enc(k)));
+    }
+    if follow {
+        q.push("follow=1".into());
+    }
+    let path = format!("/v1/events?{}", q.join("&"));
+    let mut out = std::io::stdout().lock();
+    let status = stream_lines(socket, &path, |line| {
+        let _ = writeln!(out, "{}", escape_json(line));
+        let _ = out.flush();
+    })
+    .await?;
+    Ok(if status == 200 { 0 } else { 1 })
+}
+
+/// `submit`: prints the new task's id, or with `wait` follows it like `run`.
+async fn submit(
+    socket: &Path,
+    body: SubmitRequest,
+    wait: bool,
+    json_out: bool,
+) -> anyhow::Result<i32> {
+    let SubmitResponse { task_id } = request(socket, "POST", "/v1/tasks", Some(&body)).await?;
+    if wait {
+        eprintln!("task {} submitted; waiting", escape_line(&task_id));
+        return wait_for(socket, &task_id, json_out).await;
+    }
+    if json_out {
+        print_json(&SubmitResponse { task_id })?;
+    } else {
+        writeln!(std::io::stdout().lock(), "{}", escape_line(&task_id))?;
     }
     Ok(0)
 }
 
-/// For `submit --wait`: prints on stderr each approval task `id` waits for that
-/// is not in `shown` yet, with every character of its input and how to answer it.
+/// `tasks`: one line per task.
+async fn tasks(socket: &Path, json_out: bool) -> anyhow::Result<i32> {
+    let list: TaskList = request_empty(socket, "GET", "/v1/tasks").await?;
+    if json_out {
+        print_json(&list)?;
+        return Ok(0);
+    }
+    let mut out = std::io::stdout().lock();
+    for t in &list.tasks {
+        print_task(&mut out, t)?;
+    }
+    Ok(0)
+}
+
+/// `show`, `cancel`, `resume`: each answers with the task, printed with its
+/// answer if it has one.
+async fn one_task(socket: &Path, method: &str, path: &str, json_out: bool) -> anyhow::Result<i32> {
+    let t: Task = request_empty(socket, method, path).await?;
+    if json_out {
+        print_json(&t)?;
+        return Ok(0);
+    }
+    let mut out = std::io::stdout().lock();
+    print_task(&mut out, &t)?;
+    if let Some(a) = t.answer.as_deref().filter(|a| !a.is_empty()) {
+        writeln!(out, "\n{}", escape_text(a))?;
+    }
+    Ok(0)
+}
+
+/// `approvals`: every pending approval, a blank line between two.
+async fn approvals(socket: &Path, json_out: bool) -> anyhow::Result<i32> {
+    let list: ApprovalList = request_empty(socket, "GET", "/v1/approvals").await?;
+    if json_out {
+        print_json(&list)?;
+        return Ok(0);
+    }
+    let width = crate::text::terminal_width(std::os::fd::AsFd::as_fd(&std::io::stdout()))
+        .unwrap_or(crate::text::DEFAULT_WIDTH);
+    let mut out = std::io::stdout().lock();
+    for (i, a) in list.approvals.iter().enumerate() {
+        if i > 0 {
+            writeln!(out)?;
+        }
+        print_approval(&mut out, a, width)?;
+    }
+    Ok(0)
+}
+
+/// `approve` and `deny`.
+async fn answer(
+    socket: &Path,
+    id: &str,
+    body: &DecisionRequest,
+    json_out: bool,
+) -> anyhow::Result<i32> {
+    let path = format!("/v1/approvals/{}", enc(id));
+    let answered: DecisionResponse = request(socket, "POST", &path, Some(body)).await?;
+    if json_out {
+        print_json(&answered)?;
+    } else {
+        writeln!(
+            std::io::stdout().lock(),
+            "{} {}",
+            escape_line(&answered.approval_id),
+            escape_line(&answered.decision)
+        )?;
+    }
+    Ok(0)
+}
+
 /// `submit --wait`: follows the task's events (the log so far, then new lines as
 /// they are written) instead of polling; shows each approval it waits for as it is
 /// requested, and at `task_finished` prints the answer and exits like `run`.
 async fn wait_for(socket: &Path, id: &str, json_out: bool) -> anyhow::Result<i32> {
+    let saw_finished = follow_until_finished(socket, id).await?;
+    let Some(t) = finished_task(socket, id, saw_finished).await? else {
+        eprintln!(
+            "error: the daemon stopped before task {} finished",
+            escape_line(id)
+        );
+        return Ok(StopReason::Error.exit_code());
+    };
+    if json_out {
+        print_json(&t)?;
+    } else if let Some(a) = t.answer.as_deref().filter(|a| !a.is_empty()) {
+        writeln!(std::io::stdout().lock(), "{}", escape_text(a))?;
+    }
+    // A finished task without a stop reason is reported as an error, never as
+    // success.
+    let reason = t.stop_reason.unwrap_or(StopReason::Error);
+    eprintln!("[done] {reason}");
+    if let Some(e) = &t.error {
+        eprintln!("error: {}", escape_text(e));
+    }
+    Ok(reason.exit_code())
+}
+
+/// How long `submit --wait` lets the daemon's task list catch up with a
+/// `task_finished` it has already streamed: the task records the event, and the
+/// scheduler marks it finished only once the task has returned.
+const SETTLE: Duration = Duration::from_secs(5);
+
+/// Task `id` once the daemon lists it as finished; `None` when it does not (it
+/// stopped, forgot the task, or answered with something else), which the caller
+/// reports as an error, never as success. After `task_finished` was seen, a task
+/// still listed as running is asked again until [`SETTLE`] passes.
+async fn finished_task(
+    socket: &Path,
+    id: &str,
+    saw_finished: bool,
+) -> Result<Option<Task>, ClientError> {
+    let path = format!("/v1/tasks/{}", enc(id));
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        match request_empty::<Task>(socket, "GET", &path).await {
+            Ok(t) if t.status == TaskStatus::Finished => return Ok(Some(t)),
+            Ok(t) if saw_finished && t.status != TaskStatus::Interrupted => {
+                if Instant::now() >= deadline {
+                    return Ok(None);
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Ok(_) | Err(ClientError::Api { .. } | ClientError::Decode { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Reads task `id`'s events until `task_finished` (or the end of the stream),
+/// showing each approval it waits for as it is requested; whether
+/// `task_finished` came.
+async fn follow_until_finished(socket: &Path, id: &str) -> anyhow::Result<bool> {
     let path = format!("/v1/events?task={}&follow=1", enc(id));
     let mut events = client::LineStream::open(socket, &path).await?;
-    let mut shown = std::collections::HashSet::new();
+    let mut shown = HashSet::new();
     while let Some(line) = events.next_line().await? {
         let Ok(event) = serde_json::from_str::<Value>(&line) else {
             continue;
         };
         match event["type"].as_str() {
             Some("approval_requested") => show_waiting_approvals(socket, id, &mut shown).await?,
-            Some("task_finished") => break,
+            Some("task_finished") => return Ok(true),
             _ => {}
         }
     }
-    let (_, t) = call(socket, "GET", &format!("/v1/tasks/{}", enc(id)), None).await?;
-    if serde_json::from_value::<TaskStatus>(t["status"].clone()).ok() != Some(TaskStatus::Finished)
-    {
-        eprintln!(
-            "error: the daemon stopped before task {} finished",
-            escape_line(id)
-        );
-        return Ok(StopReason::Error.exit_code());
-    }
-    let mut out = std::io::stdout().lock();
-    if json_out {
-        writeln!(out, "{}", escape_json(&serde_json::to_string_pretty(&t)?))?;
-    } else if let Some(a) = t["answer"].as_str().filter(|a| !a.is_empty()) {
-        writeln!(out, "{}", escape_text(a))?;
-    }
-    // A finished task without a readable stop reason is reported as an error, never
-    // as success.
-    let reason =
-        serde_json::from_value::<StopReason>(t["stop_reason"].clone()).unwrap_or(StopReason::Error);
-    eprintln!("[done] {reason}");
-    if let Some(e) = t["error"].as_str() {
-        eprintln!("error: {}", escape_text(e));
-    }
-    Ok(reason.exit_code())
+    Ok(false)
 }
 
+/// Prints on stderr each approval task `id` waits for that is not in `shown` yet,
+/// with every character of its input and how to answer it.
 async fn show_waiting_approvals(
     socket: &Path,
     id: &str,
-    shown: &mut std::collections::HashSet<String>,
+    shown: &mut HashSet<String>,
 ) -> anyhow::Result<()> {
-    let (_, list) = call(socket, "GET", "/v1/approvals", None).await?;
+    // The list is a courtesy while waiting: if the daemon refuses it, the wait
+    // goes on without it.
+    let list = match request_empty::<ApprovalList>(socket, "GET", "/v1/approvals").await {
+        Ok(list) => list,
+        Err(ClientError::Api { .. } | ClientError::Decode { .. }) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
     let width = crate::text::terminal_width(std::os::fd::AsFd::as_fd(&std::io::stderr()))
         .unwrap_or(crate::text::DEFAULT_WIDTH);
     let mut err = std::io::stderr().lock();
-    for a in list["approvals"].as_array().into_iter().flatten() {
-        let approval = a["approval_id"].as_str().unwrap_or("");
-        if a["task_id"] != id || !shown.insert(approval.to_string()) {
+    for a in &list.approvals {
+        let approval = &a.request.approval_id;
+        if a.request.task_id != id || !shown.insert(approval.clone()) {
             continue;
         }
         writeln!(err, "waiting for approval:")?;

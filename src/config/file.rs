@@ -298,12 +298,12 @@ fn validate_operators_group(group: Option<&str>) -> Result<(), Bad> {
 /// Every name in `tools.enabled` is a tool harnessd has.
 fn validate_enabled_tools(enabled: Option<&[String]>) -> Result<(), Bad> {
     for (i, name) in enabled.into_iter().flatten().enumerate() {
-        if crate::tools::ToolName::parse(name).is_none() {
+        if crate::tool_name::ToolName::parse(name).is_none() {
             return Bad::at(
                 &format!("tools.enabled[{i}]"),
                 format!(
                     "unknown tool {name:?}; known tools: {}",
-                    crate::tools::ToolName::ALL_NAMES.join(", ")
+                    crate::tool_name::ToolName::ALL_NAMES.join(", ")
                 ),
             );
         }

@@ -25,6 +25,10 @@ use super::metrics::Metrics;
 use super::tasks::{Scheduler, TaskStatus};
 use crate::agent::Transcript;
 use crate::config::{ConfigSource, LiveConfig};
+use crate::control::{
+    ApprovalList, DecisionRequest, DecisionResponse, ErrorBody, ErrorDetail, SubmitRequest,
+    SubmitResponse, Task, TaskList,
+};
 
 /// Largest request body accepted.
 pub const MAX_BODY: usize = 256 * 1024;
@@ -93,7 +97,12 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         (
             self.status,
-            Json(json!({"error": {"type": self.kind, "message": self.message}})),
+            Json(ErrorBody {
+                error: ErrorDetail {
+                    kind: self.kind.to_string(),
+                    message: self.message,
+                },
+            }),
         )
             .into_response()
     }
@@ -147,7 +156,7 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// The task `id`, or a 404.
-fn task(s: &AppState, id: &str) -> Result<super::tasks::TaskInfo, ApiError> {
+fn task(s: &AppState, id: &str) -> Result<Task, ApiError> {
     s.scheduler
         .registry
         .get(id)
@@ -159,17 +168,9 @@ async fn metrics(State(s): State<AppState>) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SubmitBody {
-    prompt: String,
-    #[serde(default)]
-    max_turns: Option<u32>,
-}
-
 async fn submit(
     State(s): State<AppState>,
-    body: Result<Json<SubmitBody>, JsonRejection>,
+    body: Result<Json<SubmitRequest>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Json(body) = body?;
     if body.prompt.trim().is_empty() {
@@ -187,19 +188,21 @@ async fn submit(
         ));
     }
     let id = s.scheduler.submit(body.prompt, body.max_turns);
-    Ok((StatusCode::ACCEPTED, Json(json!({"task_id": id}))).into_response())
+    Ok((StatusCode::ACCEPTED, Json(SubmitResponse { task_id: id })).into_response())
 }
 
-async fn list_tasks(State(s): State<AppState>) -> Json<Value> {
-    Json(json!({"tasks": s.scheduler.registry.list()}))
+async fn list_tasks(State(s): State<AppState>) -> Json<TaskList> {
+    Json(TaskList {
+        tasks: s.scheduler.registry.list(),
+        next: None,
+    })
 }
 
 async fn show_task(
     State(s): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    let t = task(&s, &id)?;
-    Ok(Json(json!(t)))
+) -> Result<Json<Task>, ApiError> {
+    task(&s, &id).map(Json)
 }
 
 async fn cancel_task(
@@ -211,7 +214,7 @@ async fn cancel_task(
         .registry
         .cancel(&id)
         .ok_or_else(|| ApiError::not_found("task", &id))?;
-    Ok((StatusCode::ACCEPTED, Json(json!(t))).into_response())
+    Ok((StatusCode::ACCEPTED, Json(t)).into_response())
 }
 
 async fn resume_task(
@@ -250,46 +253,42 @@ async fn resume_task(
         })?;
     s.scheduler.resume(transcript);
     let t = task(&s, &id)?;
-    Ok((StatusCode::ACCEPTED, Json(json!(t))).into_response())
+    Ok((StatusCode::ACCEPTED, Json(t)).into_response())
 }
 
-async fn list_approvals(State(s): State<AppState>) -> Json<Value> {
-    Json(json!({"approvals": s.approvals.list()}))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AnswerBody {
-    decision: String,
-    #[serde(default)]
-    reason: Option<String>,
+async fn list_approvals(State(s): State<AppState>) -> Json<ApprovalList> {
+    Json(ApprovalList {
+        approvals: s.approvals.list(),
+    })
 }
 
 async fn answer_approval(
     State(s): State<AppState>,
     ConnectInfo(peer): ConnectInfo<Peer>,
     Path(id): Path<String>,
-    body: Result<Json<AnswerBody>, JsonRejection>,
-) -> Result<Json<Value>, ApiError> {
+    body: Result<Json<DecisionRequest>, JsonRejection>,
+) -> Result<Json<DecisionResponse>, ApiError> {
     let Json(body) = body?;
-    let approved = match body.decision.as_str() {
-        "approve" => true,
-        "deny" => false,
-        other => {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_request",
-                format!("decision must be \"approve\" or \"deny\", not {other:?}"),
-            ));
-        }
-    };
+    let approved = body.approves().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            format!(
+                "decision must be \"approve\" or \"deny\", not {:?}",
+                body.decision
+            ),
+        )
+    })?;
     let by = peer
         .uid
         .map_or("uid:unknown".to_string(), |u| format!("uid:{u}"));
     s.approvals
         .resolve(&id, approved, by, body.reason)
         .map_err(|e| ApiError::new(StatusCode::NOT_FOUND, "not_found", e.to_string()))?;
-    Ok(Json(json!({"approval_id": id, "decision": body.decision})))
+    Ok(Json(DecisionResponse {
+        approval_id: id,
+        decision: body.decision,
+    }))
 }
 
 #[derive(Deserialize)]

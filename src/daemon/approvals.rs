@@ -6,25 +6,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::Serialize;
 use tokio::sync::oneshot;
 
 use super::tasks::{Registry, TaskStatus};
 use crate::approval::{AnswerFuture, ApprovalAnswer, ApprovalRequest, Approver};
 use crate::config::ConfigSource;
-
-/// One pending approval, as the API lists it: the request and when it was made.
-#[derive(Debug, Clone, Serialize)]
-pub struct Pending {
-    /// What is asked.
-    #[serde(flatten)]
-    pub request: ApprovalRequest,
-    /// When it was asked (RFC 3339).
-    pub requested_at: String,
-}
+use crate::control::Approval;
 
 struct Waiting {
-    info: Pending,
+    info: Approval,
     /// Sent to by the API when someone answers; dropping it (timeout) is a denial.
     answer: oneshot::Sender<ApprovalAnswer>,
 }
@@ -57,8 +47,8 @@ impl Approvals {
     }
 
     /// Every pending approval, oldest first.
-    pub fn list(&self) -> Vec<Pending> {
-        let mut v: Vec<Pending> = match self.waiting.lock() {
+    pub fn list(&self) -> Vec<Approval> {
+        let mut v: Vec<Approval> = match self.waiting.lock() {
             Ok(w) => w.values().map(|w| w.info.clone()).collect(),
             Err(_) => Vec::new(),
         };
@@ -94,7 +84,7 @@ impl Approver for Approvals {
     fn ask<'a>(&'a self, req: &'a ApprovalRequest) -> AnswerFuture<'a> {
         Box::pin(async move {
             let (tx, rx) = oneshot::channel();
-            let info = Pending {
+            let info = Approval {
                 request: req.clone(),
                 requested_at: chrono::Utc::now()
                     .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),

@@ -7,7 +7,6 @@
 pub mod access;
 pub mod api;
 pub mod approvals;
-pub mod client;
 pub mod metrics;
 pub mod serve;
 pub mod socket;

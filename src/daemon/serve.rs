@@ -23,9 +23,10 @@ use super::api::{AppState, Peer, router};
 use super::approvals::Approvals;
 use super::metrics::Metrics;
 use super::socket::{SocketDir, SocketError};
-use super::tasks::{Registry, Scheduler, SchedulerParts, TaskInfo, TaskStatus};
+use super::tasks::{Registry, Scheduler, SchedulerParts, TaskStatus};
 use crate::agent::Transcript;
 use crate::config::{ConfigSource, Loaded, resolve};
+use crate::control::Task;
 use crate::events::{Event, EventError, EventLog};
 use crate::services::{Prepared, Services, StartError, StartOptions};
 
@@ -145,7 +146,7 @@ async fn recover_tasks(
             TaskStatus::Interrupted => TaskStatus::Interrupted,
             _ => TaskStatus::Finished,
         };
-        registry.insert_recorded(TaskInfo {
+        registry.insert_recorded(Task {
             task_id: t.task_id.clone(),
             status,
             stop_reason: t.stop_reason,

@@ -5,7 +5,6 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use serde::Serialize;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -14,32 +13,11 @@ pub use crate::agent::TaskStatus;
 use crate::agent::{
     StopReason, TaskOutcome, TaskServices, TaskSpec, Transcript, new_task_id, run_task,
 };
+use crate::control::Task;
 use crate::llm::Usage;
 
-/// A task as the API shows it.
-#[derive(Debug, Clone, Serialize)]
-pub struct TaskInfo {
-    /// The task's id.
-    pub task_id: String,
-    /// Where it stands.
-    pub status: TaskStatus,
-    /// Why it stopped, once finished.
-    pub stop_reason: Option<StopReason>,
-    /// Tokens so far.
-    pub usage: Usage,
-    /// The answer, once finished.
-    pub answer: Option<String>,
-    /// The error, when stop_reason is `error`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    /// Created (RFC 3339).
-    pub created: String,
-    /// Last change (RFC 3339).
-    pub updated: String,
-}
-
 struct Entry {
-    info: TaskInfo,
+    info: Task,
     /// Cancels this task (its model request, its tool's process tree).
     cancel: CancellationToken,
 }
@@ -60,12 +38,12 @@ impl Registry {
         self.inner.lock().ok().map(|mut m| f(&mut m))
     }
 
-    fn insert(&self, info: TaskInfo, cancel: CancellationToken) {
+    fn insert(&self, info: Task, cancel: CancellationToken) {
         self.with(|m| m.insert(info.task_id.clone(), Entry { info, cancel }));
     }
 
     /// Records a task found on disk (from a transcript).
-    pub fn insert_recorded(&self, info: TaskInfo) {
+    pub fn insert_recorded(&self, info: Task) {
         self.insert(info, CancellationToken::new());
     }
 
@@ -93,12 +71,12 @@ impl Registry {
     }
 
     /// One task.
-    pub fn get(&self, id: &str) -> Option<TaskInfo> {
+    pub fn get(&self, id: &str) -> Option<Task> {
         self.with(|m| m.get(id).map(|e| e.info.clone())).flatten()
     }
 
     /// Every task, oldest first.
-    pub fn list(&self) -> Vec<TaskInfo> {
+    pub fn list(&self) -> Vec<Task> {
         let mut v = self
             .with(|m| m.values().map(|e| e.info.clone()).collect::<Vec<_>>())
             .unwrap_or_default();
@@ -107,7 +85,7 @@ impl Registry {
     }
 
     /// Cancels a task; `None` if there is no such task.
-    pub fn cancel(&self, id: &str) -> Option<TaskInfo> {
+    pub fn cancel(&self, id: &str) -> Option<Task> {
         self.with(|m| {
             m.get(id).map(|e| {
                 e.cancel.cancel();
@@ -203,7 +181,7 @@ impl Scheduler {
             .map(|t| t.created.clone())
             .unwrap_or_else(now);
         self.registry.insert(
-            TaskInfo {
+            Task {
                 task_id: id.clone(),
                 status: TaskStatus::Queued,
                 stop_reason: None,

@@ -23,7 +23,7 @@ pub mod shell;
 
 pub use rules::{Rule, RuleSet};
 
-use crate::tools::ToolName;
+use crate::tool_name::ToolName;
 
 /// What happens to a call.
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, JsonSchema)]

@@ -4,7 +4,7 @@
 
 use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 
-use crate::tools::ToolName;
+use crate::tool_name::ToolName;
 
 /// One rule: `tool` or `tool(pattern)`.
 #[derive(Debug, Clone)]

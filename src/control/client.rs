@@ -1,5 +1,6 @@
 //! A client of the control API over the unix socket, for the `submit`, `tasks`,
-//! `approve`… commands.
+//! `approve`… commands: one HTTP/1.1 connection per request, bodies typed by
+//! [`super::message`].
 
 use std::path::Path;
 
@@ -7,8 +8,11 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::Request;
 use hyper_util::rt::TokioIo;
-use serde_json::Value;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use tokio::net::UnixStream;
+
+use super::message::ErrorBody;
 
 /// Why a request failed.
 #[derive(Debug, thiserror::Error)]
@@ -26,13 +30,29 @@ pub enum ClientError {
     /// The HTTP exchange failed.
     #[error("control API request failed: {0}")]
     Http(String),
+    /// The daemon answered with an error status.
+    #[error("{message}")]
+    Api {
+        /// The HTTP status (400 or above).
+        status: u16,
+        /// The daemon's message, or `HTTP <status>` when the body had none.
+        message: String,
+    },
+    /// A success status whose body is not what the endpoint returns.
+    #[error("unexpected answer from harnessd to {path}: {source}")]
+    Decode {
+        /// The request path.
+        path: String,
+        /// Why the body did not parse.
+        source: serde_json::Error,
+    },
 }
 
 async fn send(
     socket: &Path,
     method: &str,
     path: &str,
-    body: Option<&Value>,
+    body: Option<Bytes>,
 ) -> Result<hyper::Response<hyper::body::Incoming>, ClientError> {
     let stream = UnixStream::connect(socket)
         .await
@@ -46,7 +66,7 @@ async fn send(
     tokio::spawn(async move {
         let _ = conn.await;
     });
-    let bytes = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
+    let bytes = body.unwrap_or_default();
     let req = Request::builder()
         .method(method)
         .uri(path)
@@ -60,13 +80,19 @@ async fn send(
         .map_err(|e| ClientError::Http(e.to_string()))
 }
 
-/// One request; returns the status and the JSON body (Null when not JSON).
-pub async fn call(
+/// One request with an optional JSON `body`; returns the answer decoded as `T`, or
+/// [`ClientError::Api`] with the daemon's message when the status is 400 or above.
+pub async fn request<T: DeserializeOwned>(
     socket: &Path,
     method: &str,
     path: &str,
-    body: Option<&Value>,
-) -> Result<(u16, Value), ClientError> {
+    body: Option<&impl Serialize>,
+) -> Result<T, ClientError> {
+    let body = body
+        .map(serde_json::to_vec)
+        .transpose()
+        .map_err(|e| ClientError::Http(format!("cannot encode the request: {e}")))?
+        .map(Bytes::from);
     let resp = send(socket, method, path, body).await?;
     let status = resp.status().as_u16();
     let bytes = resp
@@ -75,10 +101,25 @@ pub async fn call(
         .await
         .map_err(|e| ClientError::Http(e.to_string()))?
         .to_bytes();
-    Ok((
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    ))
+    if status >= 400 {
+        let message = serde_json::from_slice::<ErrorBody>(&bytes)
+            .map(|b| b.error.message)
+            .unwrap_or_else(|_| format!("HTTP {status}"));
+        return Err(ClientError::Api { status, message });
+    }
+    serde_json::from_slice(&bytes).map_err(|source| ClientError::Decode {
+        path: path.to_string(),
+        source,
+    })
+}
+
+/// A request without a body (`GET`, and the `POST`s that take none).
+pub async fn request_empty<T: DeserializeOwned>(
+    socket: &Path,
+    method: &str,
+    path: &str,
+) -> Result<T, ClientError> {
+    request(socket, method, path, None::<&()>).await
 }
 
 /// An `application/x-ndjson` response read line by line.
