@@ -241,16 +241,13 @@ async fn resume_task(
     }
     let dir = s.config.current().paths.transcripts.clone();
     let path = Transcript::path(&dir, &id);
-    let transcript: Transcript = std::fs::read_to_string(&path)
-        .ok()
-        .and_then(|text| serde_json::from_str(&text).ok())
-        .ok_or_else(|| {
-            ApiError::new(
-                StatusCode::CONFLICT,
-                "conflict",
-                format!("no readable transcript for {id}"),
-            )
-        })?;
+    let transcript: Transcript = Transcript::read_async(path).await.ok().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::CONFLICT,
+            "conflict",
+            format!("no readable transcript for {id}"),
+        )
+    })?;
     s.scheduler.resume(transcript);
     let t = task(&s, &id)?;
     Ok((StatusCode::ACCEPTED, Json(t)).into_response())
