@@ -18,7 +18,7 @@ use crate::text::escape_line;
 pub struct ApprovalRequest {
     /// Approval id.
     pub approval_id: String,
-    /// The task.
+    /// The task that made the call.
     pub task_id: String,
     /// The call.
     pub tool_use_id: String,

@@ -28,7 +28,7 @@ pub enum Command {
         /// Override loop.max_turns for this task.
         #[arg(long)]
         max_turns: Option<u32>,
-        /// The task.
+        /// The task: the prompt given to the model.
         task: String,
     },
     /// The daemon: control API on the unix socket, hot reload, approvals.
@@ -44,7 +44,7 @@ pub enum Command {
         /// Print JSON.
         #[arg(long)]
         json: bool,
-        /// The task.
+        /// The task: the prompt given to the model.
         task: String,
     },
     /// List the daemon's tasks.
@@ -55,7 +55,7 @@ pub enum Command {
     },
     /// Show one task.
     Show {
-        /// Task id.
+        /// The task id, as `submit` printed it.
         id: String,
         /// Print JSON.
         #[arg(long)]
@@ -63,7 +63,7 @@ pub enum Command {
     },
     /// Cancel a task (kills its running tool).
     Cancel {
-        /// Task id.
+        /// The task id, as `submit` printed it.
         id: String,
         /// Print JSON.
         #[arg(long)]
@@ -71,7 +71,7 @@ pub enum Command {
     },
     /// Continue an interrupted or stopped task.
     Resume {
-        /// Task id.
+        /// The task id, as `submit` printed it.
         id: String,
         /// Print JSON.
         #[arg(long)]

@@ -20,7 +20,7 @@ use crate::text::{escape_line, escape_text};
 pub struct RunOptions {
     /// The root.
     pub root: PathBuf,
-    /// The task.
+    /// The prompt.
     pub task: String,
     /// Approve every ask-tier call.
     pub yes: bool,

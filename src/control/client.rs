@@ -24,7 +24,7 @@ pub enum ClientError {
     Connect {
         /// The socket.
         path: String,
-        /// The error.
+        /// Why the connection failed (absent socket, permission).
         source: std::io::Error,
     },
     /// The HTTP exchange failed.

@@ -22,7 +22,7 @@ pub enum EventError {
         op: &'static str,
         /// The file.
         path: PathBuf,
-        /// The error.
+        /// What the operating system said.
         source: std::io::Error,
     },
     /// The writer thread is gone (the log was closed).

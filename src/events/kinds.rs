@@ -23,7 +23,7 @@ pub enum Event {
     },
     /// The daemon is stopping.
     DaemonStopping {
-        /// Why.
+        /// What stopped it (`SIGTERM`, `SIGINT`, …).
         reason: String,
     },
     /// A config file was loaded (at start, or a reload whose content changed).
@@ -193,7 +193,7 @@ pub enum Event {
     },
     /// A task ended.
     TaskFinished {
-        /// Why.
+        /// The task's stop reason (SPEC §6).
         stop_reason: String,
         /// Model requests made.
         turns: u32,
