@@ -14,7 +14,9 @@
 //! `src/lib.rs` only declares modules; both are skipped.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use crate::common::{rust_files, src_dir};
 
 /// The intended layering, lowest first. The SPEC's flow, config → scheduler →
 /// agent loop → policy → exec → sandbox with events on the side, is how data
@@ -51,23 +53,6 @@ const LAYERS: &[&[&str]] = &[
 /// Edges that break the layering today, with the issue that removes each. None
 /// today; the list stays so that a needed exception is named, not hidden.
 const KNOWN_EXCEPTIONS: &[(&str, &str, &str)] = &[];
-
-/// `src/` of this package.
-fn src_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
-}
-
-/// Every `.rs` file under `dir`, recursively.
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).expect("read src dir") {
-        let path = entry.expect("dir entry").path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
 
 /// The top-level module a file under `src/` belongs to; `None` for the crate
 /// roots.

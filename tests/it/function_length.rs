@@ -14,7 +14,7 @@
 //! that is already short does not fail the test, so the branch that splits the
 //! function can drop its entry without coordinating with this one.
 
-use std::path::{Path, PathBuf};
+use crate::common::{rust_files, src_dir};
 
 /// The longest a function may be, counting its signature and closing brace.
 const MAX_LINES: usize = 80;
@@ -30,23 +30,6 @@ struct FnSpan {
     line: usize,
     /// Lines from the `fn` keyword to the closing brace, both included.
     len: usize,
-}
-
-/// `src/` of this package.
-fn src_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
-}
-
-/// Every `.rs` file under `dir`, recursively.
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).expect("read src dir") {
-        let path = entry.expect("dir entry").path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
 }
 
 /// A character that can continue an identifier or keyword.

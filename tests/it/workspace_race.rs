@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::common::daemon::Daemon;
-use crate::common::{FakeApi, Reply, TestRoot, stderr, stdout};
+use crate::common::{FakeApi, Reply, TestRoot, chown_tree, stderr, stdout};
 
 /// The default `sandbox.user`'s uid (and gid).
 const NOBODY: u32 = 65534;
@@ -272,18 +272,6 @@ fn a_tool_users_connection_gets_403_even_with_the_socket_opened_to_all() {
     assert_eq!(status, 200, "{list}");
     assert_eq!(list["tasks"], json!([]));
     assert!(api.requests().is_empty());
-}
-
-fn chown_tree(dir: &Path, uid: u32) {
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(p) = stack.pop() {
-        std::os::unix::fs::lchown(&p, Some(uid), Some(uid)).unwrap();
-        if p.is_dir() && !p.is_symlink() {
-            for e in std::fs::read_dir(&p).unwrap() {
-                stack.push(e.unwrap().path());
-            }
-        }
-    }
 }
 
 #[test]

@@ -208,3 +208,33 @@ pub const ONE_TOOL_TASK: [&str; 9] = [
     "model_response",
     "task_finished",
 ];
+
+/// `src/` of this package, for the tests that read the source (layering, lengths).
+pub fn src_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// Every `.rs` file under `dir`, recursively.
+pub fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("read src dir") {
+        let path = entry.expect("dir entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// Gives `dir` and everything below it to `uid` (links themselves, never followed).
+pub fn chown_tree(dir: &Path, uid: u32) {
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        std::os::unix::fs::lchown(&p, Some(uid), Some(uid)).unwrap();
+        if p.is_dir() && !p.is_symlink() {
+            for e in std::fs::read_dir(&p).unwrap() {
+                stack.push(e.unwrap().path());
+            }
+        }
+    }
+}

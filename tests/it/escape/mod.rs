@@ -19,7 +19,7 @@ mod privileges;
 mod processes;
 mod resources;
 
-use crate::common::{FakeApi, Reply, SECRET_KEY, TestRoot, last_results, stderr};
+use crate::common::{FakeApi, Reply, SECRET_KEY, TestRoot, chown_tree, last_results, stderr};
 
 const KEY_IN_FILE: &str = "sk-ant-keyfile-7c6b5a4d3e2f-SECRET";
 const INHERITED: &str = "INHERITED-SECRET-5e4d3c";
@@ -290,18 +290,6 @@ fn run_attacks(as_user: Option<u32>, sandbox_user: &str) {
         );
     }
     let _ = stderr;
-}
-
-fn chown_tree(dir: &std::path::Path, uid: u32) {
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(p) = stack.pop() {
-        std::os::unix::fs::lchown(&p, Some(uid), Some(uid)).unwrap();
-        if p.is_dir() && !p.is_symlink() {
-            for e in std::fs::read_dir(&p).unwrap() {
-                stack.push(e.unwrap().path());
-            }
-        }
-    }
 }
 
 #[test]
