@@ -29,8 +29,8 @@ use crate::config::{ConfigSource, Loaded, LoopConfig};
 use crate::events::{Event, EventError, EventLog};
 use crate::exec::Executor;
 use crate::llm::{
-    AnthropicClient, Block, FailedAttempt, LlmError, Message, Request, Response, Role, SendError,
-    ToolChoice, Usage,
+    AnthropicClient, Block, FailedAttempt, LlmError, Message, ProtocolError, Request, Response,
+    Role, SendError, ToolChoice, Usage,
 };
 use crate::tools::{ToolDefinition, ToolName};
 
@@ -414,6 +414,13 @@ impl TaskRun<'_> {
         summary: bool,
         max_turns: u32,
     ) -> Result<AfterResponse, EventError> {
+        let checked = match self.transcript.messages.last() {
+            Some(last) => crate::llm::check_protocol(model_stop, &last.content),
+            None => Ok(()),
+        };
+        if let Err(violation) = checked {
+            return self.protocol_broken(&violation).await;
+        }
         Ok(match model_stop {
             "max_tokens" => {
                 if !uses.is_empty() {
@@ -438,6 +445,29 @@ impl TaskRun<'_> {
             }
             _ => AfterResponse::RunCalls,
         })
+    }
+
+    /// The response just appended breaks the protocol: none of its calls run, each
+    /// one that has an id is answered so the transcript stays valid, and the task
+    /// stops with `error`. A `tool_use` without an id stays in the history as
+    /// received (it is the evidence of why the task stopped); it cannot be answered,
+    /// and no further request is sent that would carry it.
+    async fn protocol_broken(
+        &mut self,
+        violation: &ProtocolError,
+    ) -> Result<AfterResponse, EventError> {
+        let error = format!("the model's response breaks the Messages API protocol: {violation}");
+        let uses = self
+            .transcript
+            .messages
+            .last()
+            .map(Message::answerable_tool_uses)
+            .unwrap_or_default();
+        if !uses.is_empty() {
+            let why = format!("not executed: {error}; the task stops here");
+            self.unexecuted(&uses, &why).await?;
+        }
+        Ok(AfterResponse::Stop((StopReason::Error, Some(error))))
     }
 
     /// The limits checked before calls run: token budget, no progress, turn limit

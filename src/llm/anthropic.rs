@@ -4,7 +4,7 @@
 //! the system prompt and the newest message, so they move forward every turn.
 
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -209,9 +209,7 @@ impl AnthropicClient {
             .headers()
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .filter(|s| s.is_finite() && *s >= 0.0)
-            .map(Duration::from_secs_f64);
+            .and_then(|v| parse_retry_after(v, SystemTime::now()));
         let bytes = match resp.bytes().await {
             Ok(b) => b,
             Err(e) => {
@@ -257,6 +255,28 @@ fn transport_message(e: &reqwest::Error) -> String {
         msg.push_str(" (timed out; see api.timeout_secs)");
     }
     msg
+}
+
+/// The wait a `retry-after` header asks for (SPEC §3), capped at 60 s: either
+/// delay-seconds or an HTTP-date in any of the three forms RFC 7231 §7.1.1.1 says a
+/// recipient must accept (IMF-fixdate, RFC 850, asctime), measured from `now`.
+///
+/// A date not after `now` gives `None`, so the computed backoff applies: the header
+/// then says nothing about how long to wait, and with a clock that runs ahead of
+/// the server's every date would look past — zero waits would spend the retries in
+/// a burst. An unparseable value is ignored the same way.
+fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<f64>() {
+        // Capped before converting: a huge value would overflow a Duration.
+        return (secs.is_finite() && secs >= 0.0)
+            .then(|| Duration::from_secs_f64(secs.min(RETRY_AFTER_CAP.as_secs_f64())));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    at.duration_since(now)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .map(|d| d.min(RETRY_AFTER_CAP))
 }
 
 /// 500 ms × 2ⁿ, capped at 30 s, with full jitter.
@@ -393,6 +413,36 @@ mod tests {
             "ephemeral"
         );
         assert!(req.messages[1].content[1].0.get("cache_control").is_none());
+    }
+
+    #[test]
+    fn retry_after_takes_seconds_and_http_dates() {
+        let now = httpdate::parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT").unwrap();
+        let secs = |s| Some(Duration::from_secs(s));
+        assert_eq!(parse_retry_after("2", now), secs(2));
+        assert_eq!(parse_retry_after(" 0 ", now), secs(0));
+        assert_eq!(parse_retry_after("1e30", now), secs(60));
+        assert_eq!(parse_retry_after("-1", now), None);
+        assert_eq!(parse_retry_after("soon", now), None);
+        for later in [
+            "Sun, 06 Nov 1994 08:49:40 GMT",
+            "Sunday, 06-Nov-94 08:49:40 GMT",
+            "Sun Nov  6 08:49:40 1994",
+        ] {
+            assert_eq!(parse_retry_after(later, now), secs(3), "{later}");
+        }
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 09:49:37 GMT", now),
+            secs(60)
+        );
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT", now),
+            None
+        );
+        assert_eq!(
+            parse_retry_after("Sat, 05 Nov 1994 08:49:37 GMT", now),
+            None
+        );
     }
 
     #[test]

@@ -10,4 +10,7 @@ mod wire;
 /// module so the audit log can record it without importing this one).
 pub use crate::usage::Usage;
 pub use anthropic::{AnthropicClient, FailedAttempt, LlmError, SendError};
-pub use wire::{Block, KnownBlock, Message, Request, Response, Role, ToolChoice};
+pub use wire::{
+    Block, KNOWN_STOP_REASONS, KnownBlock, Message, ProtocolError, Request, Response, Role,
+    ToolChoice, check_protocol,
+};

@@ -74,6 +74,14 @@ impl Block {
         KnownBlock::deserialize(&self.0).ok()
     }
 
+    /// A `tool_use` block's id, when it has a usable one (a non-empty string).
+    pub fn tool_use_id(&self) -> Option<&str> {
+        self.0
+            .get("id")
+            .and_then(Value::as_str)
+            .filter(|id| !id.is_empty())
+    }
+
     /// The block's `type` field.
     pub fn kind(&self) -> &str {
         self.0.get("type").and_then(Value::as_str).unwrap_or("")
@@ -119,6 +127,23 @@ impl Message {
             .collect()
     }
 
+    /// Every `tool_use` block that has an id, in order and repeats included, with
+    /// its name and input as far as they are usable (`""` and null otherwise). This
+    /// is what must be answered when a response that breaks the protocol is not
+    /// acted on; [`Message::tool_uses`] skips a malformed block instead.
+    pub fn answerable_tool_uses(&self) -> Vec<(String, String, Value)> {
+        self.content
+            .iter()
+            .filter(|b| b.kind() == "tool_use")
+            .filter_map(|b| {
+                let id = b.tool_use_id()?.to_string();
+                let name = b.0.get("name").and_then(Value::as_str).unwrap_or("");
+                let input = b.0.get("input").cloned().unwrap_or(Value::Null);
+                Some((id, name.to_string(), input))
+            })
+            .collect()
+    }
+
     /// The message's text blocks joined.
     pub fn text(&self) -> String {
         let texts: Vec<String> = self
@@ -131,6 +156,78 @@ impl Message {
             .collect();
         texts.join("\n")
     }
+}
+
+/// The `stop_reason` values of the Messages API that harnessd acts on; any other
+/// value is a response it cannot interpret safely (SPEC §6: an `error` stop).
+pub const KNOWN_STOP_REASONS: [&str; 6] = [
+    "end_turn",
+    "tool_use",
+    "max_tokens",
+    "stop_sequence",
+    "pause_turn",
+    "refusal",
+];
+
+/// How a response breaks the Messages API protocol. Such a response is not acted
+/// on: guessing what the model meant could run a call it never asked for, or run
+/// one twice.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProtocolError {
+    /// `stop_reason` is absent, null or empty.
+    #[error("the response has no stop_reason")]
+    MissingStopReason,
+    /// A `stop_reason` this version does not know.
+    #[error("unknown stop_reason \"{0}\"")]
+    UnknownStopReason(String),
+    /// A `tool_use` block whose `id` is absent, not a string or empty: it cannot
+    /// be answered.
+    #[error("a tool_use block without an id (block {index} of the content, from 0)")]
+    MissingToolUseId {
+        /// Index of the block in the response's content.
+        index: usize,
+    },
+    /// Two `tool_use` blocks of one response share an id.
+    #[error("tool_use id \"{0}\" appears more than once in one response")]
+    DuplicateToolUseId(String),
+    /// A `tool_use` block with an id but no usable `name` or `input`.
+    #[error("tool_use block \"{id}\" is malformed: {reason}")]
+    MalformedToolUse {
+        /// The block's id.
+        id: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// Checks a response's stop reason (`""` when it had none) and its content
+/// against the protocol; the first problem found is returned.
+pub fn check_protocol(stop_reason: &str, content: &[Block]) -> Result<(), ProtocolError> {
+    if stop_reason.is_empty() {
+        return Err(ProtocolError::MissingStopReason);
+    }
+    if !KNOWN_STOP_REASONS.contains(&stop_reason) {
+        return Err(ProtocolError::UnknownStopReason(stop_reason.to_string()));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for (index, block) in content.iter().enumerate() {
+        if block.kind() != "tool_use" {
+            continue;
+        }
+        let Some(id) = block.tool_use_id() else {
+            return Err(ProtocolError::MissingToolUseId { index });
+        };
+        if !seen.insert(id) {
+            return Err(ProtocolError::DuplicateToolUseId(id.to_string()));
+        }
+        if let Err(e) = KnownBlock::deserialize(&block.0) {
+            return Err(ProtocolError::MalformedToolUse {
+                id: id.to_string(),
+                reason: e.to_string(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// A successful Messages API response (the fields harnessd uses).
@@ -202,5 +299,60 @@ mod tests {
         );
         assert_eq!(msg.text(), "hi");
         assert_eq!(msg.content[1].known(), None);
+    }
+
+    fn blocks(v: Value) -> Vec<Block> {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn protocol_check_names_what_is_wrong() {
+        let ok = blocks(json!([{"type": "tool_use", "id": "a", "name": "x", "input": {}}]));
+        assert_eq!(check_protocol("tool_use", &ok), Ok(()));
+        assert_eq!(
+            check_protocol("", &ok),
+            Err(ProtocolError::MissingStopReason)
+        );
+        assert_eq!(
+            check_protocol("model_context_window_exceeded", &ok),
+            Err(ProtocolError::UnknownStopReason(
+                "model_context_window_exceeded".into()
+            ))
+        );
+        let no_id = blocks(
+            json!([{"type": "text", "text": "t"}, {"type": "tool_use", "id": "", "name": "x"}]),
+        );
+        assert_eq!(
+            check_protocol("tool_use", &no_id),
+            Err(ProtocolError::MissingToolUseId { index: 1 })
+        );
+        let dup = blocks(json!([
+            {"type": "tool_use", "id": "a", "name": "x", "input": {}},
+            {"type": "tool_use", "id": "a", "name": "y", "input": {}}
+        ]));
+        assert_eq!(
+            check_protocol("tool_use", &dup),
+            Err(ProtocolError::DuplicateToolUseId("a".into()))
+        );
+        let no_name = blocks(json!([{"type": "tool_use", "id": "a", "input": {}}]));
+        assert!(matches!(
+            check_protocol("tool_use", &no_name),
+            Err(ProtocolError::MalformedToolUse { .. })
+        ));
+        let msg = Message {
+            role: Role::Assistant,
+            content: [
+                dup,
+                no_name,
+                blocks(json!([{"type": "tool_use", "name": "z"}])),
+            ]
+            .concat(),
+        };
+        let ids: Vec<String> = msg
+            .answerable_tool_uses()
+            .into_iter()
+            .map(|u| u.0)
+            .collect();
+        assert_eq!(ids, ["a", "a", "a"]);
     }
 }

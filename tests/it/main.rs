@@ -16,6 +16,7 @@ mod guard;
 mod inprocess;
 mod paths;
 mod policy_cli;
+mod protocol;
 mod records;
 mod reload;
 mod shell_diff;
