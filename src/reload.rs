@@ -27,6 +27,10 @@ use crate::text::escape_text;
 /// Quiet time after the last file event before reloading.
 pub const DEBOUNCE: Duration = Duration::from_millis(50);
 
+/// Longest wait from the first file event of a burst: a file rewritten more often
+/// than [`DEBOUNCE`] is still loaded this often, not never.
+pub const MAX_WAIT: Duration = Duration::from_millis(500);
+
 /// The directories to watch: the root, and the directories holding both files.
 fn watched_dirs(live: &LiveConfig) -> Vec<PathBuf> {
     let paths = live.current().paths.clone();
@@ -203,7 +207,7 @@ pub async fn watch(
             None
         }
     };
-    let mut debounce = Debouncer::new(DEBOUNCE);
+    let mut debounce = Debouncer::new(DEBOUNCE, MAX_WAIT);
     // The same rejection is recorded once, not at every later event.
     let mut last_rejection: Option<ReloadOutcome> = None;
     loop {

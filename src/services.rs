@@ -153,12 +153,16 @@ impl Services {
         }
     }
 
-    /// Stops hot reload and waits for it, then drops this handle to the audit log
-    /// (the writer ends once the clones given out are dropped too).
+    /// Stops hot reload and waits for it, removes the idle pooled call cgroups (a
+    /// clean exit leaves none in the host's tree), then drops this handle to the
+    /// audit log (the writer ends once the clones given out are dropped too).
     pub async fn shutdown(self) {
         self.stop_reloader.cancel();
         // A reloader that failed to record has nothing left to say at shutdown.
         let _ = self.reloader.await;
+        // rmdir and the kill check block briefly: off the runtime's workers. A
+        // failure is logged where it happens; the next start sweeps what is left.
+        let _ = tokio::task::spawn_blocking(crate::exec::remove_pooled_cgroups).await;
     }
 }
 

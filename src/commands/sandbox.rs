@@ -39,6 +39,8 @@ pub fn run(root: &Path, argv: Vec<String>, helper: &Path) -> anyhow::Result<i32>
         cancel: &never,
         relay_output: true,
     });
+    // The call's cgroup went back to the pool; nothing else will use it.
+    crate::exec::remove_pooled_cgroups();
     Ok(match outcome.ending {
         Ending::Exited(code) => code,
         Ending::Signaled(sig) => 128 + sig,

@@ -240,3 +240,50 @@ impl CallCgroup {
         // Otherwise it is left for remove_stale at the next start.
     }
 }
+
+/// Removes the pooled (idle) call cgroups this process made: called when `run`,
+/// `serve` or `sandbox` stops cleanly, so a clean exit leaves nothing in the host's
+/// cgroup tree. Calls still running keep theirs; a later call makes a new one.
+/// Returns how many could not be removed (each is logged; the next start's stale
+/// sweep removes them once this pid is gone).
+pub fn remove_pooled() -> usize {
+    let pooled: Vec<CallCgroup> = match POOL.lock() {
+        Ok(mut pool) => pool.drain(..).collect(),
+        // A panic while holding the pool left it as it was: still ours to empty.
+        Err(poisoned) => poisoned.into_inner().drain(..).collect(),
+    };
+    pooled.into_iter().filter(|cg| !cg.remove()).count()
+}
+
+impl CallCgroup {
+    /// Kills anything left in it (a pooled one should hold nothing) and removes its
+    /// directories; whether all of them are gone.
+    fn remove(&self) -> bool {
+        self.kill_all();
+        let mut removed = true;
+        for dir in &self.dirs {
+            if let Err(e) = remove_dir_retrying(dir) {
+                tracing::warn!("cannot remove call cgroup {}: {e}", dir.display());
+                removed = false;
+            }
+        }
+        removed
+    }
+}
+
+/// rmdir, retried briefly: a cgroup whose last process has just been reaped can
+/// still be busy for a moment while the kernel lets go of it.
+fn remove_dir_retrying(dir: &std::path::Path) -> std::io::Result<()> {
+    let mut tries = 0;
+    loop {
+        match std::fs::remove_dir(dir) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}

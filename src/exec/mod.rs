@@ -32,6 +32,8 @@ use wait_timeout::ChildExt;
 
 pub use capture::Captured;
 use capture::Sink;
+/// Removes the idle pooled call cgroups; for a clean exit.
+pub use cgroup::remove_pooled as remove_pooled_cgroups;
 
 use crate::sandbox::{Confinement, HelperRequest, Job, Report, Require};
 

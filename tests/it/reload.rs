@@ -3,7 +3,7 @@
 //! edit is kept out and the old policy goes on deciding.
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -283,4 +283,65 @@ fn restart_only_keys_are_reported_not_applied() {
     );
     assert!(err.contains("needs a restart: daemon.socket, api"), "{err}");
     let _ = Path::new("");
+}
+
+/// Issue 10, reproduction 7: a file rewritten every 20 ms (faster than the
+/// debounce) is still loaded, within about a second and again and again, not never.
+#[test]
+fn continuous_rewrites_do_not_starve_the_reload() {
+    let mut slow = Reply::text("done");
+    slow.delay = Duration::from_secs(5);
+    let api = FakeApi::start(vec![slow]);
+    let root = TestRoot::new(&api.url);
+    let child = root
+        .command(&["run", "x"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("the run to start", || {
+        !root.events_of("model_request").is_empty()
+    });
+    let path = root.dir.join("policies/settings.json");
+    let tmp = root.dir.join("policies/.settings.json.tmp");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let start = Instant::now();
+    // When each new `config_loaded` (not the start's) was first seen.
+    let mut seen: Vec<Duration> = Vec::new();
+    let mut i = 0u32;
+    while start.elapsed() < Duration::from_secs(3) {
+        let mut v: Value = serde_json::from_str(&text).unwrap();
+        v["tools"]["deny"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!(format!("run_bash(echo n{i})")));
+        // Renamed over, so every reload sees a whole, valid file.
+        std::fs::write(&tmp, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+        i += 1;
+        let loaded = root
+            .events_of("config_loaded")
+            .iter()
+            .filter(|e| e["trigger"] == "watch")
+            .count();
+        if loaded > seen.len() {
+            seen.resize(loaded, start.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        seen.first()
+            .is_some_and(|t| *t <= Duration::from_millis(1500)),
+        "a reload within ~1 s of the first rewrite ({i} rewrites): {seen:?}"
+    );
+    assert!(
+        seen.len() >= 3,
+        "reloads keep coming during 3 s of rewrites: {seen:?}"
+    );
+    assert!(
+        root.events_of("config_rejected").is_empty(),
+        "every rewrite was valid"
+    );
 }
