@@ -18,6 +18,7 @@ mod paths;
 mod policy_cli;
 mod records;
 mod reload;
+mod resume;
 mod shell_diff;
 mod stops;
 mod systemd;
