@@ -20,12 +20,12 @@ fn allow_bash(root: &TestRoot) {
 
 /// Submits a task whose model request hangs, kills the daemon with SIGKILL while it
 /// waits, and restarts it: the task comes back `interrupted`.
-fn interrupted_task(root: &TestRoot) -> (Daemon, String) {
+fn interrupted_task(api: &FakeApi, root: &TestRoot) -> (Daemon, String) {
     let mut d = Daemon::start(root);
     let id = d.submit("slow model");
-    wait_until("the model request", || {
-        !root.events_of("model_request").is_empty()
-    });
+    // Killed only once the fake holds the request, so its slow reply is used up and
+    // the resumed run gets the next one.
+    wait_until("the model request", || api.requests().len() == 1);
     d.child.kill().unwrap();
     d.child.wait().unwrap();
     let d = Daemon::start(root);
@@ -63,7 +63,7 @@ fn eight_parallel_resumes_run_the_task_once() {
         let api = FakeApi::start(vec![slow, first, Reply::text("done")]);
         let root = TestRoot::new(&api.url);
         allow_bash(&root);
-        let (d, id) = interrupted_task(&root);
+        let (d, id) = interrupted_task(&api, &root);
         let codes = eight_resumes(&d, &id);
         assert_eq!(
             codes,
@@ -87,7 +87,7 @@ fn a_task_locked_by_another_process_is_not_resumed() {
     slow.delay = Duration::from_secs(30);
     let api = FakeApi::start(vec![slow, Reply::text("done")]);
     let root = TestRoot::new(&api.url);
-    let (d, id) = interrupted_task(&root);
+    let (d, id) = interrupted_task(&api, &root);
     // Another process (here: this test) drives the task's transcript.
     let lock_path = root.dir.join(format!("transcripts/{id}.lock"));
     let lock = std::fs::File::create(&lock_path).unwrap();
