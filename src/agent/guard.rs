@@ -23,7 +23,7 @@ use futures::FutureExt;
 
 use super::TaskEnv;
 use super::calls::{self, ToolUse};
-use crate::events::{Event, EventError, MAX_FIELD_CHARS};
+use crate::events::{CallTrail, Event, EventError, MAX_FIELD_CHARS, TrailError};
 use crate::llm::Block;
 use crate::tools::ToolResult;
 
@@ -235,6 +235,69 @@ pub(super) async fn answer_open_calls(
         blocks.push(Block::tool_result(id, &result.content, true));
     }
     Ok(blocks)
+}
+
+/// Answer to a call the resumed transcript left open when the log shows it allowed to
+/// run but not finished (SPEC §6, Resume): it may have run, in part or whole.
+pub(super) const RESUME_STATE_UNKNOWN: &str = "state unknown: it may have run in part; check \
+before repeating it (the task was interrupted while this call was being run)";
+
+/// Answer to a call the resumed transcript left open when the log shows it never
+/// allowed to run.
+pub(super) const RESUME_NOT_EXECUTED: &str = "not executed: the task was interrupted before \
+this call ran; request it again if it is still needed";
+
+/// Answers, in order, the calls a resumed transcript left open, each as far as the
+/// audit log shows it got (`trails`; an unreadable log counts every call as possibly
+/// run, since "not executed" must never be said of a call that may have run). A call
+/// the log left open is closed with a `tool_finished` (and its `tool_requested` first
+/// if it had none); one the log already closed gets no second `tool_finished`.
+pub(super) async fn answer_resumed_calls(
+    env: &TaskEnv,
+    task_id: &str,
+    uses: &[ToolUse],
+    trails: Result<HashMap<String, CallTrail>, TrailError>,
+) -> Result<Vec<Block>, EventError> {
+    let trails = trails.unwrap_or_else(|e| {
+        tracing::warn!("task {task_id}: {e}; its open calls are answered \"state unknown\"");
+        HashMap::new()
+    });
+    let mut blocks = Vec::with_capacity(uses.len());
+    for (id, name, input) in uses {
+        let trail = trails.get(id).cloned().unwrap_or(CallTrail::MayHaveRun);
+        let (message, close) = match trail {
+            CallTrail::Absent => {
+                env.services
+                    .events
+                    .record(Some(task_id), Event::tool_requested(id, name, input))
+                    .await?;
+                (RESUME_NOT_EXECUTED.to_string(), true)
+            }
+            CallTrail::Requested => (RESUME_NOT_EXECUTED.to_string(), true),
+            CallTrail::MayHaveRun => (RESUME_STATE_UNKNOWN.to_string(), true),
+            CallTrail::Finished { ran: false, .. } => (RESUME_NOT_EXECUTED.to_string(), false),
+            CallTrail::Finished {
+                ran: true,
+                exit_code,
+            } => (ran_but_lost(exit_code), false),
+        };
+        let result = ToolResult::error(&message);
+        if close {
+            let zero = std::time::Duration::ZERO;
+            calls::finished(env, task_id, id, name, &result, zero, None).await?;
+        }
+        blocks.push(Block::tool_result(id, &result.content, true));
+    }
+    Ok(blocks)
+}
+
+/// Answer to a call the log shows finished whose result the transcript lost.
+fn ran_but_lost(exit_code: Option<i32>) -> String {
+    let how = exit_code.map_or(String::new(), |c| format!(" (exit code {c})"));
+    format!(
+        "state unknown: this call ran{how} but its result was lost when the task was \
+         interrupted; check its effects before repeating it"
+    )
 }
 
 /// The test-only switch: `HARNESSD_TEST_PANIC_ON_TOOL=<tool>` makes a call of `<tool>`

@@ -16,7 +16,7 @@ mod transcript;
 pub use calls::advertised;
 pub use guard::install_panic_hook;
 pub use stop::{StopReason, TaskStatus};
-pub use transcript::{Transcript, TurnRecord};
+pub use transcript::{LockError, RunLock, Transcript, TurnRecord};
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::approval::Approver;
 use crate::config::{ConfigSource, Loaded, LoopConfig};
-use crate::events::{Event, EventError, EventLog};
+use crate::events::{self, Event, EventError, EventLog};
 use crate::exec::Executor;
 use crate::llm::{
     AnthropicClient, Block, FailedAttempt, LlmError, Message, ProtocolError, Request, Response,
@@ -245,8 +245,9 @@ impl TaskRun<'_> {
     }
 
     /// Makes a saved history ready to send again: dangling `tool_use` blocks (the
-    /// daemon died before running them) are answered first; a history that ends
-    /// with the model's answer gets a user turn asking it to go on.
+    /// process died before their results were saved) are answered first, each as
+    /// far as the audit log shows it got; a history that ends with the model's
+    /// answer gets a user turn asking it to go on.
     async fn prepare_resume(&mut self) -> Result<(), EventError> {
         let Some(last) = self.transcript.messages.last() else {
             return Ok(());
@@ -259,11 +260,24 @@ impl TaskRun<'_> {
             self.push_user(vec![Block::text(
                 "Continue the task from where you stopped.",
             )]);
-        } else {
-            let why = "not executed: the task was interrupted before this call ran; \
-                       request it again if it is still needed";
-            self.unexecuted(&uses, why).await?;
+            return Ok(());
         }
+        // How far each open call got is in the audit log, not the transcript: the
+        // transcript is saved before the calls run, the log records each step.
+        let log = self.env.services.config.current().paths.events.clone();
+        let task_id = self.spec.task_id.clone();
+        let ids: Vec<String> = uses.iter().map(|(id, _, _)| id.clone()).collect();
+        let trails = tokio::task::spawn_blocking(move || events::call_trails(&log, &task_id, &ids))
+            .await
+            .unwrap_or_else(|e| {
+                Err(events::TrailError::Io {
+                    path: std::path::PathBuf::new(),
+                    source: std::io::Error::other(e),
+                })
+            });
+        let blocks =
+            guard::answer_resumed_calls(self.env, &self.spec.task_id, &uses, trails).await?;
+        self.push_user(blocks);
         Ok(())
     }
 

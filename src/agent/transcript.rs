@@ -1,9 +1,12 @@
 //! `transcripts/<task_id>.json`: the task's exact API messages and per-turn record,
 //! rewritten atomically (temp file + rename) after every turn so a crash leaves the
-//! last complete turn.
+//! last complete turn. Each writer uses a temp file of its own, and a run holds the
+//! task's [`RunLock`] so that no two processes drive one transcript.
 
 use std::io::Write;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
@@ -90,12 +93,102 @@ impl Transcript {
     fn write(dir: &Path, task_id: &str, bytes: &[u8]) -> std::io::Result<()> {
         std::fs::create_dir_all(dir)?;
         let path = Transcript::path(dir, task_id);
-        let tmp = dir.join(format!(".{task_id}.json.tmp"));
+        // Unique per writer (process and call): two writers sharing one temp name
+        // would rename each other's half-written bytes into place.
+        let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let tmp = dir.join(format!(".{task_id}.{}.{n}.tmp", std::process::id()));
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(bytes)?;
         // No fsync: the guarantee is against a crash of harnessd, which the page
         // cache survives; rename-over on ext4/xfs orders data before the rename.
         drop(f);
-        std::fs::rename(&tmp, &path)
+        std::fs::rename(&tmp, &path).inspect_err(|_| {
+            let _ = std::fs::remove_file(&tmp);
+        })
+    }
+}
+
+/// Numbers this process's temp files, so no two writes share one.
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Why a task's run lock was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    /// Another run (in this process or another) holds it.
+    #[error("task {task_id} is being run by another process (its lock {} is held)", path.display())]
+    Held {
+        /// The task.
+        task_id: String,
+        /// The lock file.
+        path: PathBuf,
+    },
+    /// The lock file could not be created or locked.
+    #[error("cannot lock {}: {source}", path.display())]
+    Io {
+        /// The lock file.
+        path: PathBuf,
+        /// What the operating system said.
+        source: std::io::Error,
+    },
+}
+
+/// An exclusive `flock` on `transcripts/<task_id>.lock`, held for a whole run so
+/// that two processes (a daemon and anything else on the root) never drive one
+/// transcript. The lock file is removed when the lock is dropped.
+#[derive(Debug)]
+pub struct RunLock {
+    file: std::fs::File,
+    path: PathBuf,
+}
+
+impl RunLock {
+    /// Takes the run lock of `task_id` in `dir` without waiting: [`LockError::Held`]
+    /// when another run has it. Blocking file I/O; call it off the runtime's workers.
+    pub fn acquire(dir: &Path, task_id: &str) -> Result<RunLock, LockError> {
+        let path = dir.join(format!("{task_id}.lock"));
+        let io = |source| LockError::Io {
+            path: path.clone(),
+            source,
+        };
+        std::fs::create_dir_all(dir).map_err(io)?;
+        // A holder removes the file before it lets go, so a lock taken on a file
+        // that is no longer at `path` was taken on a dead file: open the new one.
+        for _ in 0..8 {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+                .map_err(io)?;
+            match file.try_lock() {
+                Ok(()) => {}
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(LockError::Held {
+                        task_id: task_id.to_string(),
+                        path,
+                    });
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
+            }
+            let held = file.metadata().map_err(io)?;
+            match std::fs::metadata(&path) {
+                Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => {
+                    return Ok(RunLock { file, path });
+                }
+                _ => continue,
+            }
+        }
+        Err(LockError::Held {
+            task_id: task_id.to_string(),
+            path,
+        })
+    }
+}
+
+impl Drop for RunLock {
+    fn drop(&mut self) {
+        // Removed while still locked (see `acquire`), then unlocked by the close.
+        let _ = std::fs::remove_file(&self.path);
+        let _ = self.file.unlock();
     }
 }

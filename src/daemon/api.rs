@@ -22,7 +22,7 @@ use tokio::sync::broadcast;
 
 use super::approvals::Approvals;
 use super::metrics::Metrics;
-use super::tasks::{Scheduler, TaskStatus};
+use super::tasks::{ClaimError, Scheduler, lock_run};
 use crate::agent::Transcript;
 use crate::config::{ConfigSource, LiveConfig};
 use crate::control::{
@@ -221,34 +221,38 @@ async fn resume_task(
     State(s): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let t = task(&s, &id)?;
-    if !matches!(t.status, TaskStatus::Interrupted | TaskStatus::Finished) {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "conflict",
-            format!(
-                "task {id} is {:?}; only an interrupted or stopped task can be resumed",
-                t.status
-            ),
-        ));
-    }
-    if t.stop_reason == Some(crate::agent::StopReason::EndTurn) {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "conflict",
-            format!("task {id} already ended with an answer"),
-        ));
-    }
-    let dir = s.config.current().paths.transcripts.clone();
-    let path = Transcript::path(&dir, &id);
-    let transcript: Transcript = Transcript::read_async(path).await.ok().ok_or_else(|| {
-        ApiError::new(
-            StatusCode::CONFLICT,
-            "conflict",
-            format!("no readable transcript for {id}"),
-        )
+    // The claim is the registry's check-and-set: of racing resumes, one wins and the
+    // rest are answered 409 here, before anything else is read.
+    let claim = s.scheduler.claim(&id).map_err(|e| match e {
+        ClaimError::NotFound(_) => ApiError::not_found("task", &id),
+        e => ApiError::new(StatusCode::CONFLICT, "conflict", e.to_string()),
     })?;
-    s.scheduler.resume(transcript);
+    let dir = s.config.current().paths.transcripts.clone();
+    // The run lock keeps other processes off the transcript; taken before the
+    // transcript is read, so what is read is what this run continues.
+    let lock = match lock_run(dir.clone(), id.clone()).await {
+        Ok(lock) => lock,
+        Err(e) => {
+            s.scheduler.release(claim);
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "conflict",
+                e.to_string(),
+            ));
+        }
+    };
+    let transcript = match Transcript::read_async(Transcript::path(&dir, &id)).await {
+        Ok(t) => t,
+        Err(e) => {
+            s.scheduler.release(claim);
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "conflict",
+                format!("no readable transcript for {id}: {e}"),
+            ));
+        }
+    };
+    s.scheduler.resume(claim, transcript, lock);
     let t = task(&s, &id)?;
     Ok((StatusCode::ACCEPTED, Json(t)).into_response())
 }

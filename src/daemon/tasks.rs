@@ -1,6 +1,10 @@
 //! The daemon's tasks: a registry of every task it knows (status, stop reason,
 //! usage, answer) and the scheduler that runs at most `daemon.max_concurrent_tasks`
 //! at once, each through the same loop as `harnessd run`.
+//!
+//! One run per task: a resume first claims the task in the registry (a check and a
+//! status change under one lock), and every run holds the task's [`RunLock`], which
+//! also keeps other processes off its transcript.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -11,7 +15,8 @@ use tokio_util::task::TaskTracker;
 
 pub use crate::agent::TaskStatus;
 use crate::agent::{
-    StopReason, TaskOutcome, TaskServices, TaskSpec, Transcript, new_task_id, run_task,
+    LockError, RunLock, StopReason, TaskOutcome, TaskServices, TaskSpec, Transcript, new_task_id,
+    run_task,
 };
 use crate::control::Task;
 use crate::llm::Usage;
@@ -44,6 +49,43 @@ impl Registry {
 
     /// Records a task found on disk (from a transcript).
     pub fn insert_recorded(&self, info: Task) {
+        self.insert(info, CancellationToken::new());
+    }
+
+    /// Claims `id` for a resume: in one step under the lock, checks that it is
+    /// interrupted or stopped (not with an answer) and marks it queued, with `cancel`
+    /// as its token. Returns the entry as it was, for [`Registry::restore`].
+    fn claim(&self, id: &str, cancel: CancellationToken) -> Result<Task, ClaimError> {
+        self.with(|m| {
+            let e = m
+                .get_mut(id)
+                .ok_or_else(|| ClaimError::NotFound(id.to_string()))?;
+            if !matches!(
+                e.info.status,
+                TaskStatus::Interrupted | TaskStatus::Finished
+            ) {
+                return Err(ClaimError::Busy {
+                    task_id: id.to_string(),
+                    status: e.info.status,
+                });
+            }
+            if e.info.stop_reason == Some(StopReason::EndTurn) {
+                return Err(ClaimError::Answered(id.to_string()));
+            }
+            let previous = e.info.clone();
+            e.info.status = TaskStatus::Queued;
+            e.info.stop_reason = None;
+            e.info.answer = None;
+            e.info.error = None;
+            e.info.updated = now();
+            e.cancel = cancel;
+            Ok(previous)
+        })
+        .unwrap_or_else(|| Err(ClaimError::NotFound(id.to_string())))
+    }
+
+    /// Puts back an entry a claim changed, when the resume did not go ahead.
+    fn restore(&self, info: Task) {
         self.insert(info, CancellationToken::new());
     }
 
@@ -106,6 +148,46 @@ impl Registry {
     }
 }
 
+/// Why a task cannot be resumed now.
+#[derive(Debug, thiserror::Error)]
+pub enum ClaimError {
+    /// No such task.
+    #[error("no task {0:?}")]
+    NotFound(String),
+    /// Queued or running (another resume may have just claimed it).
+    #[error("task {task_id} is {}; only an interrupted or stopped task can be resumed", status.as_str())]
+    Busy {
+        /// The task.
+        task_id: String,
+        /// Its status now.
+        status: TaskStatus,
+    },
+    /// It ended with the model's answer; there is nothing to continue.
+    #[error("task {0} already ended with an answer")]
+    Answered(String),
+}
+
+/// A task claimed for a resume ([`Scheduler::claim`]): the registry shows it
+/// queued, so no other resume can claim it. Hand it to [`Scheduler::resume`], or to
+/// [`Scheduler::release`] if the resume does not go ahead.
+pub struct Claim {
+    previous: Task,
+    cancel: CancellationToken,
+}
+
+/// Takes a task's run lock on a blocking thread (it creates and locks a file).
+pub async fn lock_run(dir: std::path::PathBuf, task_id: String) -> Result<RunLock, LockError> {
+    let path = dir.join(format!("{task_id}.lock"));
+    tokio::task::spawn_blocking(move || RunLock::acquire(&dir, &task_id))
+        .await
+        .unwrap_or_else(|e| {
+            Err(LockError::Io {
+                path,
+                source: std::io::Error::other(e),
+            })
+        })
+}
+
 /// Starts and tracks tasks.
 #[derive(Clone)]
 pub struct Scheduler {
@@ -160,8 +242,21 @@ impl Scheduler {
         self.start(spec)
     }
 
-    /// Continues an interrupted or stopped task from its transcript.
-    pub fn resume(&self, transcript: Transcript) -> String {
+    /// Claims task `id` for a resume (see [`Claim`]).
+    pub fn claim(&self, id: &str) -> Result<Claim, ClaimError> {
+        let cancel = self.shutdown.child_token();
+        let previous = self.registry.claim(id, cancel.clone())?;
+        Ok(Claim { previous, cancel })
+    }
+
+    /// Gives up a claim: the task is as it was before it.
+    pub fn release(&self, claim: Claim) {
+        self.registry.restore(claim.previous);
+    }
+
+    /// Continues a claimed task from its transcript, under its run lock (held until
+    /// the run ends).
+    pub fn resume(&self, claim: Claim, transcript: Transcript, lock: RunLock) -> String {
         let spec = TaskSpec {
             task_id: transcript.task_id.clone(),
             prompt: String::new(),
@@ -169,7 +264,11 @@ impl Scheduler {
             source: "api".into(),
             resume: Some(transcript),
         };
-        self.start(spec)
+        let id = spec.task_id.clone();
+        let this = self.clone();
+        self.tracker
+            .spawn(async move { this.run(spec, claim.cancel, Some(lock)).await });
+        id
     }
 
     fn start(&self, spec: TaskSpec) -> String {
@@ -195,12 +294,23 @@ impl Scheduler {
         );
         let this = self.clone();
         self.tracker
-            .spawn(async move { this.run(spec, cancel).await });
+            .spawn(async move { this.run(spec, cancel, None).await });
         id
     }
 
-    async fn run(self, spec: TaskSpec, cancel: CancellationToken) {
+    /// Runs a task under its run lock: `lock`, or (a new task) one taken here.
+    async fn run(self, spec: TaskSpec, cancel: CancellationToken, lock: Option<RunLock>) {
         let id = spec.task_id.clone();
+        let lock = match lock {
+            Some(lock) => lock,
+            None => {
+                let dir = self.services.config.current().paths.transcripts.clone();
+                match lock_run(dir, id.clone()).await {
+                    Ok(lock) => lock,
+                    Err(e) => return self.fail(&id, e.to_string()),
+                }
+            }
+        };
         let permit = tokio::select! {
             p = self.slots.clone().acquire_owned() => p.ok(),
             () = cancel.cancelled() => None,
@@ -215,18 +325,25 @@ impl Scheduler {
             Ok(outcome) => self.registry.finish(&id, &outcome),
             Err(e) => {
                 tracing::error!("task {id}: the audit log failed: {e}");
-                self.registry.finish(
-                    &id,
-                    &TaskOutcome {
-                        stop_reason: StopReason::Error,
-                        answer: String::new(),
-                        turns: 0,
-                        usage: Usage::default(),
-                        error: Some(e.to_string()),
-                    },
-                );
+                self.fail(&id, e.to_string());
             }
         }
         drop(permit);
+        // Released only now: the final transcript is saved and the run is over.
+        drop(lock);
+    }
+
+    /// Ends a task that could not run to a recorded end with `error`.
+    fn fail(&self, id: &str, error: String) {
+        self.registry.finish(
+            id,
+            &TaskOutcome {
+                stop_reason: StopReason::Error,
+                answer: String::new(),
+                turns: 0,
+                usage: Usage::default(),
+                error: Some(error),
+            },
+        );
     }
 }

@@ -9,9 +9,11 @@
 
 mod file;
 mod kinds;
+mod trail;
 
 pub use file::{EventError, Repair};
 pub use kinds::Event;
+pub use trail::{CallTrail, TrailError, call_trails};
 
 use std::path::Path;
 use std::sync::mpsc as std_mpsc;

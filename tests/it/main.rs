@@ -20,6 +20,7 @@ mod policy_cli;
 mod protocol;
 mod records;
 mod reload;
+mod resume;
 mod shell_diff;
 mod stops;
 mod systemd;

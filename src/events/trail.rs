@@ -1,0 +1,221 @@
+//! Reading the audit log back (read-only): how far given tool calls of one task got,
+//! for a resume that must answer calls the transcript left open (SPEC §6, Resume).
+//!
+//! The log is streamed one line at a time and only the task's lines about the asked
+//! calls are kept, so memory stays bounded by the longest line, not the file.
+
+use std::collections::{HashMap, HashSet};
+use std::io::BufRead;
+use std::path::Path;
+
+use serde::Deserialize;
+
+/// How far one tool call got, as far as the log shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallTrail {
+    /// No `tool_requested` for it: nothing was done for it.
+    Absent,
+    /// Requested, but never allowed to run (no decision yet, awaiting approval,
+    /// denied or refused) and never finished.
+    Requested,
+    /// Allowed (by policy or an approval) and not finished: it may have run in part.
+    MayHaveRun,
+    /// `tool_finished` is recorded; `ran` says whether it had been allowed to run.
+    Finished {
+        /// Whether the call was allowed to run before it finished.
+        ran: bool,
+        /// The process's exit code, when it exited.
+        exit_code: Option<i32>,
+    },
+}
+
+/// Errors reading the log back.
+#[derive(Debug, thiserror::Error)]
+pub enum TrailError {
+    /// The log could not be opened or read.
+    #[error("cannot read the audit log {path}: {source}", path = path.display())]
+    Io {
+        /// The log.
+        path: std::path::PathBuf,
+        /// What the operating system said.
+        source: std::io::Error,
+    },
+}
+
+/// The fields of a log line this reader looks at; every other field is skipped.
+#[derive(Deserialize)]
+struct Line {
+    #[serde(rename = "type")]
+    kind: String,
+    task_id: Option<String>,
+    tool_use_id: Option<String>,
+    approval_id: Option<String>,
+    tier: Option<String>,
+    decision: Option<String>,
+    exit_code: Option<i32>,
+}
+
+/// What the log says about each of `calls` (tool_use ids) of task `task_id`. A call
+/// the log never mentions is [`CallTrail::Absent`]. A missing log is an empty one.
+/// When an id occurs more than once, its last `tool_requested` starts it afresh.
+pub fn call_trails(
+    log: &Path,
+    task_id: &str,
+    calls: &[String],
+) -> Result<HashMap<String, CallTrail>, TrailError> {
+    let io = |source| TrailError::Io {
+        path: log.to_path_buf(),
+        source,
+    };
+    let wanted: HashSet<&str> = calls.iter().map(String::as_str).collect();
+    let mut trails: HashMap<String, CallTrail> = calls
+        .iter()
+        .map(|c| (c.clone(), CallTrail::Absent))
+        .collect();
+    let file = match std::fs::File::open(log) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(trails),
+        Err(e) => return Err(io(e)),
+    };
+    // approval_id → tool_use_id: `approval_resolved` names only the approval.
+    let mut approvals: HashMap<String, String> = HashMap::new();
+    let mut reader = std::io::BufReader::new(file);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        if reader.read_until(b'\n', &mut buf).map_err(io)? == 0 {
+            break;
+        }
+        // Cheap filter before parsing: the task id appears verbatim in its lines.
+        if !contains(&buf, task_id.as_bytes()) {
+            continue;
+        }
+        // A line that does not parse (a torn write) says nothing about any call.
+        let Ok(line) = serde_json::from_slice::<Line>(&buf) else {
+            continue;
+        };
+        if line.task_id.as_deref() != Some(task_id) {
+            continue;
+        }
+        apply(&line, &wanted, &mut approvals, &mut trails);
+    }
+    Ok(trails)
+}
+
+/// Moves a call's trail on by one line of its task.
+fn apply(
+    line: &Line,
+    wanted: &HashSet<&str>,
+    approvals: &mut HashMap<String, String>,
+    trails: &mut HashMap<String, CallTrail>,
+) {
+    let call = match (&line.tool_use_id, &line.approval_id) {
+        (Some(call), _) => call.clone(),
+        (None, Some(approval)) => match approvals.get(approval) {
+            Some(call) => call.clone(),
+            None => return,
+        },
+        (None, None) => return,
+    };
+    if !wanted.contains(call.as_str()) {
+        return;
+    }
+    let Some(trail) = trails.get_mut(&call) else {
+        return;
+    };
+    let allowed = matches!(
+        trail,
+        CallTrail::MayHaveRun | CallTrail::Finished { ran: true, .. }
+    );
+    match line.kind.as_str() {
+        "tool_requested" => *trail = CallTrail::Requested,
+        "policy_decision" if line.tier.as_deref() == Some("allow") => {
+            *trail = CallTrail::MayHaveRun;
+        }
+        "approval_requested" => {
+            if let Some(approval) = &line.approval_id {
+                approvals.insert(approval.clone(), call);
+            }
+        }
+        "approval_resolved" if line.decision.as_deref() == Some("approved") => {
+            *trail = CallTrail::MayHaveRun;
+        }
+        "tool_finished" => {
+            *trail = CallTrail::Finished {
+                ran: allowed,
+                exit_code: line.exit_code,
+            };
+        }
+        _ => {}
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    needle.is_empty() || haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trails_of(lines: &[serde_json::Value], calls: &[&str]) -> HashMap<String, CallTrail> {
+        let path = std::env::temp_dir().join(format!(
+            "harnessd-trail-{}-{}.jsonl",
+            std::process::id(),
+            fastrand::u64(..)
+        ));
+        let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        std::fs::write(&path, format!("{text}{{\"torn\": ")).unwrap();
+        let calls: Vec<String> = calls.iter().map(|c| c.to_string()).collect();
+        let out = call_trails(&path, "t1", &calls).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        out
+    }
+
+    #[test]
+    fn each_call_gets_how_far_it_got() {
+        use serde_json::json;
+        let lines = [
+            json!({"type": "tool_requested", "task_id": "t1", "tool_use_id": "run"}),
+            json!({"type": "policy_decision", "task_id": "t1", "tool_use_id": "run", "tier": "allow"}),
+            json!({"type": "tool_requested", "task_id": "t1", "tool_use_id": "ask"}),
+            json!({"type": "policy_decision", "task_id": "t1", "tool_use_id": "ask", "tier": "ask"}),
+            json!({"type": "approval_requested", "task_id": "t1", "tool_use_id": "ask", "approval_id": "a1"}),
+            json!({"type": "tool_requested", "task_id": "t1", "tool_use_id": "ok"}),
+            json!({"type": "tool_requested", "task_id": "t1", "tool_use_id": "yes"}),
+            json!({"type": "approval_requested", "task_id": "t1", "tool_use_id": "yes", "approval_id": "a2"}),
+            json!({"type": "approval_resolved", "task_id": "t1", "approval_id": "a2", "decision": "approved"}),
+            json!({"type": "policy_decision", "task_id": "t1", "tool_use_id": "ok", "tier": "allow"}),
+            json!({"type": "tool_finished", "task_id": "t1", "tool_use_id": "ok", "exit_code": 3}),
+            json!({"type": "tool_requested", "task_id": "t1", "tool_use_id": "no"}),
+            json!({"type": "tool_finished", "task_id": "t1", "tool_use_id": "no"}),
+            // Another task's line about the same id changes nothing here.
+            json!({"type": "policy_decision", "task_id": "t2", "tool_use_id": "ask", "tier": "allow"}),
+        ];
+        let got = trails_of(&lines, &["run", "ask", "ok", "yes", "no", "never"]);
+        assert_eq!(got["run"], CallTrail::MayHaveRun);
+        assert_eq!(got["ask"], CallTrail::Requested);
+        assert_eq!(got["yes"], CallTrail::MayHaveRun);
+        assert_eq!(
+            got["ok"],
+            CallTrail::Finished {
+                ran: true,
+                exit_code: Some(3)
+            }
+        );
+        assert_eq!(
+            got["no"],
+            CallTrail::Finished {
+                ran: false,
+                exit_code: None
+            }
+        );
+        assert_eq!(got["never"], CallTrail::Absent);
+    }
+
+    #[test]
+    fn a_missing_log_shows_nothing() {
+        let got = call_trails(Path::new("/nonexistent/events.jsonl"), "t1", &["x".into()]);
+        assert_eq!(got.unwrap()["x"], CallTrail::Absent);
+    }
+}
