@@ -10,6 +10,7 @@ mod architecture;
 mod attack_regressions;
 mod check;
 mod daemon;
+mod disk_full;
 mod escape;
 mod function_length;
 mod guard;
