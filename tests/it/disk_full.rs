@@ -110,7 +110,11 @@ fn a_full_disk_stops_the_action_and_refuses_tasks_until_space_returns() {
     );
     let api = held_model(asked.clone(), go.clone());
     let root = TestRoot::new(&api.url);
-    root.edit_settings(|s| s["tools"]["allow"] = json!(["write_file", "get_time"]));
+    // write_file runs without asking: only the record can stop it.
+    root.edit_settings(|s| {
+        s["tools"]["allow"] = json!(["write_file", "get_time"]);
+        s["tools"]["ask"] = json!([]);
+    });
     let transcripts = root.dir.join("transcripts");
     let _ = std::fs::remove_dir_all(&transcripts);
     let mount = Mount::tmpfs(&transcripts, "256k");
