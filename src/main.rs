@@ -1,7 +1,9 @@
 //! The `harnessd` binary: parse the command line, set up logging, run one command,
 //! map its outcome to an exit code. Nothing else.
 
+// Writes to stderr ignore errors: `eprintln!` panics when stderr is on a full disk.
 use clap::Parser;
+use std::io::Write as _;
 
 use harnessd::cli::{Cli, Command, PolicyCommand};
 use harnessd::commands;
@@ -35,11 +37,19 @@ fn main() {
             // A config error (either file, the API key) is shown as it is, without
             // a chain, and is a usage error (SPEC §8).
             if let Some(StartError::Config(c)) = e.downcast_ref::<StartError>() {
-                eprintln!("error: {}", harnessd::text::escape_text(&c.to_string()));
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "error: {}",
+                    harnessd::text::escape_text(&c.to_string())
+                );
                 std::process::exit(commands::EXIT_CONFIG);
             }
             // Errors can quote model or file text (a transcript that does not parse).
-            eprintln!("error: {}", harnessd::text::escape_text(&format!("{e:#}")));
+            let _ = writeln!(
+                std::io::stderr(),
+                "error: {}",
+                harnessd::text::escape_text(&format!("{e:#}"))
+            );
             std::process::exit(1);
         }
     }

@@ -10,6 +10,8 @@
 //! Kubernetes updates a ConfigMap) is seen, and the watches are set again after
 //! every burst to follow the new target.
 
+// Writes to stderr ignore errors: `eprintln!` panics when stderr is on a full disk.
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -96,6 +98,8 @@ pub async fn reload_and_record(
     last_rejection: &mut Option<ReloadOutcome>,
 ) -> Result<ReloadOutcome, EventError> {
     let outcome = reload_off_runtime(live).await;
+    // `audit.sync` applies from the next line on, like any other live setting.
+    events.set_sync(live.current().config.audit.sync);
     if matches!(outcome, ReloadOutcome::Rejected { .. })
         && last_rejection.as_ref() == Some(&outcome)
     {
@@ -123,7 +127,8 @@ pub async fn reload_and_record(
                     },
                 )
                 .await?;
-            eprintln!(
+            let _ = writeln!(
+                std::io::stderr(),
                 "config rejected ({trigger}), the previous version stays in force: {}",
                 escape_text(error)
             );
@@ -155,7 +160,8 @@ async fn record_loaded(
             .await?;
     }
     // Rules can hold model text (`approve --remember`): escaped for the terminal.
-    eprintln!(
+    let _ = writeln!(
+        std::io::stderr(),
         "config reloaded ({trigger}): {}",
         if changes.is_empty() {
             "no effective change".to_string()
@@ -164,7 +170,8 @@ async fn record_loaded(
         }
     );
     if !restart_needed.is_empty() {
-        eprintln!(
+        let _ = writeln!(
+            std::io::stderr(),
             "warning: changed but needs a restart: {}",
             escape_text(&restart_needed.join(", "))
         );
@@ -203,7 +210,10 @@ pub async fn watch(
             Some(w)
         }
         Err(e) => {
-            eprintln!("warning: cannot watch the config files ({e}); reload with SIGHUP");
+            let _ = writeln!(
+                std::io::stderr(),
+                "warning: cannot watch the config files ({e}); reload with SIGHUP"
+            );
             None
         }
     };

@@ -193,6 +193,7 @@ async fn open_audit_log(
     tap: Option<mpsc::UnboundedSender<Value>>,
 ) -> Result<EventLog, StartError> {
     let (events, repair) = EventLog::open(&loaded.paths.events, tap)?;
+    events.set_sync(loaded.config.audit.sync);
     if let Some(r) = repair {
         events
             .record(

@@ -219,11 +219,31 @@ struct TaskRun<'a> {
 }
 
 impl TaskRun<'_> {
-    async fn save(&self) {
+    /// Saves the transcript; `Err` is why it could not be saved (also logged).
+    async fn save(&self) -> Result<(), String> {
         let dir = self.env.services.config.current().paths.transcripts.clone();
-        if let Err(e) = self.transcript.save_async(dir).await {
+        self.transcript.save_async(dir).await.map_err(|e| {
             tracing::error!("cannot save transcript {}: {e}", self.spec.task_id);
+            format!("cannot save the transcript: {e}")
+        })
+    }
+
+    /// Saves the transcript where the task cannot go on without it: on failure the
+    /// task stops with `error` (its pending calls, if any, answered unexecuted), since
+    /// nothing may happen that a resume could not see.
+    async fn save_or_stop(
+        &mut self,
+        pending: &[calls::ToolUse],
+    ) -> Result<Option<Ended>, EventError> {
+        let Err(error) = self.save().await else {
+            return Ok(None);
+        };
+        if !pending.is_empty() {
+            let why = "not executed: the task's transcript could not be saved, so the task \
+                       stops here";
+            self.unexecuted(pending, why).await?;
         }
+        Ok(Some((StopReason::Error, Some(error))))
     }
 
     fn record(&self, event: Event) -> impl Future<Output = Result<u64, EventError>> + '_ {
@@ -319,8 +339,10 @@ impl TaskRun<'_> {
                 return Ok((reason, None));
             }
             // Saved before the tools run: a crash mid-tool leaves the model's request
-            // on disk, so a resume can answer it.
-            self.save().await;
+            // on disk, so a resume can answer it; no tool runs unsaved.
+            if let Some(ended) = self.save_or_stop(&uses).await? {
+                return Ok(ended);
+            }
             let blocks = calls::execute_calls(
                 self.env,
                 &self.spec.task_id,
@@ -330,7 +352,9 @@ impl TaskRun<'_> {
             )
             .await?;
             self.push_user(blocks);
-            self.save().await;
+            if let Some(ended) = self.save_or_stop(&[]).await? {
+                return Ok(ended);
+            }
         }
     }
 
@@ -540,7 +564,9 @@ impl TaskRun<'_> {
             })
             .await?;
         }
-        self.save().await;
+        if let Some(ended) = self.save_or_stop(&[]).await? {
+            return Ok(ended);
+        }
         self.turns().await
     }
 
@@ -581,7 +607,9 @@ impl TaskRun<'_> {
         self.transcript.stop_reason = Some(stop_reason);
         self.transcript.answer = Some(answer.clone());
         self.transcript.error = error.clone();
-        self.save().await;
+        // The task ends either way; a failure is logged and `task_finished` says why
+        // the task stopped.
+        let _ = self.save().await;
         self.record(Event::TaskFinished {
             stop_reason: stop_reason.as_str().into(),
             turns: self.turn,
@@ -637,7 +665,7 @@ pub async fn run_task(env: &TaskEnv, spec: &TaskSpec) -> Result<TaskOutcome, Eve
             run.transcript.status = TaskStatus::Finished;
             run.transcript.stop_reason = Some(StopReason::Error);
             run.transcript.error = Some(e.to_string());
-            run.save().await;
+            let _ = run.save().await;
             return Err(e);
         }
         Err(panic) => ((StopReason::Error, Some(panic.to_string())), Some(panic)),

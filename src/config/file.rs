@@ -23,6 +23,29 @@ pub struct Config {
     pub paths: PathsConfig,
     /// Settings of `harnessd serve`.
     pub daemon: DaemonConfig,
+    /// How the audit log reaches the disk.
+    pub audit: AuditConfig,
+}
+
+/// `[audit]`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuditConfig {
+    /// When events.jsonl is synced to disk.
+    pub sync: AuditSync,
+}
+
+/// `audit.sync`: whether a line that gates an action is on disk before the action.
+/// Any other value is rejected by serde with the key's location.
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum AuditSync {
+    /// events.jsonl is synced (fdatasync) before a tool runs, an approval takes
+    /// effect and a task is acknowledged; one sync covers every line before it.
+    #[default]
+    BeforeAction,
+    /// Lines are written but never synced: a power loss may lose the last ones.
+    Off,
 }
 
 /// `[api]`.
@@ -352,6 +375,18 @@ mod tests {
         let s = Config::parse(text, "c.toml").expect_err("type").to_string();
         assert!(s.contains("c.toml:2:"), "{s}");
         assert!(s.contains("api.max_tokens"), "{s}");
+    }
+
+    #[test]
+    fn audit_sync_takes_its_two_values_and_names_a_bad_one() {
+        assert_eq!(Config::default().audit.sync, AuditSync::BeforeAction);
+        let off = Config::parse("[audit]\nsync = \"off\"\n", "c.toml").expect("off");
+        assert_eq!(off.audit.sync, AuditSync::Off);
+        let s = Config::parse("[audit]\nsync = \"always\"\n", "c.toml")
+            .expect_err("unknown value")
+            .to_string();
+        assert!(s.contains("c.toml:2:"), "{s}");
+        assert!(s.contains("audit.sync"), "{s}");
     }
 
     #[test]

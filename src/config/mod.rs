@@ -14,7 +14,9 @@ mod settings;
 
 pub use debounce::Debouncer;
 pub use error::{ConfigError, Invalid, Location, find_key};
-pub use file::{ApiConfig, Config, DaemonConfig, LoopConfig, PathsConfig, ToolsConfig};
+pub use file::{
+    ApiConfig, AuditConfig, AuditSync, Config, DaemonConfig, LoopConfig, PathsConfig, ToolsConfig,
+};
 pub use key::ApiKey;
 pub use live::{LiveConfig, ReloadOutcome};
 pub use settings::{

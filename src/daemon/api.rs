@@ -123,7 +123,7 @@ impl From<JsonRejection> for ApiError {
 /// The router.
 pub fn router(state: AppState) -> Router {
     Router::new()
-        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .route("/v1/tasks", post(submit).get(list_tasks))
         .route("/v1/tasks/{id}", get(show_task))
@@ -168,8 +168,24 @@ async fn metrics(State(s): State<AppState>) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
 }
 
+/// 200 while the audit log can be written; 503 with the reason while its last
+/// write failed (SPEC §7, §9).
+async fn healthz(State(s): State<AppState>) -> Response {
+    match s.scheduler.events().failing() {
+        None => Json(json!({"status": "ok"})).into_response(),
+        Some(reason) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "degraded", "reason": reason})),
+        )
+            .into_response(),
+    }
+}
+
+/// Accepts a task once `task_queued` is on the record; 507 while the log cannot
+/// be written (each attempt is also the probe that notices space came back).
 async fn submit(
     State(s): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
     body: Result<Json<SubmitRequest>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Json(body) = body?;
@@ -187,7 +203,20 @@ async fn submit(
             "max_turns must be at least 1",
         ));
     }
-    let id = s.scheduler.submit(body.prompt, body.max_turns);
+    let by = peer
+        .uid
+        .map_or("uid:unknown".to_string(), |u| format!("uid:{u}"));
+    let id = s
+        .scheduler
+        .submit(body.prompt, body.max_turns, by)
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INSUFFICIENT_STORAGE,
+                "insufficient_storage",
+                format!("the audit log cannot be written, so no task is accepted: {e}"),
+            )
+        })?;
     Ok((StatusCode::ACCEPTED, Json(SubmitResponse { task_id: id })).into_response())
 }
 

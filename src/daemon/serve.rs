@@ -7,8 +7,10 @@
 //! stream, so tests run the daemon in-process with triggers of their own; the
 //! `serve` command installs the real signal handlers ([`crate::commands::serve`]).
 
+// Writes to stderr ignore errors: `eprintln!` panics when stderr is on a full disk.
 use std::fs::File;
 use std::future::Future;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -215,7 +217,8 @@ pub async fn serve(
     let listener = socket.dir.bind()?;
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
     watchdog();
-    eprintln!(
+    let _ = writeln!(
+        std::io::stderr(),
         "harnessd serving on {} (pid {})",
         socket.path.display(),
         std::process::id()
@@ -294,7 +297,10 @@ async fn drain(scheduler: &Scheduler, grace: Duration) {
         .await
         .is_err()
     {
-        eprintln!("grace period over: cancelling running tasks");
+        let _ = writeln!(
+            std::io::stderr(),
+            "grace period over: cancelling running tasks"
+        );
         scheduler.shutdown.cancel();
         scheduler.tracker.wait().await;
     }

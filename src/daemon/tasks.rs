@@ -19,6 +19,7 @@ use crate::agent::{
     run_task,
 };
 use crate::control::Task;
+use crate::events::{Event, EventError, EventLog};
 use crate::llm::Usage;
 
 struct Entry {
@@ -230,8 +231,14 @@ impl Scheduler {
         }
     }
 
-    /// Queues a new task; returns its id.
-    pub fn submit(&self, prompt: String, max_turns: Option<u32>) -> String {
+    /// Queues a new task; returns its id. `Err`: `task_queued` could not be
+    /// written, and nothing was queued.
+    pub async fn submit(
+        &self,
+        prompt: String,
+        max_turns: Option<u32>,
+        by: String,
+    ) -> Result<String, EventError> {
         let spec = TaskSpec {
             task_id: new_task_id(),
             prompt,
@@ -239,7 +246,25 @@ impl Scheduler {
             source: "api".into(),
             resume: None,
         };
-        self.start(spec)
+        // Recorded (and synced) before the task exists anywhere: a task the log
+        // cannot hold is refused, never accepted and lost.
+        self.services
+            .events
+            .record(
+                Some(&spec.task_id),
+                Event::TaskQueued {
+                    prompt: spec.prompt.clone(),
+                    source: spec.source.clone(),
+                    by,
+                },
+            )
+            .await?;
+        Ok(self.start(spec))
+    }
+
+    /// The audit log the tasks write to.
+    pub fn events(&self) -> &EventLog {
+        &self.services.events
     }
 
     /// Claims task `id` for a resume (see [`Claim`]).

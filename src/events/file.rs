@@ -45,6 +45,9 @@ pub(crate) struct LogFile {
     file: Option<File>,
     next_seq: u64,
     known_len: u64,
+    /// The length to cut the file back to before the next write: set when a failed
+    /// write could not be cut back at once.
+    pending_cut: Option<u64>,
 }
 
 fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> EventError + 'a {
@@ -72,6 +75,7 @@ impl LogFile {
             file: Some(file),
             next_seq: 1,
             known_len: u64::MAX,
+            pending_cut: None,
         };
         let repair = log.with_lock(repair)?;
         Ok((log, repair))
@@ -108,6 +112,12 @@ impl LogFile {
 
     /// Appends one event object (without `seq`, which is assigned here) and returns
     /// its seq. The line is written with one `write` call to an `O_APPEND` file.
+    ///
+    /// A write that fails (disk full, I/O error) is cut back at once to the length
+    /// the file had before it, so no partial line stays between complete ones; the
+    /// seq it would have had is given to the next line, which is no duplicate since
+    /// the failed line is gone. If even the cut fails, every later append first
+    /// retries the cut and writes nothing until it succeeds.
     pub(crate) fn append(
         &mut self,
         ts: String,
@@ -115,7 +125,13 @@ impl LogFile {
     ) -> Result<u64, EventError> {
         let known_len = self.known_len;
         let mut next_seq = self.next_seq;
+        let mut pending_cut = self.pending_cut;
         let result = self.with_lock(|file, path| {
+            if let Some(at) = pending_cut {
+                file.set_len(at)
+                    .map_err(io("cut back a failed line in", path))?;
+                pending_cut = None;
+            }
             let len = file.metadata().map_err(io("stat", path))?.len();
             if len != known_len {
                 // Someone else appended (another process on the same root), or this
@@ -129,14 +145,63 @@ impl LogFile {
             let mut bytes = serde_json::to_vec(&Value::Object(line))
                 .map_err(|e| io("serialise event for", path)(std::io::Error::other(e)))?;
             bytes.push(b'\n');
-            file.write_all(&bytes).map_err(io("append to", path))?;
-            Ok((next_seq, len + bytes.len() as u64))
+            match append_line(file, len, &bytes) {
+                Ok(()) => Ok((next_seq, len + bytes.len() as u64)),
+                Err(AppendFailure { write, cut }) => {
+                    if cut.is_err() {
+                        pending_cut = Some(len);
+                    }
+                    Err(io("append to", path)(write))
+                }
+            }
         });
+        self.pending_cut = pending_cut;
         let (seq, len) = result?;
         self.next_seq = seq + 1;
         self.known_len = len;
         Ok(seq)
     }
+
+    /// Forces every line written so far to the disk (`fdatasync`).
+    pub(crate) fn sync(&mut self) -> Result<(), EventError> {
+        let file = self.file.as_ref().ok_or(EventError::Closed)?;
+        file.sync_data().map_err(io("sync", &self.path))
+    }
+}
+
+/// Where a line is written: a file, or in tests a sink that fails on purpose.
+pub(crate) trait LineSink: Write {
+    /// Cuts the sink back to `len` bytes.
+    fn cut_to(&mut self, len: u64) -> std::io::Result<()>;
+}
+
+impl LineSink for File {
+    fn cut_to(&mut self, len: u64) -> std::io::Result<()> {
+        self.set_len(len)
+    }
+}
+
+/// A failed [`append_line`]: the write's error, and whether cutting back worked.
+#[derive(Debug)]
+pub(crate) struct AppendFailure {
+    /// Why the write failed.
+    pub(crate) write: std::io::Error,
+    /// The cut back to the old length: `Err` leaves a partial line behind.
+    pub(crate) cut: std::io::Result<()>,
+}
+
+/// Writes `bytes` (one whole line) to `sink`, whose length is `len`; on failure the
+/// sink is cut back to `len`, since `write_all` may have written part of the line
+/// (a short write on a nearly full disk) and a partial line must never stay.
+pub(crate) fn append_line(
+    sink: &mut impl LineSink,
+    len: u64,
+    bytes: &[u8],
+) -> Result<(), AppendFailure> {
+    sink.write_all(bytes).map_err(|write| AppendFailure {
+        write,
+        cut: sink.cut_to(len),
+    })
 }
 
 /// The `seq` of the last line, if any.
@@ -190,4 +255,99 @@ fn repair(file: &mut File, path: &Path) -> Result<Option<Repair>, EventError> {
         torn_file: torn_path,
         bytes: last.len() as u64,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sink that accepts `room` bytes, then fails like a full disk; its cut can be
+    /// made to fail too.
+    struct FullDisk {
+        data: Vec<u8>,
+        room: usize,
+        cut_fails: bool,
+    }
+
+    impl Write for FullDisk {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let n = buf.len().min(self.room - self.data.len().min(self.room));
+            if n == 0 {
+                return Err(std::io::Error::from_raw_os_error(libc_enospc()));
+            }
+            self.data.extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl LineSink for FullDisk {
+        fn cut_to(&mut self, len: u64) -> std::io::Result<()> {
+            if self.cut_fails {
+                return Err(std::io::Error::other("cut refused"));
+            }
+            self.data.truncate(len as usize);
+            Ok(())
+        }
+    }
+
+    fn libc_enospc() -> i32 {
+        nix::errno::Errno::ENOSPC as i32
+    }
+
+    #[test]
+    fn a_line_that_fails_mid_write_is_cut_back_to_the_last_complete_line() {
+        let mut sink = FullDisk {
+            data: b"{\"seq\":1}\n".to_vec(),
+            room: 15,
+            cut_fails: false,
+        };
+        let failure = append_line(&mut sink, 10, b"{\"seq\":2,\"x\":\"long\"}\n").unwrap_err();
+        assert_eq!(failure.write.raw_os_error(), Some(libc_enospc()));
+        assert!(failure.cut.is_ok());
+        assert_eq!(sink.data, b"{\"seq\":1}\n");
+        // Room again: the next line follows the last complete one.
+        sink.room = 100;
+        append_line(&mut sink, 10, b"{\"seq\":2}\n").unwrap();
+        assert_eq!(sink.data, b"{\"seq\":1}\n{\"seq\":2}\n");
+    }
+
+    #[test]
+    fn a_failed_cut_is_reported() {
+        let mut sink = FullDisk {
+            data: Vec::new(),
+            room: 3,
+            cut_fails: true,
+        };
+        let failure = append_line(&mut sink, 0, b"{\"seq\":1}\n").unwrap_err();
+        assert!(failure.cut.is_err());
+    }
+
+    #[test]
+    fn a_pending_cut_is_made_before_the_next_line() {
+        let dir = std::env::temp_dir().join(format!("harnessd-cut-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("events.jsonl");
+        let (mut log, _) = LogFile::open(&path).unwrap();
+        assert_eq!(log.append("t".into(), Map::new()).unwrap(), 1);
+        let good = std::fs::metadata(&path).unwrap().len();
+        // As if a failed write left half a line and the cut failed.
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(b"{\"seq\":2,\"ts").unwrap();
+        log.pending_cut = Some(good);
+        assert_eq!(log.append("t".into(), Map::new()).unwrap(), 2);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let seqs: Vec<u64> = text
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<Value>(l).unwrap()["seq"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(seqs, vec![1, 2]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -57,6 +57,16 @@ pub enum Event {
         /// Its length.
         bytes: u64,
     },
+    /// A task was accepted (the control API answers 202 only after this line is
+    /// written and, with `audit.sync = "before_action"`, synced).
+    TaskQueued {
+        /// The prompt.
+        prompt: String,
+        /// `cli` or `api`.
+        source: String,
+        /// Who submitted it: `uid:N` from the socket's peer credentials.
+        by: String,
+    },
     /// A task began.
     TaskStarted {
         /// The prompt.

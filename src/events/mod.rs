@@ -2,6 +2,12 @@
 //! holds an [`EventLog`] handle and sends it events. [`EventLog::record`] returns
 //! only after the line was written, so "recorded before it happens" is a fact.
 //!
+//! A write that fails is cut back to the last complete line and answered with an
+//! error, so the action it recorded does not happen; until a later write succeeds,
+//! [`EventLog::failing`] says why (the daemon's `/healthz` 503 and 507 on new
+//! tasks). With `audit.sync = "before_action"`, lines that gate an action are
+//! synced before their answer, one sync covering every line written before it.
+//!
 //! Each line carries `seq` (strictly increasing across the file and across runs),
 //! `ts` (RFC 3339 UTC, milliseconds), `type` and `task_id` where a task is concerned.
 //! String fields longer than [`MAX_FIELD_CHARS`] are cut in the middle. Diagnostics
@@ -16,21 +22,49 @@ pub use kinds::Event;
 pub use trail::{CallTrail, TrailError, call_trails};
 
 use std::path::Path;
-use std::sync::mpsc as std_mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc as std_mpsc};
 
 use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::config::AuditSync;
 use file::LogFile;
 
 /// Longest string field kept whole in an event.
 pub const MAX_FIELD_CHARS: usize = 4096;
 
-struct Command {
-    body: Map<String, Value>,
-    /// Receives the seq once the line is written; dropped unanswered if the writer
-    /// died.
-    ack: oneshot::Sender<Result<u64, EventError>>,
+/// What the writer thread is asked to do.
+enum Command {
+    /// Write one line.
+    Append {
+        body: Map<String, Value>,
+        /// Sync before answering: the line gates an action and `audit.sync` is on.
+        sync: bool,
+        /// Receives the seq once the line is written (and synced, if asked); dropped
+        /// unanswered if the writer died.
+        ack: oneshot::Sender<Result<u64, EventError>>,
+    },
+    /// Sync every line written so far.
+    Sync {
+        ack: oneshot::Sender<Result<(), EventError>>,
+    },
+}
+
+/// Whether the log can be written, shared by the writer (which sets it after every
+/// write and sync) and everyone who must refuse work while it cannot.
+#[derive(Default)]
+struct Health {
+    /// Why the last write or sync failed; `None` once one succeeds.
+    failing: Mutex<Option<String>>,
+}
+
+impl Health {
+    fn note<T>(&self, result: &Result<T, EventError>) {
+        if let Ok(mut failing) = self.failing.lock() {
+            *failing = result.as_ref().err().map(ToString::to_string);
+        }
+    }
 }
 
 /// A handle to the log. Cheap to clone; the writer thread ends when every handle
@@ -42,57 +76,178 @@ pub struct EventLog {
     /// Copies of every written line go here (the `run` progress trail); dropping the
     /// receiver just stops the copies.
     tap: Option<mpsc::UnboundedSender<Value>>,
+    /// Set by the writer: whether the last write failed, and why.
+    health: Arc<Health>,
+    /// `audit.sync = "before_action"`: lines that gate an action are synced.
+    sync_before_action: Arc<AtomicBool>,
 }
 
 impl EventLog {
     /// Opens `path` (repairing a torn last line) and starts the writer thread.
+    /// Lines that gate an action are synced until [`EventLog::set_sync`] says not to.
     pub fn open(
         path: &Path,
         tap: Option<mpsc::UnboundedSender<Value>>,
     ) -> Result<(EventLog, Option<Repair>), EventError> {
-        let (mut log, repair) = LogFile::open(path)?;
+        let (log, repair) = LogFile::open(path)?;
         let (tx, rx) = std_mpsc::channel::<Command>();
-        let tap_for_writer = tap.clone();
+        let health = Arc::new(Health::default());
+        let writer = Writer {
+            log,
+            tap: tap.clone(),
+            health: health.clone(),
+        };
         std::thread::Builder::new()
             .name("events-writer".into())
-            .spawn(move || {
-                while let Ok(cmd) = rx.recv() {
-                    let ts =
-                        chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-                    let result = log.append(ts.clone(), cmd.body.clone());
-                    if let (Ok(seq), Some(tap)) = (&result, &tap_for_writer) {
-                        let mut line = Map::new();
-                        line.insert("seq".into(), (*seq).into());
-                        line.insert("ts".into(), ts.into());
-                        line.extend(cmd.body);
-                        let _ = tap.send(Value::Object(line));
-                    }
-                    let _ = cmd.ack.send(result);
-                }
-            })
+            .spawn(move || writer.run(&rx))
             .map_err(|source| EventError::Io {
                 op: "start writer thread for",
                 path: path.to_path_buf(),
                 source,
             })?;
-        Ok((EventLog { tx, tap }, repair))
+        let log = EventLog {
+            tx,
+            tap,
+            health,
+            sync_before_action: Arc::new(AtomicBool::new(true)),
+        };
+        Ok((log, repair))
     }
 
-    /// Writes one event and waits until it is on disk; returns its seq.
+    /// Applies `audit.sync`.
+    pub fn set_sync(&self, sync: AuditSync) {
+        self.sync_before_action
+            .store(sync == AuditSync::BeforeAction, Ordering::Relaxed);
+    }
+
+    /// Writes one event and waits until it is written; returns its seq. An event
+    /// that gates an action (see [`gates_action`]) is also synced to disk first when
+    /// `audit.sync = "before_action"`. `Err` means the line is not in the log (a
+    /// failed write is cut back), so the action it records must not happen.
     pub async fn record(&self, task_id: Option<&str>, event: Event) -> Result<u64, EventError> {
         let (ack, done) = oneshot::channel();
+        let sync = gates_action(&event) && self.sync_before_action.load(Ordering::Relaxed);
         self.tx
-            .send(Command {
+            .send(Command::Append {
                 body: body(task_id, &event),
+                sync,
                 ack,
             })
             .map_err(|_| EventError::Closed)?;
         done.await.map_err(|_| EventError::Closed)?
     }
 
+    /// Syncs every line written so far to disk. Syncs asked for together are one
+    /// `fdatasync`: the writer performs it once for everything before it.
+    pub async fn sync(&self) -> Result<(), EventError> {
+        let (ack, done) = oneshot::channel();
+        self.tx
+            .send(Command::Sync { ack })
+            .map_err(|_| EventError::Closed)?;
+        done.await.map_err(|_| EventError::Closed)?
+    }
+
+    /// Why the log cannot be written, while the last write (or sync) failed; `None`
+    /// once a write succeeds again.
+    pub fn failing(&self) -> Option<String> {
+        self.health.failing.lock().ok().and_then(|f| f.clone())
+    }
+
     /// Whether a tap is attached.
     pub fn has_tap(&self) -> bool {
         self.tap.is_some()
+    }
+}
+
+/// Whether `event` is the last line before an action (a tool run, an approval
+/// taking effect, a 202), and so must be on disk before it proceeds.
+pub fn gates_action(event: &Event) -> bool {
+    matches!(
+        event,
+        Event::PolicyDecision { .. } | Event::ApprovalResolved { .. } | Event::TaskQueued { .. }
+    )
+}
+
+/// The writer thread's state: the file, the tap, the health it reports.
+struct Writer {
+    log: LogFile,
+    tap: Option<mpsc::UnboundedSender<Value>>,
+    health: Arc<Health>,
+}
+
+/// An answer held back until the batch's sync: an append's seq or a sync request.
+enum Held {
+    Append(oneshot::Sender<Result<u64, EventError>>, u64),
+    Sync(oneshot::Sender<Result<(), EventError>>),
+}
+
+impl Writer {
+    /// Serves commands in batches: everything queued is written, then one sync
+    /// covers every line of the batch for all who asked for it (group sync).
+    fn run(mut self, rx: &std_mpsc::Receiver<Command>) {
+        while let Ok(first) = rx.recv() {
+            let mut held = Vec::new();
+            let mut next = Some(first);
+            while let Some(cmd) = next {
+                match cmd {
+                    Command::Append { body, sync, ack } => match self.append(body) {
+                        Ok(seq) if sync => held.push(Held::Append(ack, seq)),
+                        result => {
+                            let _ = ack.send(result);
+                        }
+                    },
+                    Command::Sync { ack } => held.push(Held::Sync(ack)),
+                }
+                next = rx.try_recv().ok();
+            }
+            if !held.is_empty() {
+                self.sync_for(held);
+            }
+        }
+    }
+
+    fn append(&mut self, body: Map<String, Value>) -> Result<u64, EventError> {
+        let ts = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        let result = self.log.append(ts.clone(), body.clone());
+        self.health.note(&result);
+        if let (Ok(seq), Some(tap)) = (&result, &self.tap) {
+            let mut line = Map::new();
+            line.insert("seq".into(), (*seq).into());
+            line.insert("ts".into(), ts.into());
+            line.extend(body);
+            let _ = tap.send(Value::Object(line));
+        }
+        result
+    }
+
+    /// One sync for every held answer; a failed sync fails them all, since the
+    /// actions they gate must not proceed on lines that may not be on disk.
+    fn sync_for(&mut self, held: Vec<Held>) {
+        let synced = self.log.sync();
+        self.health.note(&synced);
+        for h in held {
+            let failed = synced.as_ref().err().map(copy_error);
+            match h {
+                Held::Append(ack, seq) => {
+                    let _ = ack.send(failed.map_or(Ok(seq), Err));
+                }
+                Held::Sync(ack) => {
+                    let _ = ack.send(failed.map_or(Ok(()), Err));
+                }
+            }
+        }
+    }
+}
+
+/// The same error again, for each waiter of one failed sync (io errors do not clone).
+fn copy_error(e: &EventError) -> EventError {
+    match e {
+        EventError::Io { op, path, source } => EventError::Io {
+            op,
+            path: path.clone(),
+            source: std::io::Error::new(source.kind(), source.to_string()),
+        },
+        EventError::Closed => EventError::Closed,
     }
 }
 

@@ -11,6 +11,7 @@ mod attack_regressions;
 mod cgroup_cleanup;
 mod check;
 mod daemon;
+mod disk_full;
 mod escape;
 mod function_length;
 mod guard;

@@ -1,0 +1,170 @@
+//! A full disk under the audit log (SPEC §1 property 3, §7, §9), through a real
+//! small filesystem: `transcripts/` is a tmpfs this test mounts (it runs as root, as
+//! CI does), filled while a task waits on the model. The line that cannot be written
+//! is cut back, the tool it would have run does not run, the task stops with
+//! `error`, `/healthz` is 503 and new tasks are refused with 507 until space returns.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use serde_json::{Value, json};
+
+use crate::common::daemon::Daemon;
+use crate::common::{FakeApi, Reply, TestRoot, wait_until};
+
+/// A tmpfs mounted on a directory, unmounted on drop.
+struct Mount {
+    dir: PathBuf,
+}
+
+impl Mount {
+    fn tmpfs(dir: &Path, size: &str) -> Mount {
+        std::fs::create_dir_all(dir).unwrap();
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .output()
+            .expect("run mount");
+        assert!(
+            out.status.success(),
+            "this test needs to mount a tmpfs (run it as root, as CI does): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Mount {
+            dir: dir.to_path_buf(),
+        }
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        // Lazy: the daemon may still hold the log open while it is being killed.
+        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+    }
+}
+
+/// Fills the filesystem holding `path` until a write fails for lack of space.
+fn fill(path: &Path) {
+    let mut f = std::fs::File::create(path).unwrap();
+    let chunk = vec![b'x'; 4096];
+    loop {
+        match f.write(&chunk) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) => {
+                assert_eq!(e.raw_os_error(), Some(28), "expected ENOSPC, got {e}");
+                break;
+            }
+        }
+    }
+}
+
+/// Every line of events.jsonl parses and seq strictly increases (no duplicate).
+fn check_log(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap();
+    assert!(text.is_empty() || text.ends_with('\n'), "partial last line");
+    let events: Vec<Value> = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| {
+            serde_json::from_str(l)
+                .unwrap_or_else(|e| panic!("line {} does not parse ({e}): {l:?}", i + 1))
+        })
+        .collect();
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert!(
+        seqs.windows(2).all(|w| w[0] < w[1]),
+        "seq not strictly increasing: {seqs:?}"
+    );
+    events
+}
+
+/// A fake model whose first answer (a `write_file` of `marker.txt`) waits until
+/// `go` is set; every later request gets a plain answer.
+fn held_model(asked: Arc<AtomicBool>, go: Arc<AtomicBool>) -> FakeApi {
+    let count = AtomicUsize::new(0);
+    FakeApi::with_responder(Box::new(move |_| {
+        if count.fetch_add(1, Ordering::SeqCst) > 0 {
+            return Reply::text("done");
+        }
+        asked.store(true, Ordering::SeqCst);
+        while !go.load(Ordering::SeqCst) {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        Reply::tool(
+            "w",
+            "write_file",
+            json!({"path": "marker.txt", "content": "ran"}),
+        )
+    }))
+}
+
+#[test]
+fn a_full_disk_stops_the_action_and_refuses_tasks_until_space_returns() {
+    let (asked, go) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let api = held_model(asked.clone(), go.clone());
+    let root = TestRoot::new(&api.url);
+    // write_file runs without asking: only the record can stop it.
+    root.edit_settings(|s| {
+        s["tools"]["allow"] = json!(["write_file", "get_time"]);
+        s["tools"]["ask"] = json!([]);
+    });
+    let transcripts = root.dir.join("transcripts");
+    let _ = std::fs::remove_dir_all(&transcripts);
+    let mount = Mount::tmpfs(&transcripts, "256k");
+    let log = transcripts.join("events.jsonl");
+    let filler = transcripts.join("filler");
+    let d = Daemon::start(&root);
+
+    let id = d.submit("write the marker");
+    wait_until("the model request", || asked.load(Ordering::SeqCst));
+    fill(&filler);
+    go.store(true, Ordering::SeqCst);
+
+    let t = d.wait_finished(&id);
+    assert_eq!(t["stop_reason"], "error", "{t}");
+    assert!(
+        !root.workspace().join("marker.txt").exists(),
+        "the tool ran although its record could not be written"
+    );
+    // A prompt whose line cannot fit in what is left of the log's last page.
+    let big = json!({"prompt": "p".repeat(6000)}).to_string();
+    let (status, body) = d.request("POST", "/v1/tasks", Some(&big));
+    assert_eq!(status, 507, "{body}");
+    let (status, health) = d.request("GET", "/healthz", None);
+    assert_eq!(status, 503, "{health}");
+    assert_eq!(health["status"], "degraded");
+    assert!(
+        health["reason"].as_str().is_some_and(|r| !r.is_empty()),
+        "{health}"
+    );
+    check_log(&log);
+
+    std::fs::remove_file(&filler).unwrap();
+    let id2 = d.submit("again");
+    let (status, health) = d.request("GET", "/healthz", None);
+    assert_eq!(status, 200, "{health}");
+    assert_eq!(d.wait_finished(&id2)["stop_reason"], "end_turn");
+    let events = check_log(&log);
+    assert!(
+        events
+            .iter()
+            .all(|e| !(e["type"] == "tool_finished" && e["is_error"] == false)),
+        "no tool ran"
+    );
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e["type"] == "task_queued" && e["task_id"] == id2.as_str())
+            .count(),
+        1
+    );
+    drop(d);
+    drop(mount);
+}
