@@ -38,7 +38,15 @@ fn setup(api_url: &str, turns: usize) -> std::path::PathBuf {
         .replace("https://api.anthropic.com", api_url)
         .replace("max_turns = 12", &format!("max_turns = {}", turns + 1))
         .replace("no_progress_repeats = 3", "no_progress_repeats = 1000")
-        .replace("token_budget = 200000", "token_budget = 100000000");
+        .replace("token_budget = 200000", "token_budget = 100000000")
+        // BENCH_SYNC=off measures without the audit log's fdatasync before actions.
+        .replace(
+            "sync = \"before_action\"",
+            &format!(
+                "sync = \"{}\"",
+                std::env::var("BENCH_SYNC").unwrap_or_else(|_| "before_action".into())
+            ),
+        );
     std::fs::write(&config, text).unwrap();
     let settings = dir.join("policies/settings.json");
     let text = std::fs::read_to_string(&settings)
@@ -56,7 +64,8 @@ fn median(v: &mut [Duration]) -> Duration {
 fn main() {
     // BENCH_TOOL=get_time measures the loop without a child process, for comparison.
     let in_process = std::env::var("BENCH_TOOL").is_ok_and(|t| t == "get_time");
-    // BENCH_TURNS changes the task's length (default 50).
+    // BENCH_TURNS changes the task's length (default 50); BENCH_SYNC=off turns the
+    // audit log's sync before actions off.
     let turns: usize = std::env::var("BENCH_TURNS")
         .ok()
         .and_then(|t| t.parse().ok())
