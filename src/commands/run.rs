@@ -10,7 +10,7 @@ use futures::stream::BoxStream;
 use tokio_util::sync::CancellationToken;
 
 use super::EXIT_CONFIG;
-use crate::agent::{TaskSpec, new_task_id, run_task};
+use crate::agent::{RunLock, TaskSpec, new_task_id, run_task};
 use crate::approval::TerminalApprover;
 use crate::services::{Services, StartOptions};
 use crate::text::{escape_line, escape_text};
@@ -77,8 +77,12 @@ async fn run_async(
         source: "cli".into(),
         resume: None,
     };
+    // Held for the whole run, so a daemon on the same root neither marks this task
+    // interrupted nor resumes it while it runs.
+    let lock = RunLock::acquire(&services.loaded.paths.transcripts, &spec.task_id)?;
     // A panic in the task comes back as an `error` outcome (exit 1), not an unwind.
     let outcome = run_task(&env, &spec).await;
+    drop(lock);
     let loaded = services.loaded.clone();
     services.shutdown().await;
     // The last handles to the audit log: the printer ends once every line is out.

@@ -26,7 +26,7 @@ use super::approvals::Approvals;
 use super::metrics::Metrics;
 use super::socket::{SocketDir, SocketError};
 use super::tasks::{Registry, Scheduler, SchedulerParts, TaskStatus};
-use crate::agent::Transcript;
+use crate::agent::{LockError, RunLock, Transcript};
 use crate::config::{ConfigSource, Loaded, resolve};
 use crate::control::Task;
 use crate::events::{Event, EventError, EventLog};
@@ -146,6 +146,9 @@ async fn recover_tasks(
         }
         let status = match t.status {
             TaskStatus::Interrupted => TaskStatus::Interrupted,
+            // Still running in another process that holds its lock: shown as running,
+            // so a resume here is refused (409).
+            TaskStatus::Running => TaskStatus::Running,
             _ => TaskStatus::Finished,
         };
         registry.insert_recorded(Task {
@@ -178,7 +181,15 @@ fn scan_transcripts(dir: &Path) -> (Vec<Found>, Option<ServeError>) {
         let Ok(mut transcript) = Transcript::read(&path) else {
             continue;
         };
-        let was_running = transcript.status == TaskStatus::Running;
+        // A transcript whose run lock is held belongs to a live process (a `harnessd
+        // run`, another daemon on the same transcripts): it is running, not
+        // interrupted, and is left as it is.
+        let live = transcript.status == TaskStatus::Running
+            && matches!(
+                RunLock::acquire(dir, &transcript.task_id),
+                Err(LockError::Held { .. })
+            );
+        let was_running = transcript.status == TaskStatus::Running && !live;
         if was_running {
             transcript.status = TaskStatus::Interrupted;
             if let Err(error) = transcript.save(dir) {

@@ -188,3 +188,30 @@ fn resume_answers_dangling_calls_from_the_log() {
         assert_eq!(finished, 1, "{call}");
     }
 }
+
+/// A `harnessd run` holds its task's lock for the whole run: a daemon started on
+/// the same root meanwhile shows the task as running (not interrupted), refuses to
+/// resume it, and records no `task_interrupted`.
+#[test]
+fn a_daemon_leaves_a_live_runs_task_alone() {
+    let mut slow = Reply::text("the answer");
+    slow.delay = Duration::from_secs(3);
+    let api = FakeApi::start(vec![slow]);
+    let root = TestRoot::new(&api.url);
+    let run = root.command(&["run", "x"]).spawn().unwrap();
+    wait_until("the model request", || api.requests().len() == 1);
+    let id = std::fs::read_dir(root.dir.join("transcripts"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .find_map(|n| n.strip_suffix(".json").map(str::to_string))
+        .expect("the run's transcript");
+    let d = Daemon::start(&root);
+    let (_, t) = d.request("GET", &format!("/v1/tasks/{id}"), None);
+    assert_eq!(t["status"], "running", "{t}");
+    let (code, body) = d.request("POST", &format!("/v1/tasks/{id}/resume"), None);
+    assert_eq!(code, 409, "{body}");
+    let out = run.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(root.events_of("task_interrupted").is_empty());
+    assert_eq!(root.transcript()["status"], "finished");
+}
