@@ -268,7 +268,8 @@ async fn submit(
     Ok(0)
 }
 
-/// `tasks`: one line per task.
+/// `tasks`: one line per task of the first page (the newest 50); a following
+/// page is mentioned on stderr, so a script reading stdout still sees tasks only.
 async fn tasks(socket: &Path, json_out: bool) -> anyhow::Result<i32> {
     let list: TaskList = request_empty(socket, "GET", "/v1/tasks").await?;
     if json_out {
@@ -278,6 +279,12 @@ async fn tasks(socket: &Path, json_out: bool) -> anyhow::Result<i32> {
     let mut out = std::io::stdout().lock();
     for t in &list.tasks {
         print_task(&mut out, t)?;
+    }
+    if let Some(next) = &list.next {
+        eprintln!(
+            "(older tasks not shown: GET /v1/tasks?before={})",
+            escape_line(next)
+        );
     }
     Ok(0)
 }

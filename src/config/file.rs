@@ -72,6 +72,8 @@ pub struct ApiConfig {
     pub system_prompt_file: Option<String>,
     /// Enables extended thinking with this budget.
     pub thinking_budget_tokens: Option<u32>,
+    /// Largest model response read, in MiB: a larger one is an error, not retried.
+    pub max_response_mb: u64,
 }
 
 impl Default for ApiConfig {
@@ -87,6 +89,7 @@ impl Default for ApiConfig {
             max_retries: 4,
             system_prompt_file: None,
             thinking_budget_tokens: None,
+            max_response_mb: 32,
         }
     }
 }
@@ -227,9 +230,10 @@ impl Config {
 
     /// Every count and duration that a zero would make meaningless.
     fn validate_limits(&self) -> Result<(), Bad> {
-        let positive: [(&str, u64); 9] = [
+        let positive: [(&str, u64); 10] = [
             ("api.max_tokens", self.api.max_tokens.into()),
             ("api.timeout_secs", self.api.timeout_secs),
+            ("api.max_response_mb", self.api.max_response_mb),
             ("loop.max_turns", self.loop_.max_turns.into()),
             ("loop.token_budget", self.loop_.token_budget),
             (

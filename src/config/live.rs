@@ -119,10 +119,13 @@ fn keep_start_bound(new: &mut Loaded, old: &Loaded) -> Vec<String> {
             c.api_key_file.clone(),
             c.timeout_secs,
             c.max_retries,
+            c.max_response_mb,
         )
     };
     if client_keys(&new.config.api) != client_keys(&old.config.api) {
-        restart_needed.push("api (provider, base_url, key, timeout_secs, max_retries)".to_string());
+        restart_needed.push(
+            "api (provider, base_url, key, timeout_secs, max_retries, max_response_mb)".to_string(),
+        );
         let api = &mut new.config.api;
         let was = &old.config.api;
         api.provider = was.provider.clone();
@@ -131,6 +134,7 @@ fn keep_start_bound(new: &mut Loaded, old: &Loaded) -> Vec<String> {
         api.api_key_file = was.api_key_file.clone();
         api.timeout_secs = was.timeout_secs;
         api.max_retries = was.max_retries;
+        api.max_response_mb = was.max_response_mb;
     }
     // The scheduler's slots are sized at start.
     if new.config.daemon.max_concurrent_tasks != old.config.daemon.max_concurrent_tasks {

@@ -40,7 +40,9 @@ pub struct Task {
     pub stop_reason: Option<StopReason>,
     /// Tokens used so far.
     pub usage: Usage,
-    /// The model's final text, once finished.
+    /// The model's final text, once finished. Absent from list items: an answer
+    /// may be megabytes, and `GET /v1/tasks/{id}` reads it from the transcript.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<String>,
     /// What went wrong, when `stop_reason` is `error`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -54,10 +56,9 @@ pub struct Task {
 /// The answer to `GET /v1/tasks`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskList {
-    /// Every task the daemon knows, oldest first.
+    /// One page of tasks, newest first, without their answers.
     pub tasks: Vec<Task>,
-    /// Where the next page starts. The list is not paged yet, so the daemon never
-    /// sends it; clients that see one must not assume they have every task.
+    /// The cursor of the following page (pass it as `before`); absent on the last.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next: Option<String>,
 }

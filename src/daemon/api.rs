@@ -22,7 +22,7 @@ use tokio::sync::broadcast;
 
 use super::approvals::Approvals;
 use super::metrics::Metrics;
-use super::tasks::{ClaimError, Scheduler, lock_run};
+use super::tasks::{ClaimError, Cursor, ListQuery, Scheduler, TaskStatus, lock_run};
 use crate::agent::Transcript;
 use crate::config::{ConfigSource, LiveConfig};
 use crate::control::{
@@ -220,18 +220,97 @@ async fn submit(
     Ok((StatusCode::ACCEPTED, Json(SubmitResponse { task_id: id })).into_response())
 }
 
-async fn list_tasks(State(s): State<AppState>) -> Json<TaskList> {
-    Json(TaskList {
-        tasks: s.scheduler.registry.list(),
-        next: None,
+/// Tasks per page when `limit` is not given, and the most a page holds.
+const DEFAULT_LIMIT: usize = 50;
+const MAX_LIMIT: usize = 500;
+
+/// `GET /v1/tasks` parameters, as text so that the daemon names a bad one.
+#[derive(Deserialize)]
+struct ListParams {
+    status: Option<String>,
+    limit: Option<String>,
+    before: Option<String>,
+}
+
+fn bad_request(message: String) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+}
+
+/// The parameters checked: a known status, a limit from 1 (above 500 is taken as
+/// 500), and a cursor that is an RFC 3339 time or else a task id.
+fn list_query(p: ListParams) -> Result<ListQuery, ApiError> {
+    let status = p
+        .status
+        .map(|s| {
+            serde_json::from_value::<TaskStatus>(Value::String(s.clone()))
+                .map_err(|_| bad_request(format!("status: unknown status {s:?}")))
+        })
+        .transpose()?;
+    let limit = match p.limit {
+        None => DEFAULT_LIMIT,
+        Some(l) => match l.parse::<usize>() {
+            Ok(n) if n > 0 => n.min(MAX_LIMIT),
+            _ => {
+                return Err(bad_request(format!(
+                    "limit: {l:?} is not a number from 1 to {MAX_LIMIT}"
+                )));
+            }
+        },
+    };
+    // Times are compared as text, so a given one is put in the registry's own
+    // form (UTC, milliseconds) first.
+    let before = p
+        .before
+        .map(|b| match chrono::DateTime::parse_from_rfc3339(&b) {
+            Ok(t) => Cursor::Time(
+                t.to_utc()
+                    .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            ),
+            Err(_) => Cursor::Task(b),
+        });
+    Ok(ListQuery {
+        status,
+        limit,
+        before,
     })
 }
 
+/// A page of tasks, newest first; items carry no answer (SPEC §9).
+async fn list_tasks(
+    State(s): State<AppState>,
+    Query(p): Query<ListParams>,
+) -> Result<Json<TaskList>, ApiError> {
+    let page = s
+        .scheduler
+        .registry
+        .page(&list_query(p)?)
+        .map_err(|e| bad_request(e.to_string()))?;
+    Ok(Json(TaskList {
+        tasks: page.tasks,
+        next: page.next,
+    }))
+}
+
+/// One task; an ended task's answer and whole error are read from its transcript,
+/// since the registry does not keep them.
 async fn show_task(
     State(s): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<Task>, ApiError> {
-    task(&s, &id).map(Json)
+    let mut t = task(&s, &id)?;
+    if t.status == TaskStatus::Finished && s.scheduler.registry.ended(&id) {
+        let dir = s.config.current().paths.transcripts.clone();
+        match Transcript::read_async(Transcript::path(&dir, &id)).await {
+            Ok(r) if r.task_id == id => {
+                t.answer = r.answer;
+                t.error = r.error.or(t.error);
+            }
+            Ok(_) => tracing::warn!("transcript of {id} names another task"),
+            // The summary is still right; only the answer is missing.
+            Err(e) => tracing::warn!("cannot read the transcript of {id}: {e}"),
+        }
+    }
+    Ok(Json(t))
 }
 
 async fn cancel_task(

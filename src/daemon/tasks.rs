@@ -1,5 +1,5 @@
-//! The daemon's tasks: a registry of every task it knows (status, stop reason,
-//! usage, answer) and the scheduler that runs at most `daemon.max_concurrent_tasks`
+//! The daemon's tasks: a registry of every task it knows (active ones whole, ended
+//! ones as a small summary whose answer stays in the transcript) and the scheduler that runs at most `daemon.max_concurrent_tasks`
 //! at once, each through the same loop as `harnessd run`.
 //!
 //! One run per task: a resume first claims the task in the registry (a check and a
@@ -32,20 +32,115 @@ fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
-/// Every task the daemon knows. Cheap to clone; the lock is held only for short,
-/// non-async sections.
+/// Longest error kept in the index of ended tasks; the whole one is in the
+/// transcript.
+const INDEX_ERROR_CHARS: usize = 300;
+
+/// Whether a task with this status has ended (no run drives it).
+fn ended(status: TaskStatus) -> bool {
+    matches!(status, TaskStatus::Finished | TaskStatus::Interrupted)
+}
+
+/// What the index keeps of an ended task: no answer (it may be megabytes; it is
+/// read from the transcript when the task is asked for) and the error's start.
+fn summary(mut info: Task) -> Task {
+    info.answer = None;
+    if let Some(e) = info.error.as_mut()
+        && e.chars().count() > INDEX_ERROR_CHARS
+    {
+        *e = crate::text::truncate_middle(e, INDEX_ERROR_CHARS, 0).0;
+    }
+    info
+}
+
+/// The registry's two parts.
+#[derive(Default)]
+struct Tasks {
+    /// Queued, running and awaiting approval: the full entry, with its token.
+    active: HashMap<String, Entry>,
+    /// Finished and interrupted: a small summary each (see [`summary`]).
+    ended: HashMap<String, Task>,
+}
+
+impl Tasks {
+    fn info(&self, id: &str) -> Option<&Task> {
+        self.active
+            .get(id)
+            .map(|e| &e.info)
+            .or_else(|| self.ended.get(id))
+    }
+
+    fn all(&self) -> impl Iterator<Item = &Task> {
+        self.active
+            .values()
+            .map(|e| &e.info)
+            .chain(self.ended.values())
+    }
+
+    /// Files `info` where its status belongs.
+    fn put(&mut self, info: Task, cancel: CancellationToken) {
+        let id = info.task_id.clone();
+        if ended(info.status) {
+            self.active.remove(&id);
+            self.ended.insert(id, summary(info));
+        } else {
+            self.ended.remove(&id);
+            self.active.insert(id, Entry { info, cancel });
+        }
+    }
+}
+
+/// Which tasks `GET /v1/tasks` asks for.
+#[derive(Debug, Clone, Default)]
+pub struct ListQuery {
+    /// Only tasks with this status.
+    pub status: Option<TaskStatus>,
+    /// At most this many.
+    pub limit: usize,
+    /// Only tasks older than this.
+    pub before: Option<Cursor>,
+}
+
+/// Where a page starts: after a task, or before a time.
+#[derive(Debug, Clone)]
+pub enum Cursor {
+    /// Tasks listed after this one (older, or as old with a smaller id).
+    Task(String),
+    /// Tasks created before this time, in the registry's RFC 3339 form.
+    Time(String),
+}
+
+/// One page of the task list, newest first.
+#[derive(Debug, Clone)]
+pub struct Page {
+    /// The tasks, ended ones without their answer.
+    pub tasks: Vec<Task>,
+    /// The cursor of the following page, when there is one.
+    pub next: Option<String>,
+}
+
+/// Why a page cannot be listed.
+#[derive(Debug, thiserror::Error)]
+pub enum PageError {
+    /// `before` names a task the daemon does not know.
+    #[error("before: no task {0:?}")]
+    UnknownCursor(String),
+}
+
+/// Every task the daemon knows: active ones whole, ended ones as a small summary.
+/// Cheap to clone; the lock is held only for short, non-async sections.
 #[derive(Clone, Default)]
 pub struct Registry {
-    inner: Arc<Mutex<HashMap<String, Entry>>>,
+    inner: Arc<Mutex<Tasks>>,
 }
 
 impl Registry {
-    fn with<T>(&self, f: impl FnOnce(&mut HashMap<String, Entry>) -> T) -> Option<T> {
+    fn with<T>(&self, f: impl FnOnce(&mut Tasks) -> T) -> Option<T> {
         self.inner.lock().ok().map(|mut m| f(&mut m))
     }
 
     fn insert(&self, info: Task, cancel: CancellationToken) {
-        self.with(|m| m.insert(info.task_id.clone(), Entry { info, cancel }));
+        self.with(|m| m.put(info, cancel));
     }
 
     /// Records a task found on disk (from a transcript).
@@ -58,28 +153,27 @@ impl Registry {
     /// as its token. Returns the entry as it was, for [`Registry::restore`].
     fn claim(&self, id: &str, cancel: CancellationToken) -> Result<Task, ClaimError> {
         self.with(|m| {
-            let e = m
-                .get_mut(id)
-                .ok_or_else(|| ClaimError::NotFound(id.to_string()))?;
-            if !matches!(
-                e.info.status,
-                TaskStatus::Interrupted | TaskStatus::Finished
-            ) {
+            if let Some(e) = m.active.get(id) {
                 return Err(ClaimError::Busy {
                     task_id: id.to_string(),
                     status: e.info.status,
                 });
             }
-            if e.info.stop_reason == Some(StopReason::EndTurn) {
+            let e = m
+                .ended
+                .get(id)
+                .ok_or_else(|| ClaimError::NotFound(id.to_string()))?;
+            if e.stop_reason == Some(StopReason::EndTurn) {
                 return Err(ClaimError::Answered(id.to_string()));
             }
-            let previous = e.info.clone();
-            e.info.status = TaskStatus::Queued;
-            e.info.stop_reason = None;
-            e.info.answer = None;
-            e.info.error = None;
-            e.info.updated = now();
-            e.cancel = cancel;
+            let previous = e.clone();
+            let mut info = previous.clone();
+            info.status = TaskStatus::Queued;
+            info.stop_reason = None;
+            info.answer = None;
+            info.error = None;
+            info.updated = now();
+            m.put(info, cancel);
             Ok(previous)
         })
         .unwrap_or_else(|| Err(ClaimError::NotFound(id.to_string())))
@@ -90,50 +184,96 @@ impl Registry {
         self.insert(info, CancellationToken::new());
     }
 
-    /// Changes a task's status.
+    /// Changes an active task's status.
     pub fn set_status(&self, id: &str, status: TaskStatus) {
         self.with(|m| {
-            if let Some(e) = m.get_mut(id) {
+            if let Some(e) = m.active.get_mut(id) {
                 e.info.status = status;
                 e.info.updated = now();
+                if ended(status) {
+                    let info = e.info.clone();
+                    m.put(info, CancellationToken::new());
+                }
             }
         });
     }
 
+    /// Moves a task to the index of ended ones; its answer is left to the
+    /// transcript, where the run saved it.
     fn finish(&self, id: &str, outcome: &TaskOutcome) {
         self.with(|m| {
-            if let Some(e) = m.get_mut(id) {
-                e.info.status = TaskStatus::Finished;
-                e.info.stop_reason = Some(outcome.stop_reason);
-                e.info.usage = outcome.usage;
-                e.info.answer = Some(outcome.answer.clone());
-                e.info.error = outcome.error.clone();
-                e.info.updated = now();
+            if let Some(Entry { mut info, .. }) = m.active.remove(id) {
+                info.status = TaskStatus::Finished;
+                info.stop_reason = Some(outcome.stop_reason);
+                info.usage = outcome.usage;
+                info.answer = None;
+                info.error = outcome.error.clone();
+                info.updated = now();
+                m.put(info, CancellationToken::new());
             }
         });
     }
 
-    /// One task.
+    /// One task; an ended one without its answer (see [`Registry::ended`]).
     pub fn get(&self, id: &str) -> Option<Task> {
-        self.with(|m| m.get(id).map(|e| e.info.clone())).flatten()
+        self.with(|m| m.info(id).cloned()).flatten()
     }
 
-    /// Every task, oldest first.
-    pub fn list(&self) -> Vec<Task> {
-        let mut v = self
-            .with(|m| m.values().map(|e| e.info.clone()).collect::<Vec<_>>())
-            .unwrap_or_default();
-        v.sort_by(|a, b| a.created.cmp(&b.created).then(a.task_id.cmp(&b.task_id)));
-        v
+    /// Whether `id` is a known task that has ended: its answer and whole error
+    /// are in its transcript only.
+    pub fn ended(&self, id: &str) -> bool {
+        self.with(|m| m.ended.contains_key(id)).unwrap_or(false)
+    }
+
+    /// One page of tasks, newest first (by creation, then id); only that page is
+    /// copied out of the registry.
+    pub fn page(&self, q: &ListQuery) -> Result<Page, PageError> {
+        self.with(|m| {
+            // (created, id) of the cursor: every listed task sorts strictly below.
+            let bound: Option<(&str, &str)> = match &q.before {
+                None => None,
+                Some(Cursor::Time(t)) => Some((t.as_str(), "")),
+                Some(Cursor::Task(id)) => {
+                    let t = m
+                        .info(id)
+                        .ok_or_else(|| PageError::UnknownCursor(id.clone()))?;
+                    Some((t.created.as_str(), t.task_id.as_str()))
+                }
+            };
+            let mut hits: Vec<&Task> = m
+                .all()
+                .filter(|t| q.status.is_none_or(|s| t.status == s))
+                .filter(|t| bound.is_none_or(|b| (t.created.as_str(), t.task_id.as_str()) < b))
+                .collect();
+            hits.sort_unstable_by(|a, b| {
+                (b.created.as_str(), b.task_id.as_str())
+                    .cmp(&(a.created.as_str(), a.task_id.as_str()))
+            });
+            let more = hits.len() > q.limit;
+            hits.truncate(q.limit);
+            let next = more
+                .then(|| hits.last().map(|t| t.task_id.clone()))
+                .flatten();
+            Ok(Page {
+                tasks: hits.into_iter().map(|t| summary(t.clone())).collect(),
+                next,
+            })
+        })
+        .unwrap_or_else(|| {
+            Ok(Page {
+                tasks: Vec::new(),
+                next: None,
+            })
+        })
     }
 
     /// Cancels a task; `None` if there is no such task.
     pub fn cancel(&self, id: &str) -> Option<Task> {
         self.with(|m| {
-            m.get(id).map(|e| {
+            if let Some(e) = m.active.get(id) {
                 e.cancel.cancel();
-                e.info.clone()
-            })
+            }
+            m.info(id).cloned()
         })
         .flatten()
     }
@@ -141,10 +281,11 @@ impl Registry {
     /// Counts of tasks per status.
     pub fn counts(&self) -> HashMap<&'static str, i64> {
         let mut out = HashMap::new();
-        for t in self.list() {
-            let key = t.status.as_str();
-            *out.entry(key).or_insert(0) += 1;
-        }
+        self.with(|m| {
+            for t in m.all() {
+                *out.entry(t.status.as_str()).or_insert(0) += 1;
+            }
+        });
         out
     }
 }
@@ -370,5 +511,82 @@ impl Scheduler {
                 error: Some(error),
             },
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(id: &str, created: &str, status: TaskStatus) -> Task {
+        Task {
+            task_id: id.into(),
+            status,
+            stop_reason: None,
+            usage: Usage::default(),
+            answer: Some("a long answer".into()),
+            error: Some("e".repeat(10_000)),
+            created: created.into(),
+            updated: created.into(),
+        }
+    }
+
+    fn ids(p: &Page) -> Vec<&str> {
+        p.tasks.iter().map(|t| t.task_id.as_str()).collect()
+    }
+
+    #[test]
+    fn pages_run_newest_first_with_ties_broken_by_id() {
+        let r = Registry::default();
+        let t1 = "2026-01-01T00:00:01.000Z";
+        let t2 = "2026-01-01T00:00:02.000Z";
+        r.insert_recorded(task("a", t1, TaskStatus::Finished));
+        r.insert_recorded(task("b", t2, TaskStatus::Finished));
+        r.insert_recorded(task("c", t2, TaskStatus::Queued));
+        let q = |limit, before| ListQuery {
+            status: None,
+            limit,
+            before,
+        };
+        let first = r.page(&q(2, None)).unwrap();
+        assert_eq!(ids(&first), ["c", "b"]);
+        assert_eq!(first.next.as_deref(), Some("b"));
+        let rest = r.page(&q(2, first.next.map(Cursor::Task))).unwrap();
+        assert_eq!(ids(&rest), ["a"]);
+        assert_eq!(rest.next, None);
+        let before_t2 = r.page(&q(9, Some(Cursor::Time(t2.into())))).unwrap();
+        assert_eq!(ids(&before_t2), ["a"]);
+        assert!(r.page(&q(9, Some(Cursor::Task("zz".into())))).is_err());
+        let queued = ListQuery {
+            status: Some(TaskStatus::Queued),
+            ..q(9, None)
+        };
+        assert_eq!(ids(&r.page(&queued).unwrap()), ["c"]);
+    }
+
+    #[test]
+    fn ended_tasks_keep_no_answer_and_a_short_error() {
+        let r = Registry::default();
+        r.insert_recorded(task("a", "t", TaskStatus::Finished));
+        r.insert_recorded(task("q", "t", TaskStatus::Queued));
+        let a = r.get("a").unwrap();
+        assert_eq!(a.answer, None);
+        // The kept characters plus the omission marker.
+        assert!(a.error.unwrap().chars().count() < INDEX_ERROR_CHARS + 40);
+        assert!(r.ended("a") && !r.ended("q"));
+        r.finish(
+            "q",
+            &TaskOutcome {
+                stop_reason: StopReason::EndTurn,
+                answer: "x".repeat(1000),
+                turns: 1,
+                usage: Usage::default(),
+                error: None,
+            },
+        );
+        let q = r.get("q").unwrap();
+        assert_eq!((q.status, q.answer), (TaskStatus::Finished, None));
+        assert!(r.ended("q"));
+        assert_eq!(r.counts().get("finished"), Some(&2));
     }
 }

@@ -44,6 +44,9 @@ pub enum LlmError {
     /// The client could not be built.
     #[error("cannot build the HTTP client: {0}")]
     Client(String),
+    /// The response body passed `api.max_response_mb`; reading stopped there.
+    #[error("the model's response exceeds api.max_response_mb ({0} MiB)")]
+    TooLarge(u64),
 }
 
 /// Why [`AnthropicClient::send`] returned without a response: the request
@@ -87,6 +90,9 @@ pub struct AnthropicClient {
     url: String,
     key: ApiKey,
     max_retries: u32,
+    /// `api.max_response_mb`, in MiB (for messages) and bytes (for reading).
+    max_response_mb: u64,
+    max_response_bytes: usize,
 }
 
 impl AnthropicClient {
@@ -102,6 +108,9 @@ impl AnthropicClient {
             url: format!("{}/v1/messages", api.base_url.trim_end_matches('/')),
             key,
             max_retries: api.max_retries,
+            max_response_mb: api.max_response_mb,
+            max_response_bytes: usize::try_from(api.max_response_mb.saturating_mul(1024 * 1024))
+                .unwrap_or(usize::MAX),
         })
     }
 
@@ -210,9 +219,9 @@ impl AnthropicClient {
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| parse_retry_after(v, SystemTime::now()));
-        let bytes = match resp.bytes().await {
+        let bytes = match self.read_capped(resp).await {
             Ok(b) => b,
-            Err(e) => {
+            Err(Ok(e)) => {
                 return Err(Ok(Failure {
                     status: Some(status),
                     message: format!("reading the response body: {}", transport_message(&e)),
@@ -220,6 +229,7 @@ impl AnthropicClient {
                     retry_after,
                 }));
             }
+            Err(Err(too_large)) => return Err(Err(too_large)),
         };
         if (200..300).contains(&status) {
             return parse_response(&bytes).map_err(Err);
@@ -240,6 +250,39 @@ impl AnthropicClient {
                 retry_after: None,
             }))
         }
+    }
+}
+
+impl AnthropicClient {
+    /// The body, read chunk by chunk and given up as soon as it passes
+    /// `api.max_response_mb`: a peer's huge (or endless) answer costs at most the
+    /// cap in memory, and retrying it would only fetch the same again.
+    /// `Err(Ok(_))`: the read failed (retryable); `Err(Err(_))`: too large.
+    async fn read_capped(
+        &self,
+        mut resp: reqwest::Response,
+    ) -> Result<Vec<u8>, Result<reqwest::Error, LlmError>> {
+        let cap = self.max_response_bytes;
+        let too_large = || LlmError::TooLarge(self.max_response_mb);
+        // A declared length past the cap is refused before any of it is read.
+        if resp
+            .content_length()
+            .is_some_and(|n| usize::try_from(n).map_or(true, |n| n > cap))
+        {
+            return Err(Err(too_large()));
+        }
+        let hint = resp
+            .content_length()
+            .and_then(|n| usize::try_from(n).ok())
+            .unwrap_or(0);
+        let mut body = Vec::with_capacity(hint.min(cap));
+        while let Some(chunk) = resp.chunk().await.map_err(Ok)? {
+            if body.len().saturating_add(chunk.len()) > cap {
+                return Err(Err(too_large()));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
     }
 }
 
@@ -443,6 +486,65 @@ mod tests {
             parse_retry_after("Sat, 05 Nov 1994 08:49:37 GMT", now),
             None
         );
+    }
+
+    /// A body without a length (read until the peer closes) is cut off at the
+    /// cap too, after reading no more than the cap, and is not retried.
+    #[tokio::test]
+    async fn an_unsized_body_past_the_cap_is_refused() {
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (mut sock, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0u8; 64 * 1024];
+            let _ = tokio::io::AsyncReadExt::read(&mut sock, &mut buf).await;
+            let _ = sock
+                .write_all(b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n")
+                .await;
+            let chunk = vec![b'x'; 64 * 1024];
+            // 3 MiB; the client stops reading past 1 MiB, so a write may fail.
+            for _ in 0..48 {
+                if sock.write_all(&chunk).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let api = ApiConfig {
+            base_url: format!("http://{addr}"),
+            max_response_mb: 1,
+            max_retries: 3,
+            ..ApiConfig::default()
+        };
+        let client = AnthropicClient::new(&api, ApiKey::new("k".into())).unwrap();
+        let messages = vec![Message::user(vec![Block::text("x")])];
+        let req = Request {
+            model: "m".into(),
+            max_tokens: 10,
+            system: vec![],
+            tools: vec![],
+            messages: &messages,
+            tool_choice: None,
+            thinking: None,
+        };
+        let mut attempts = 0;
+        let err = client
+            .send(&req, &CancellationToken::new(), |_| {
+                attempts += 1;
+                async { Ok::<(), std::convert::Infallible>(()) }
+            })
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, SendError::Model(LlmError::TooLarge(1))),
+            "{err:?}"
+        );
+        assert_eq!(attempts, 1);
+        assert_eq!(
+            err.to_string(),
+            "the model's response exceeds api.max_response_mb (1 MiB)"
+        );
+        server.abort();
     }
 
     #[test]

@@ -271,7 +271,7 @@ fn restart_only_keys_are_reported_not_applied() {
         loaded[0]["restart_needed"],
         json!([
             "daemon.socket",
-            "api (provider, base_url, key, timeout_secs, max_retries)"
+            "api (provider, base_url, key, timeout_secs, max_retries, max_response_mb)"
         ])
     );
     assert!(
