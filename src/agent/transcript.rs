@@ -35,7 +35,8 @@ pub struct Transcript {
     pub model: String,
     /// When the task was created (RFC 3339).
     pub created: String,
-    /// `running`, `finished`, or `interrupted` after a crash.
+    /// `queued` (accepted, not started), `running`, `finished`, or `interrupted`
+    /// after a crash.
     pub status: TaskStatus,
     /// The task's stop reason, once finished.
     pub stop_reason: Option<StopReason>,
@@ -50,6 +51,17 @@ pub struct Transcript {
     pub messages: Vec<Message>,
     /// One record per model request.
     pub turns: Vec<TurnRecord>,
+    /// The `max_turns` the task was submitted with, if any: a task queued again
+    /// after a crash, or resumed, runs with the limit it was accepted with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_turns: Option<u32>,
+    /// Where the task came from (`cli` or `api`); absent in older transcripts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// Who submitted it through the API (`uid:N`); absent for `run` and in older
+    /// transcripts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
 }
 
 impl Transcript {
