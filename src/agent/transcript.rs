@@ -204,3 +204,27 @@ impl Drop for RunLock {
         let _ = self.file.unlock();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A transcript written before `max_turns`, `source` and `by` existed still
+    /// loads, with them absent; a new one without them does not write them.
+    #[test]
+    fn older_transcripts_still_load() {
+        let old = serde_json::json!({
+            "task_id": "t-1", "model": "m", "created": "2026-01-01T00:00:00.000Z",
+            "status": "interrupted", "stop_reason": null, "answer": null,
+            "usage": {"input_tokens": 0, "output_tokens": 0,
+                      "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
+            "messages": [], "turns": []
+        });
+        let t: Transcript = serde_json::from_value(old.clone()).unwrap();
+        assert_eq!(
+            (t.max_turns, t.source.as_deref(), t.by.as_deref()),
+            (None, None, None)
+        );
+        assert_eq!(serde_json::to_value(&t).unwrap(), old);
+    }
+}
