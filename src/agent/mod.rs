@@ -83,7 +83,8 @@ pub struct TaskSpec {
     pub max_turns: Option<u32>,
     /// `cli` or `api`.
     pub source: String,
-    /// Continue this transcript instead of starting from `prompt`.
+    /// Continue this transcript instead of starting from `prompt`; a transcript
+    /// still `queued` (see [`queued_transcript`]) is started as a new task instead.
     pub resume: Option<Transcript>,
 }
 
@@ -311,7 +312,11 @@ impl TaskRun<'_> {
             }
             self.ledger.clear();
             let loaded = self.env.services.config.current();
-            let max_turns = self.spec.max_turns.unwrap_or(loaded.config.loop_.max_turns);
+            let max_turns = self
+                .spec
+                .max_turns
+                .or(self.transcript.max_turns)
+                .unwrap_or(loaded.config.loop_.max_turns);
             self.turn += 1;
             let summary = self.begin_turn(max_turns);
             let (model_stop, uses) = match self.send(&loaded, summary).await? {
@@ -548,7 +553,7 @@ impl TaskRun<'_> {
     /// Everything from the task's first event to its stop. `Err` is an internal error
     /// (the audit log failed).
     async fn drive(&mut self) -> Result<Ended, EventError> {
-        if self.spec.resume.is_some() {
+        if !starts_fresh(self.spec) {
             self.record(Event::TaskResumed {
                 turns_so_far: self.turn,
                 source: self.spec.source.clone(),
@@ -682,8 +687,50 @@ pub async fn run_task(env: &TaskEnv, spec: &TaskSpec) -> Result<TaskOutcome, Eve
     }
 }
 
-/// The transcript a task starts from: the resumed one, running again, or a new one
-/// holding the prompt.
+/// Whether `spec` starts a task from its first request (`task_started`): a new
+/// task, or one whose transcript was saved `queued` and never ran. Anything else
+/// continues a run (`task_resumed`).
+fn starts_fresh(spec: &TaskSpec) -> bool {
+    spec.resume
+        .as_ref()
+        .is_none_or(|t| t.status == TaskStatus::Queued)
+}
+
+/// The transcript of a task accepted but not yet started: status `queued`, the
+/// prompt as its first user message, and what it needs to be started later
+/// (`max_turns`, `source`, `by`). The daemon saves it before answering 202, so an
+/// accepted task survives a crash; [`run_task`] starts it as a new task.
+pub fn queued_transcript(spec: &TaskSpec, model: String, by: String) -> Transcript {
+    Transcript {
+        status: TaskStatus::Queued,
+        model,
+        by: Some(by),
+        ..fresh_transcript(spec)
+    }
+}
+
+/// A new running transcript holding the prompt; the model is left empty for the
+/// caller to set.
+fn fresh_transcript(spec: &TaskSpec) -> Transcript {
+    Transcript {
+        task_id: spec.task_id.clone(),
+        model: String::new(),
+        created: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        status: TaskStatus::Running,
+        stop_reason: None,
+        answer: None,
+        error: None,
+        usage: Usage::default(),
+        messages: vec![Message::user(vec![Block::text(spec.prompt.clone())])],
+        turns: Vec::new(),
+        max_turns: spec.max_turns,
+        source: Some(spec.source.clone()),
+        by: None,
+    }
+}
+
+/// The transcript a task starts from: the resumed (or queued) one, running now, or
+/// a new one holding the prompt.
 fn initial_transcript(env: &TaskEnv, spec: &TaskSpec) -> Transcript {
     if let Some(t) = &spec.resume {
         return Transcript {
@@ -696,16 +743,8 @@ fn initial_transcript(env: &TaskEnv, spec: &TaskSpec) -> Transcript {
     }
     let loaded = env.services.config.current();
     Transcript {
-        task_id: spec.task_id.clone(),
         model: loaded.config.api.model.clone(),
-        created: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-        status: TaskStatus::Running,
-        stop_reason: None,
-        answer: None,
-        error: None,
-        usage: Usage::default(),
-        messages: vec![Message::user(vec![Block::text(spec.prompt.clone())])],
-        turns: Vec::new(),
+        ..fresh_transcript(spec)
     }
 }
 

@@ -35,7 +35,8 @@ pub struct Transcript {
     pub model: String,
     /// When the task was created (RFC 3339).
     pub created: String,
-    /// `running`, `finished`, or `interrupted` after a crash.
+    /// `queued` (accepted, not started), `running`, `finished`, or `interrupted`
+    /// after a crash.
     pub status: TaskStatus,
     /// The task's stop reason, once finished.
     pub stop_reason: Option<StopReason>,
@@ -50,6 +51,17 @@ pub struct Transcript {
     pub messages: Vec<Message>,
     /// One record per model request.
     pub turns: Vec<TurnRecord>,
+    /// The `max_turns` the task was submitted with, if any: a task queued again
+    /// after a crash, or resumed, runs with the limit it was accepted with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_turns: Option<u32>,
+    /// Where the task came from (`cli` or `api`); absent in older transcripts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// Who submitted it through the API (`uid:N`); absent for `run` and in older
+    /// transcripts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
 }
 
 impl Transcript {
@@ -190,5 +202,29 @@ impl Drop for RunLock {
         // Removed while still locked (see `acquire`), then unlocked by the close.
         let _ = std::fs::remove_file(&self.path);
         let _ = self.file.unlock();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A transcript written before `max_turns`, `source` and `by` existed still
+    /// loads, with them absent; a new one without them does not write them.
+    #[test]
+    fn older_transcripts_still_load() {
+        let old = serde_json::json!({
+            "task_id": "t-1", "model": "m", "created": "2026-01-01T00:00:00.000Z",
+            "status": "interrupted", "stop_reason": null, "answer": null,
+            "usage": {"input_tokens": 0, "output_tokens": 0,
+                      "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
+            "messages": [], "turns": []
+        });
+        let t: Transcript = serde_json::from_value(old.clone()).unwrap();
+        assert_eq!(
+            (t.max_turns, t.source.as_deref(), t.by.as_deref()),
+            (None, None, None)
+        );
+        assert_eq!(serde_json::to_value(&t).unwrap(), old);
     }
 }

@@ -181,8 +181,9 @@ async fn healthz(State(s): State<AppState>) -> Response {
     }
 }
 
-/// Accepts a task once `task_queued` is on the record; 507 while the log cannot
-/// be written (each attempt is also the probe that notices space came back).
+/// Accepts a task once it is on disk (`task_queued` on the record and its `queued`
+/// transcript saved); 507 while either cannot be written (each attempt is also the
+/// probe that notices space came back).
 async fn submit(
     State(s): State<AppState>,
     ConnectInfo(peer): ConnectInfo<Peer>,
@@ -214,7 +215,7 @@ async fn submit(
             ApiError::new(
                 StatusCode::INSUFFICIENT_STORAGE,
                 "insufficient_storage",
-                format!("the audit log cannot be written, so no task is accepted: {e}"),
+                e.to_string(),
             )
         })?;
     Ok((StatusCode::ACCEPTED, Json(SubmitResponse { task_id: id })).into_response())

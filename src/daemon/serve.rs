@@ -118,22 +118,29 @@ struct Found {
 }
 
 /// Loads every transcript; those still `running` belong to a daemon that died:
-/// they are marked interrupted, on disk and in the record. The reads and saves run
-/// in one blocking call, off the runtime's workers.
+/// they are marked interrupted, on disk and in the record. Those still `queued`
+/// were accepted and never started: they are returned, for the scheduler to queue
+/// again, and not put in the registry here. The reads and saves run in one
+/// blocking call, off the runtime's workers.
 async fn recover_tasks(
     loaded: &Loaded,
     registry: &Registry,
     events: &EventLog,
-) -> Result<(), ServeError> {
+) -> Result<Vec<Transcript>, ServeError> {
     let dir = loaded.paths.transcripts.clone();
     let (found, failed) = tokio::task::spawn_blocking(move || scan_transcripts(&dir))
         .await
         .map_err(ServeError::Scan)?;
+    let mut queued = Vec::new();
     for Found {
         transcript: t,
         was_running,
     } in found
     {
+        if t.status == TaskStatus::Queued {
+            queued.push(t);
+            continue;
+        }
         if was_running {
             events
                 .record(
@@ -162,7 +169,7 @@ async fn recover_tasks(
             updated: t.created.clone(),
         });
     }
-    failed.map_or(Ok(()), Err)
+    failed.map_or(Ok(queued), Err)
 }
 
 /// Reads every transcript in `dir` (unreadable ones are skipped) and saves those
@@ -270,12 +277,20 @@ async fn wire(
         });
     }
     let registry = Registry::default();
-    recover_tasks(&services.loaded, &registry, &services.events).await?;
+    let queued = recover_tasks(&services.loaded, &registry, &services.events).await?;
     let approvals = Approvals::new(registry.clone(), services.live.clone());
     let scheduler = Scheduler::new(SchedulerParts {
         services: services.task_services(Arc::new(approvals.clone())),
         registry,
     });
+    let requeued = scheduler.requeue(queued).await?;
+    if requeued > 0 {
+        let _ = writeln!(
+            std::io::stderr(),
+            "harnessd: requeued {requeued} queued task(s) accepted before the last stop, \
+             oldest first"
+        );
+    }
     let state = AppState {
         scheduler: scheduler.clone(),
         approvals,

@@ -7,16 +7,19 @@
 //! also keeps other processes off its transcript.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 
-use tokio::sync::Semaphore;
+use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use crate::agent::TaskStatus;
 use crate::agent::{
     LockError, RunLock, StopReason, TaskOutcome, TaskServices, TaskSpec, Transcript, new_task_id,
-    run_task,
+    queued_transcript, run_task,
 };
 use crate::control::Task;
 use crate::events::{Event, EventError, EventLog};
@@ -309,6 +312,24 @@ pub enum ClaimError {
     Answered(String),
 }
 
+/// Why a task was not accepted; nothing was queued.
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    /// `task_queued` could not be written.
+    #[error("the audit log cannot be written, so no task is accepted: {0}")]
+    Record(#[from] EventError),
+    /// The task's `queued` transcript could not be saved.
+    #[error("the task's transcript cannot be saved, so no task is accepted: {0}")]
+    Transcript(std::io::Error),
+}
+
+/// A task's place in the slot queue: a slot already held, or a wait that joined
+/// the semaphore's (first-come, first-served) queue when the task was started.
+enum Slot {
+    Held(OwnedSemaphorePermit),
+    Waiting(Pin<Box<dyn Future<Output = Result<OwnedSemaphorePermit, AcquireError>> + Send>>),
+}
+
 /// A task claimed for a resume ([`Scheduler::claim`]): the registry shows it
 /// queued, so no other resume can claim it. Hand it to [`Scheduler::resume`], or to
 /// [`Scheduler::release`] if the resume does not go ahead.
@@ -372,15 +393,17 @@ impl Scheduler {
         }
     }
 
-    /// Queues a new task; returns its id. `Err`: `task_queued` could not be
-    /// written, and nothing was queued.
+    /// Queues a new task; returns its id once the task is on disk: `task_queued`
+    /// recorded and its `queued` transcript saved, so it survives a crash (the next
+    /// start queues it again, [`Scheduler::requeue`]). `Err`: one of the two could
+    /// not be written, and nothing was queued.
     pub async fn submit(
         &self,
         prompt: String,
         max_turns: Option<u32>,
         by: String,
-    ) -> Result<String, EventError> {
-        let spec = TaskSpec {
+    ) -> Result<String, SubmitError> {
+        let mut spec = TaskSpec {
             task_id: new_task_id(),
             prompt,
             max_turns,
@@ -396,11 +419,69 @@ impl Scheduler {
                 Event::TaskQueued {
                     prompt: spec.prompt.clone(),
                     source: spec.source.clone(),
-                    by,
+                    by: by.clone(),
                 },
             )
             .await?;
+        let loaded = self.services.config.current();
+        let transcript = queued_transcript(&spec, loaded.config.api.model.clone(), by);
+        if let Err(e) = transcript
+            .save_async(loaded.paths.transcripts.clone())
+            .await
+        {
+            self.not_accepted(&spec.task_id, &e).await;
+            return Err(SubmitError::Transcript(e));
+        }
+        // Started from the transcript just saved, so the registry, the file and the
+        // run agree on `created`; a `queued` transcript starts as a new task.
+        spec.resume = Some(transcript);
         Ok(self.start(spec))
+    }
+
+    /// Closes the record of a task whose `task_queued` is on the log but whose
+    /// transcript could not be saved: the log says it ended (with `error`) rather
+    /// than leaving it open forever. A failure here is the log's own, already
+    /// reported by its health.
+    async fn not_accepted(&self, task_id: &str, error: &std::io::Error) {
+        let event = Event::TaskFinished {
+            stop_reason: StopReason::Error.as_str().into(),
+            turns: 0,
+            usage: Usage::default(),
+            duration_ms: 0,
+            error: Some(format!(
+                "not accepted: the task's transcript cannot be saved: {error}"
+            )),
+        };
+        let _ = self.services.events.record(Some(task_id), event).await;
+    }
+
+    /// Queues again the tasks a previous daemon accepted and never started (their
+    /// transcripts still `queued`), oldest first by `created`, each with a
+    /// `task_requeued` event; returns how many. They then run as new tasks.
+    pub async fn requeue(&self, mut queued: Vec<Transcript>) -> Result<usize, EventError> {
+        queued.sort_by(|a, b| a.created.cmp(&b.created).then(a.task_id.cmp(&b.task_id)));
+        let n = queued.len();
+        for t in queued {
+            self.services
+                .events
+                .record(
+                    Some(&t.task_id),
+                    Event::TaskRequeued {
+                        created: t.created.clone(),
+                    },
+                )
+                .await?;
+            let spec = TaskSpec {
+                task_id: t.task_id.clone(),
+                // The prompt is the first user message (see `queued_transcript`).
+                prompt: t.messages.first().map(|m| m.text()).unwrap_or_default(),
+                max_turns: t.max_turns,
+                source: t.source.clone().unwrap_or_else(|| "api".into()),
+                resume: Some(t),
+            };
+            self.start(spec);
+        }
+        Ok(n)
     }
 
     /// The audit log the tasks write to.
@@ -432,9 +513,25 @@ impl Scheduler {
         };
         let id = spec.task_id.clone();
         let this = self.clone();
+        let slot = self.join_queue();
         self.tracker
-            .spawn(async move { this.run(spec, claim.cancel, Some(lock)).await });
+            .spawn(async move { this.run(spec, claim.cancel, Some(lock), slot).await });
         id
+    }
+
+    /// Joins the slot queue now, in the caller's order: the semaphore serves its
+    /// waiters first come, first served, and a spawned run is first polled at no
+    /// particular time, so without this, tasks started in order (the requeued ones,
+    /// oldest first) would get their slots in any order.
+    fn join_queue(&self) -> Slot {
+        let mut wait = Box::pin(self.slots.clone().acquire_owned());
+        // The first poll registers the wait; the run's own poll replaces the waker.
+        match wait.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(Ok(permit)) => Slot::Held(permit),
+            // Closed: never happens (the semaphore is never closed); the run's own
+            // wait sees the same.
+            Poll::Ready(Err(_)) | Poll::Pending => Slot::Waiting(wait),
+        }
     }
 
     fn start(&self, spec: TaskSpec) -> String {
@@ -459,13 +556,21 @@ impl Scheduler {
             cancel.clone(),
         );
         let this = self.clone();
+        let slot = self.join_queue();
         self.tracker
-            .spawn(async move { this.run(spec, cancel, None).await });
+            .spawn(async move { this.run(spec, cancel, None, slot).await });
         id
     }
 
-    /// Runs a task under its run lock: `lock`, or (a new task) one taken here.
-    async fn run(self, spec: TaskSpec, cancel: CancellationToken, lock: Option<RunLock>) {
+    /// Runs a task under its run lock: `lock`, or (a new task) one taken here; it
+    /// waits for `slot` first.
+    async fn run(
+        self,
+        spec: TaskSpec,
+        cancel: CancellationToken,
+        lock: Option<RunLock>,
+        slot: Slot,
+    ) {
         let id = spec.task_id.clone();
         let lock = match lock {
             Some(lock) => lock,
@@ -477,9 +582,12 @@ impl Scheduler {
                 }
             }
         };
-        let permit = tokio::select! {
-            p = self.slots.clone().acquire_owned() => p.ok(),
-            () = cancel.cancelled() => None,
+        let permit = match slot {
+            Slot::Held(permit) => Some(permit),
+            Slot::Waiting(wait) => tokio::select! {
+                p = wait => p.ok(),
+                () = cancel.cancelled() => None,
+            },
         };
         let env = self.services.for_task(cancel.clone());
         // Cancelled while queued (no permit): run_task still records the task and

@@ -67,6 +67,13 @@ pub enum Event {
         /// Who submitted it: `uid:N` from the socket's peer credentials.
         by: String,
     },
+    /// A task accepted by a previous daemon and still queued when it stopped (its
+    /// transcript says `queued`) was queued again at start; it then starts as a new
+    /// task (`task_started`).
+    TaskRequeued {
+        /// When it was first accepted (the transcript's `created`).
+        created: String,
+    },
     /// A task began.
     TaskStarted {
         /// The prompt.

@@ -20,6 +20,7 @@ mod inprocess;
 mod paths;
 mod policy_cli;
 mod protocol;
+mod queue;
 mod records;
 mod reload;
 mod resume;
