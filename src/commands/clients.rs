@@ -150,23 +150,64 @@ pub fn run(root: &Path, cmd: ClientCommand, json_out: bool) -> anyhow::Result<i3
     runtime.block_on(run_async(&socket, cmd, json_out))
 }
 
-/// `events` without a running daemon: the matching lines of events.jsonl.
+/// `events` without a running daemon: the matching lines of events.jsonl. A line
+/// that does not parse is never skipped silently (SPEC §7): each is named on stderr
+/// by file and line number, the rest is still printed, and the exit code is 1.
 fn read_events_file(root: &Path, task: Option<&str>, kind: Option<&str>) -> anyhow::Result<i32> {
     let loaded = match crate::commands::load_root(root) {
         Ok(l) => l,
         Err(code) => return Ok(code),
     };
-    let text = std::fs::read_to_string(&loaded.paths.events).unwrap_or_default();
+    let path = &loaded.paths.events;
+    let raw = match std::fs::read(path) {
+        Ok(raw) => raw,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => {
+            warn(&format!("cannot read {}: {e}", path.display()));
+            return Ok(1);
+        }
+    };
+    let body = raw.strip_suffix(b"\n").unwrap_or(&raw);
+    if body.is_empty() {
+        return Ok(0);
+    }
     let mut out = std::io::stdout().lock();
-    for line in text.lines() {
-        let Ok(ev) = serde_json::from_str::<Value>(line) else {
-            continue;
+    let mut unreadable = 0;
+    for (i, line) in body.split(|&b| b == b'\n').enumerate() {
+        let ev = match serde_json::from_slice::<Value>(line) {
+            Ok(ev) => ev,
+            Err(e) => {
+                unreadable += 1;
+                warn(&format!(
+                    "{}:{}: unreadable line: {e}",
+                    path.display(),
+                    i + 1
+                ));
+                continue;
+            }
         };
         if task.is_none_or(|t| ev["task_id"] == t) && kind.is_none_or(|k| ev["type"] == k) {
-            writeln!(out, "{}", escape_json(line))?;
+            // It parsed as JSON, so it is UTF-8.
+            writeln!(out, "{}", escape_json(&String::from_utf8_lossy(line)))?;
         }
     }
-    Ok(0)
+    Ok(if unreadable == 0 { 0 } else { 1 })
+}
+
+/// A warning on stderr, escaped; a failed write (stderr on a full disk) is
+/// ignored rather than a panic.
+fn warn(message: &str) {
+    let _ = writeln!(std::io::stderr(), "warning: {}", escape_text(message));
+}
+
+/// The warning for an `unreadable_line` object of the daemon's event stream.
+fn warn_unreadable(obj: &Value) {
+    let file = obj["file"].as_str().unwrap_or("events.jsonl");
+    let error = obj["error"].as_str().unwrap_or("");
+    warn(&format!(
+        "{file}:{}: unreadable line: {error}",
+        obj["line"].as_u64().unwrap_or(0)
+    ));
 }
 
 async fn run_async(socket: &Path, cmd: ClientCommand, json_out: bool) -> anyhow::Result<i32> {
@@ -221,7 +262,8 @@ async fn run_async(socket: &Path, cmd: ClientCommand, json_out: bool) -> anyhow:
 }
 
 /// `events`: the matching lines of the log, and with `follow` new ones as they
-/// are written. Exit 1 when the daemon refuses the query.
+/// are written. Exit 1 when the daemon refuses the query or names a line of the
+/// log that does not parse.
 async fn events(
     socket: &Path,
     task: Option<&str>,
@@ -240,12 +282,22 @@ async fn events(
     }
     let path = format!("/v1/events?{}", q.join("&"));
     let mut out = std::io::stdout().lock();
+    let mut unreadable = false;
     let status = stream_lines(socket, &path, |line| {
+        // The daemon names a line of the log that does not parse; a warning, and
+        // exit 1 at the end, rather than an event among the others.
+        if let Ok(obj) = serde_json::from_str::<Value>(line)
+            && obj["type"] == "unreadable_line"
+        {
+            unreadable = true;
+            warn_unreadable(&obj);
+            return;
+        }
         let _ = writeln!(out, "{}", escape_json(line));
         let _ = out.flush();
     })
     .await?;
-    Ok(if status == 200 { 0 } else { 1 })
+    Ok(if status == 200 && !unreadable { 0 } else { 1 })
 }
 
 /// `submit`: prints the new task's id, or with `wait` follows it like `run`.
@@ -409,6 +461,7 @@ async fn follow_until_finished(socket: &Path, id: &str) -> anyhow::Result<bool> 
             continue;
         };
         match event["type"].as_str() {
+            Some("unreadable_line") => warn_unreadable(&event),
             Some("approval_requested") => show_waiting_approvals(socket, id, &mut shown).await?,
             Some("task_finished") => return Ok(true),
             _ => {}

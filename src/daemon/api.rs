@@ -5,19 +5,20 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::connect_info::{ConnectInfo, Connected};
+use axum::extract::connect_info::ConnectInfo;
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::http::{StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::serve::IncomingStream;
 use axum::{Json, Router};
+use http_body_util::{BodyExt as _, LengthLimitError, Limited};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::net::UnixListener;
 use tokio::sync::broadcast;
 
 use super::approvals::Approvals;
@@ -32,6 +33,16 @@ use crate::control::{
 
 /// Largest request body accepted.
 pub const MAX_BODY: usize = 256 * 1024;
+
+/// A body declared over [`MAX_BODY`] but no larger than this is still read (and
+/// thrown away, within [`BODY_TIMEOUT`]) before the 413, so a client that writes
+/// all of it before reading gets the answer rather than a broken pipe; a larger one
+/// is answered at once.
+const DRAIN_LIMIT: u64 = 4 * MAX_BODY as u64;
+
+/// How long a request's body may take to arrive in full, once its head has: a
+/// body that stops arriving is answered 408 and its connection closed.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What every handler shares.
 #[derive(Clone)]
@@ -48,19 +59,13 @@ pub struct AppState {
     pub live_events: broadcast::Sender<Value>,
 }
 
-/// The peer of a connection: its credentials.
+/// The peer of a connection: its credentials, read from SO_PEERCRED when the
+/// connection is accepted (`serve`'s accept loop) and attached to every request on
+/// it as `ConnectInfo<Peer>`.
 #[derive(Clone, Debug)]
 pub struct Peer {
     /// The peer's uid, if the kernel told.
     pub uid: Option<u32>,
-}
-
-impl Connected<IncomingStream<'_, UnixListener>> for Peer {
-    fn connect_info(stream: IncomingStream<'_, UnixListener>) -> Self {
-        Peer {
-            uid: stream.io().peer_cred().ok().map(|c| c.uid()),
-        }
-    }
 }
 
 /// An API error.
@@ -147,12 +152,85 @@ pub fn router(state: AppState) -> Router {
             )
         })
         .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(axum::middleware::from_fn(bounded_body))
         // Outermost, so it runs first, for every route and both fallbacks.
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             super::access::authorize,
         ))
         .with_state(state)
+}
+
+/// Reads the whole body before any handler runs, within [`MAX_BODY`] and
+/// [`BODY_TIMEOUT`]: a declared length over the limit is refused (413) — past
+/// [`DRAIN_LIMIT`] before a byte of it is read — and a body that stops arriving is
+/// dropped (408), so no peer can hold a request open by promising more than it
+/// sends.
+async fn bounded_body(req: Request, next: Next) -> Response {
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let (parts, body) = req.into_parts();
+    if let Some(n) = declared.filter(|&n| n > MAX_BODY as u64) {
+        if n <= DRAIN_LIMIT {
+            let _ = tokio::time::timeout(BODY_TIMEOUT, discard(body)).await;
+        }
+        return closing(too_large());
+    }
+    let collected = tokio::time::timeout(BODY_TIMEOUT, Limited::new(body, MAX_BODY).collect());
+    match collected.await {
+        Ok(Ok(body)) => {
+            next.run(Request::from_parts(parts, Body::from(body.to_bytes())))
+                .await
+        }
+        Ok(Err(e)) if e.is::<LengthLimitError>() => closing(too_large()),
+        Ok(Err(e)) => closing(
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                format!("cannot read the request body: {e}"),
+            )
+            .into_response(),
+        ),
+        Err(_) => closing(
+            ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "timeout",
+                format!(
+                    "the request body did not arrive within {} s",
+                    BODY_TIMEOUT.as_secs()
+                ),
+            )
+            .into_response(),
+        ),
+    }
+}
+
+/// Reads `body` to its end, keeping nothing.
+async fn discard(body: Body) {
+    let mut body = Limited::new(body, DRAIN_LIMIT as usize);
+    while let Some(Ok(_)) = body.frame().await {}
+}
+
+fn too_large() -> Response {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "too_large",
+        format!("a request body may have at most {MAX_BODY} bytes"),
+    )
+    .into_response()
+}
+
+/// The response, with the connection closed after it: what is left of the body
+/// on the wire is not read.
+fn closing(mut r: Response) -> Response {
+    r.headers_mut().insert(
+        header::CONNECTION,
+        header::HeaderValue::from_static("close"),
+    );
+    r
 }
 
 /// The task `id`, or a 404.
@@ -334,24 +412,62 @@ fn matches(ev: &Value, q: &EventsQuery) -> bool {
         && q.kind.as_ref().is_none_or(|k| ev["type"] == k.as_str())
 }
 
+/// The matching lines of the log file at `path`, each with its newline, and the
+/// seq of the last line that parsed. A line that does not parse is never skipped
+/// silently (SPEC §7): it becomes an `unreadable_line` object naming the file and
+/// its line number, sent whatever the filter, since what it was cannot be known.
+fn read_head(path: &std::path::Path, raw: &[u8], q: &EventsQuery) -> (String, u64) {
+    let file = path.display().to_string();
+    let mut last_seq = 0;
+    let mut head = String::new();
+    let body = raw.strip_suffix(b"\n").unwrap_or(raw);
+    if body.is_empty() {
+        return (head, last_seq);
+    }
+    for (i, line) in body.split(|&b| b == b'\n').enumerate() {
+        let ev = match serde_json::from_slice::<Value>(line) {
+            Ok(ev) => ev,
+            Err(e) => {
+                let bad = json!({
+                    "type": "unreadable_line",
+                    "file": file,
+                    "line": i + 1,
+                    "error": e.to_string(),
+                });
+                head.push_str(&bad.to_string());
+                head.push('\n');
+                continue;
+            }
+        };
+        last_seq = ev["seq"].as_u64().unwrap_or(last_seq);
+        if matches(&ev, q) {
+            // The line parsed as JSON, so it is UTF-8.
+            head.push_str(&String::from_utf8_lossy(line));
+            head.push('\n');
+        }
+    }
+    (head, last_seq)
+}
+
 async fn events(State(s): State<AppState>, Query(q): Query<EventsQuery>) -> Response {
     // Subscribe before reading the file, so nothing written in between is missed;
     // lines already read are skipped by seq.
     let mut live = s.live_events.subscribe();
     let path = s.config.current().paths.events.clone();
-    let text = tokio::fs::read_to_string(&path).await.unwrap_or_default();
-    let mut last_seq = 0;
-    let mut head = String::new();
-    for line in text.lines() {
-        let Ok(ev) = serde_json::from_str::<Value>(line) else {
-            continue;
-        };
-        last_seq = ev["seq"].as_u64().unwrap_or(last_seq);
-        if matches(&ev, &q) {
-            head.push_str(line);
-            head.push('\n');
+    let raw = match tokio::fs::read(&path).await {
+        Ok(raw) => raw,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => {
+            return ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "unreadable",
+                format!("cannot read {}: {e}", path.display()),
+            )
+            .into_response();
         }
-    }
+    };
+    let (head, last_seq) = read_head(&path, &raw, &q);
+    drop(raw);
     let follow = q.follow.as_deref().is_some_and(|f| f == "1" || f == "true");
     let first = futures::stream::once(async move { Ok::<Bytes, Infallible>(Bytes::from(head)) });
     let body = if follow {

@@ -10,6 +10,7 @@ mod architecture;
 mod attack_regressions;
 mod cgroup_cleanup;
 mod check;
+mod connections;
 mod daemon;
 mod disk_full;
 mod escape;
