@@ -150,38 +150,46 @@ pub fn run(root: &Path, cmd: ClientCommand, json_out: bool) -> anyhow::Result<i3
     runtime.block_on(run_async(&socket, cmd, json_out))
 }
 
-/// `events` without a running daemon: the matching lines of events.jsonl. A line
-/// that does not parse is never skipped silently (SPEC §7): each is named on stderr
-/// by file and line number, the rest is still printed, and the exit code is 1.
+/// `events` without a running daemon: the matching lines of events.jsonl, read
+/// line by line (memory does not grow with the file). A line that does not parse
+/// is never skipped silently (SPEC §7): each is named on stderr by file and line
+/// number, the rest is still printed, and the exit code is 1.
 fn read_events_file(root: &Path, task: Option<&str>, kind: Option<&str>) -> anyhow::Result<i32> {
+    use std::io::BufRead as _;
     let loaded = match crate::commands::load_root(root) {
         Ok(l) => l,
         Err(code) => return Ok(code),
     };
     let path = &loaded.paths.events;
-    let raw = match std::fs::read(path) {
-        Ok(raw) => raw,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+    let mut reader = match std::fs::File::open(path) {
+        Ok(f) => std::io::BufReader::new(f),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
         Err(e) => {
             warn(&format!("cannot read {}: {e}", path.display()));
             return Ok(1);
         }
     };
-    let body = raw.strip_suffix(b"\n").unwrap_or(&raw);
-    if body.is_empty() {
-        return Ok(0);
-    }
     let mut out = std::io::stdout().lock();
     let mut unreadable = 0;
-    for (i, line) in body.split(|&b| b == b'\n').enumerate() {
+    let mut buf = Vec::new();
+    for number in 1.. {
+        buf.clear();
+        match reader.read_until(b'\n', &mut buf) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) => {
+                warn(&format!("{}:{number}: cannot read on: {e}", path.display()));
+                return Ok(1);
+            }
+        }
+        let line = buf.strip_suffix(b"\n").unwrap_or(&buf);
         let ev = match serde_json::from_slice::<Value>(line) {
             Ok(ev) => ev,
             Err(e) => {
                 unreadable += 1;
                 warn(&format!(
-                    "{}:{}: unreadable line: {e}",
-                    path.display(),
-                    i + 1
+                    "{}:{number}: unreadable line: {e}",
+                    path.display()
                 ));
                 continue;
             }

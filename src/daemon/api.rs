@@ -412,51 +412,98 @@ fn matches(ev: &Value, q: &EventsQuery) -> bool {
         && q.kind.as_ref().is_none_or(|k| ev["type"] == k.as_str())
 }
 
-/// The matching lines of the log file at `path`, each with its newline, and the
-/// seq of the last line that parsed. A line that does not parse is never skipped
-/// silently (SPEC §7): it becomes an `unreadable_line` object naming the file and
-/// its line number, sent whatever the filter, since what it was cannot be known.
-fn read_head(path: &std::path::Path, raw: &[u8], q: &EventsQuery) -> (String, u64) {
-    let file = path.display().to_string();
+/// An `unreadable_line` object, newline included: what a reader sends in place of
+/// line `line` of `file` (SPEC §7: never skipped silently).
+fn unreadable_line(file: &std::path::Path, line: usize, error: &str) -> Bytes {
+    let mut text = json!({
+        "type": "unreadable_line",
+        "file": file.display().to_string(),
+        "line": line,
+        "error": error,
+    })
+    .to_string();
+    text.push('\n');
+    Bytes::from(text)
+}
+
+/// Sends the matching lines of the log, read line by line so memory does not grow
+/// with the file; a line that does not parse is sent as an [`unreadable_line`],
+/// whatever the filter, since what it was cannot be known. Returns the seq of the
+/// last line that parsed, or `None` once the client has gone.
+async fn send_file_lines(
+    file: tokio::fs::File,
+    path: &std::path::Path,
+    q: &EventsQuery,
+    tx: &tokio::sync::mpsc::Sender<Bytes>,
+) -> Option<u64> {
+    use tokio::io::AsyncBufReadExt as _;
+    let mut reader = tokio::io::BufReader::new(file);
     let mut last_seq = 0;
-    let mut head = String::new();
-    let body = raw.strip_suffix(b"\n").unwrap_or(raw);
-    if body.is_empty() {
-        return (head, last_seq);
-    }
-    for (i, line) in body.split(|&b| b == b'\n').enumerate() {
-        let ev = match serde_json::from_slice::<Value>(line) {
-            Ok(ev) => ev,
+    let mut buf = Vec::new();
+    for number in 1.. {
+        buf.clear();
+        let out = match reader.read_until(b'\n', &mut buf).await {
+            Ok(0) => return Some(last_seq),
+            Ok(_) => {
+                let line = buf.strip_suffix(b"\n").unwrap_or(&buf);
+                match serde_json::from_slice::<Value>(line) {
+                    Ok(ev) => {
+                        last_seq = ev["seq"].as_u64().unwrap_or(last_seq);
+                        if !matches(&ev, q) {
+                            continue;
+                        }
+                        // The last line may lack its newline; the stream's lines never do.
+                        let mut line = line.to_vec();
+                        line.push(b'\n');
+                        Bytes::from(line)
+                    }
+                    Err(e) => unreadable_line(path, number, &e.to_string()),
+                }
+            }
             Err(e) => {
-                let bad = json!({
-                    "type": "unreadable_line",
-                    "file": file,
-                    "line": i + 1,
-                    "error": e.to_string(),
-                });
-                head.push_str(&bad.to_string());
-                head.push('\n');
-                continue;
+                let error = format!("cannot read on: {e}");
+                let _ = tx.send(unreadable_line(path, number, &error)).await;
+                return Some(last_seq);
             }
         };
-        last_seq = ev["seq"].as_u64().unwrap_or(last_seq);
-        if matches(&ev, q) {
-            // The line parsed as JSON, so it is UTF-8.
-            head.push_str(&String::from_utf8_lossy(line));
-            head.push('\n');
+        tx.send(out).await.ok()?;
+    }
+    Some(last_seq)
+}
+
+/// Sends the matching events written after `last_seq`, as they come.
+async fn send_live(
+    mut live: broadcast::Receiver<Value>,
+    last_seq: u64,
+    q: &EventsQuery,
+    tx: &tokio::sync::mpsc::Sender<Bytes>,
+) {
+    loop {
+        match live.recv().await {
+            Ok(ev) => {
+                if ev["seq"].as_u64().unwrap_or(0) <= last_seq || !matches(&ev, q) {
+                    continue;
+                }
+                let mut line = ev.to_string();
+                line.push('\n');
+                if tx.send(Bytes::from(line)).await.is_err() {
+                    return;
+                }
+            }
+            Err(broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(broadcast::error::RecvError::Closed) => return,
         }
     }
-    (head, last_seq)
 }
 
 async fn events(State(s): State<AppState>, Query(q): Query<EventsQuery>) -> Response {
     // Subscribe before reading the file, so nothing written in between is missed;
     // lines already read are skipped by seq.
-    let mut live = s.live_events.subscribe();
+    let live = s.live_events.subscribe();
     let path = s.config.current().paths.events.clone();
-    let raw = match tokio::fs::read(&path).await {
-        Ok(raw) => raw,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+    let file = match tokio::fs::File::open(&path).await {
+        Ok(f) => Some(f),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => {
             return ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -466,34 +513,24 @@ async fn events(State(s): State<AppState>, Query(q): Query<EventsQuery>) -> Resp
             .into_response();
         }
     };
-    let (head, last_seq) = read_head(&path, &raw, &q);
-    drop(raw);
     let follow = q.follow.as_deref().is_some_and(|f| f == "1" || f == "true");
-    let first = futures::stream::once(async move { Ok::<Bytes, Infallible>(Bytes::from(head)) });
-    let body = if follow {
-        let rest = async_stream(move |tx| async move {
-            loop {
-                match live.recv().await {
-                    Ok(ev) => {
-                        if ev["seq"].as_u64().unwrap_or(0) <= last_seq || !matches(&ev, &q) {
-                            continue;
-                        }
-                        let mut line = ev.to_string();
-                        line.push('\n');
-                        if tx.send(Bytes::from(line)).await.is_err() {
-                            return;
-                        }
-                    }
-                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(broadcast::error::RecvError::Closed) => return,
-                }
-            }
-        });
-        Body::from_stream(futures::StreamExt::chain(first, rest))
-    } else {
-        Body::from_stream(first)
-    };
-    ([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response()
+    let body = async_stream(move |tx| async move {
+        let last_seq = match file {
+            Some(file) => match send_file_lines(file, &path, &q, &tx).await {
+                Some(seq) => seq,
+                None => return,
+            },
+            None => 0,
+        };
+        if follow {
+            send_live(live, last_seq, &q, &tx).await;
+        }
+    });
+    (
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        Body::from_stream(body),
+    )
+        .into_response()
 }
 
 /// A stream fed by a task through a channel.
