@@ -179,3 +179,25 @@ fn readers_report_an_unparseable_line_with_its_file_and_number() {
     );
     assert!(stdout(&out).lines().count() >= 2, "{}", stdout(&out));
 }
+
+#[test]
+fn max_connections_is_read_at_start_and_a_change_is_reported() {
+    let root = TestRoot::new("http://127.0.0.1:9");
+    let _d = Daemon::start(&root);
+    root.set_config("daemon", "max_connections", "10");
+    crate::common::wait_until("the reload", || {
+        root.events_of("config_loaded")
+            .iter()
+            .any(|e| e["trigger"] != "start")
+    });
+    let reloaded = root
+        .events_of("config_loaded")
+        .into_iter()
+        .find(|e| e["trigger"] != "start")
+        .unwrap();
+    assert_eq!(
+        reloaded["restart_needed"],
+        serde_json::json!(["daemon.max_connections"]),
+        "{reloaded}"
+    );
+}
