@@ -150,23 +150,72 @@ pub fn run(root: &Path, cmd: ClientCommand, json_out: bool) -> anyhow::Result<i3
     runtime.block_on(run_async(&socket, cmd, json_out))
 }
 
-/// `events` without a running daemon: the matching lines of events.jsonl.
+/// `events` without a running daemon: the matching lines of events.jsonl, read
+/// line by line (memory does not grow with the file). A line that does not parse
+/// is never skipped silently (SPEC §7): each is named on stderr by file and line
+/// number, the rest is still printed, and the exit code is 1.
 fn read_events_file(root: &Path, task: Option<&str>, kind: Option<&str>) -> anyhow::Result<i32> {
+    use std::io::BufRead as _;
     let loaded = match crate::commands::load_root(root) {
         Ok(l) => l,
         Err(code) => return Ok(code),
     };
-    let text = std::fs::read_to_string(&loaded.paths.events).unwrap_or_default();
+    let path = &loaded.paths.events;
+    let mut reader = match std::fs::File::open(path) {
+        Ok(f) => std::io::BufReader::new(f),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => {
+            warn(&format!("cannot read {}: {e}", path.display()));
+            return Ok(1);
+        }
+    };
     let mut out = std::io::stdout().lock();
-    for line in text.lines() {
-        let Ok(ev) = serde_json::from_str::<Value>(line) else {
-            continue;
+    let mut unreadable = 0;
+    let mut buf = Vec::new();
+    for number in 1.. {
+        buf.clear();
+        match reader.read_until(b'\n', &mut buf) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) => {
+                warn(&format!("{}:{number}: cannot read on: {e}", path.display()));
+                return Ok(1);
+            }
+        }
+        let line = buf.strip_suffix(b"\n").unwrap_or(&buf);
+        let ev = match serde_json::from_slice::<Value>(line) {
+            Ok(ev) => ev,
+            Err(e) => {
+                unreadable += 1;
+                warn(&format!(
+                    "{}:{number}: unreadable line: {e}",
+                    path.display()
+                ));
+                continue;
+            }
         };
         if task.is_none_or(|t| ev["task_id"] == t) && kind.is_none_or(|k| ev["type"] == k) {
-            writeln!(out, "{}", escape_json(line))?;
+            // It parsed as JSON, so it is UTF-8.
+            writeln!(out, "{}", escape_json(&String::from_utf8_lossy(line)))?;
         }
     }
-    Ok(0)
+    Ok(if unreadable == 0 { 0 } else { 1 })
+}
+
+/// A warning on stderr, escaped; a failed write (stderr on a full disk) is
+/// ignored rather than a panic.
+fn warn(message: &str) {
+    let _ = writeln!(std::io::stderr(), "warning: {}", escape_text(message));
+}
+
+/// The warning for an `unreadable_line` object of the daemon's event stream.
+fn warn_unreadable(obj: &Value) {
+    let file = obj["file"].as_str().unwrap_or("events.jsonl");
+    let error = obj["error"].as_str().unwrap_or("");
+    warn(&format!(
+        "{file}:{}: unreadable line: {error}",
+        obj["line"].as_u64().unwrap_or(0)
+    ));
 }
 
 async fn run_async(socket: &Path, cmd: ClientCommand, json_out: bool) -> anyhow::Result<i32> {
@@ -221,7 +270,8 @@ async fn run_async(socket: &Path, cmd: ClientCommand, json_out: bool) -> anyhow:
 }
 
 /// `events`: the matching lines of the log, and with `follow` new ones as they
-/// are written. Exit 1 when the daemon refuses the query.
+/// are written. Exit 1 when the daemon refuses the query or names a line of the
+/// log that does not parse.
 async fn events(
     socket: &Path,
     task: Option<&str>,
@@ -240,12 +290,22 @@ async fn events(
     }
     let path = format!("/v1/events?{}", q.join("&"));
     let mut out = std::io::stdout().lock();
+    let mut unreadable = false;
     let status = stream_lines(socket, &path, |line| {
+        // The daemon names a line of the log that does not parse; a warning, and
+        // exit 1 at the end, rather than an event among the others.
+        if let Ok(obj) = serde_json::from_str::<Value>(line)
+            && obj["type"] == "unreadable_line"
+        {
+            unreadable = true;
+            warn_unreadable(&obj);
+            return;
+        }
         let _ = writeln!(out, "{}", escape_json(line));
         let _ = out.flush();
     })
     .await?;
-    Ok(if status == 200 { 0 } else { 1 })
+    Ok(if status == 200 && !unreadable { 0 } else { 1 })
 }
 
 /// `submit`: prints the new task's id, or with `wait` follows it like `run`.
@@ -416,6 +476,7 @@ async fn follow_until_finished(socket: &Path, id: &str) -> anyhow::Result<bool> 
             continue;
         };
         match event["type"].as_str() {
+            Some("unreadable_line") => warn_unreadable(&event),
             Some("approval_requested") => show_waiting_approvals(socket, id, &mut shown).await?,
             Some("task_finished") => return Ok(true),
             _ => {}

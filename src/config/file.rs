@@ -167,6 +167,10 @@ pub struct DaemonConfig {
     /// A group whose members may use the control API besides the daemon's user and
     /// root (socket mode 0660, that group). Read at start: a change needs a restart.
     pub operators_group: Option<String>,
+    /// Control connections open at once; one more is closed as soon as it is
+    /// accepted, so peers that hold connections cannot exhaust descriptors. Read at
+    /// start: a change needs a restart.
+    pub max_connections: u32,
 }
 
 impl Default for DaemonConfig {
@@ -177,6 +181,7 @@ impl Default for DaemonConfig {
             approval_timeout_secs: 600,
             shutdown_grace_secs: 10,
             operators_group: None,
+            max_connections: 256,
         }
     }
 }
@@ -230,7 +235,7 @@ impl Config {
 
     /// Every count and duration that a zero would make meaningless.
     fn validate_limits(&self) -> Result<(), Bad> {
-        let positive: [(&str, u64); 10] = [
+        let positive: [(&str, u64); 11] = [
             ("api.max_tokens", self.api.max_tokens.into()),
             ("api.timeout_secs", self.api.timeout_secs),
             ("api.max_response_mb", self.api.max_response_mb),
@@ -256,6 +261,7 @@ impl Config {
                 "daemon.shutdown_grace_secs",
                 self.daemon.shutdown_grace_secs,
             ),
+            ("daemon.max_connections", self.daemon.max_connections.into()),
         ];
         for (key, value) in positive {
             if value == 0 {
@@ -416,6 +422,18 @@ mod tests {
         assert_eq!(
             s,
             "c.toml:2:1: key `loop.max_turns`: must be greater than 0"
+        );
+    }
+
+    #[test]
+    fn max_connections_defaults_to_256_and_zero_is_rejected() {
+        let default = Config::parse("", "c.toml").expect("empty");
+        assert_eq!(default.daemon.max_connections, 256);
+        let text = "[daemon]\nsocket = \"run/x.sock\"\nmax_connections = 0\n";
+        let s = Config::parse(text, "c.toml").expect_err("zero").to_string();
+        assert_eq!(
+            s,
+            "c.toml:3:1: key `daemon.max_connections`: must be greater than 0"
         );
     }
 }

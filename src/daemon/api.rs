@@ -5,19 +5,20 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::connect_info::{ConnectInfo, Connected};
+use axum::extract::connect_info::ConnectInfo;
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::http::{StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::serve::IncomingStream;
 use axum::{Json, Router};
+use http_body_util::{BodyExt as _, LengthLimitError, Limited};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::net::UnixListener;
 use tokio::sync::broadcast;
 
 use super::approvals::Approvals;
@@ -32,6 +33,16 @@ use crate::control::{
 
 /// Largest request body accepted.
 pub const MAX_BODY: usize = 256 * 1024;
+
+/// A body declared over [`MAX_BODY`] but no larger than this is still read (and
+/// thrown away, within [`BODY_TIMEOUT`]) before the 413, so a client that writes
+/// all of it before reading gets the answer rather than a broken pipe; a larger one
+/// is answered at once.
+const DRAIN_LIMIT: u64 = 4 * MAX_BODY as u64;
+
+/// How long a request's body may take to arrive in full, once its head has: a
+/// body that stops arriving is answered 408 and its connection closed.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What every handler shares.
 #[derive(Clone)]
@@ -48,19 +59,13 @@ pub struct AppState {
     pub live_events: broadcast::Sender<Value>,
 }
 
-/// The peer of a connection: its credentials.
+/// The peer of a connection: its credentials, read from SO_PEERCRED when the
+/// connection is accepted (`serve`'s accept loop) and attached to every request on
+/// it as `ConnectInfo<Peer>`.
 #[derive(Clone, Debug)]
 pub struct Peer {
     /// The peer's uid, if the kernel told.
     pub uid: Option<u32>,
-}
-
-impl Connected<IncomingStream<'_, UnixListener>> for Peer {
-    fn connect_info(stream: IncomingStream<'_, UnixListener>) -> Self {
-        Peer {
-            uid: stream.io().peer_cred().ok().map(|c| c.uid()),
-        }
-    }
 }
 
 /// An API error.
@@ -147,12 +152,85 @@ pub fn router(state: AppState) -> Router {
             )
         })
         .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(axum::middleware::from_fn(bounded_body))
         // Outermost, so it runs first, for every route and both fallbacks.
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             super::access::authorize,
         ))
         .with_state(state)
+}
+
+/// Reads the whole body before any handler runs, within [`MAX_BODY`] and
+/// [`BODY_TIMEOUT`]: a declared length over the limit is refused (413) — past
+/// [`DRAIN_LIMIT`] before a byte of it is read — and a body that stops arriving is
+/// dropped (408), so no peer can hold a request open by promising more than it
+/// sends.
+async fn bounded_body(req: Request, next: Next) -> Response {
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let (parts, body) = req.into_parts();
+    if let Some(n) = declared.filter(|&n| n > MAX_BODY as u64) {
+        if n <= DRAIN_LIMIT {
+            let _ = tokio::time::timeout(BODY_TIMEOUT, discard(body)).await;
+        }
+        return closing(too_large());
+    }
+    let collected = tokio::time::timeout(BODY_TIMEOUT, Limited::new(body, MAX_BODY).collect());
+    match collected.await {
+        Ok(Ok(body)) => {
+            next.run(Request::from_parts(parts, Body::from(body.to_bytes())))
+                .await
+        }
+        Ok(Err(e)) if e.is::<LengthLimitError>() => closing(too_large()),
+        Ok(Err(e)) => closing(
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                format!("cannot read the request body: {e}"),
+            )
+            .into_response(),
+        ),
+        Err(_) => closing(
+            ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "timeout",
+                format!(
+                    "the request body did not arrive within {} s",
+                    BODY_TIMEOUT.as_secs()
+                ),
+            )
+            .into_response(),
+        ),
+    }
+}
+
+/// Reads `body` to its end, keeping nothing.
+async fn discard(body: Body) {
+    let mut body = Limited::new(body, DRAIN_LIMIT as usize);
+    while let Some(Ok(_)) = body.frame().await {}
+}
+
+fn too_large() -> Response {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "too_large",
+        format!("a request body may have at most {MAX_BODY} bytes"),
+    )
+    .into_response()
+}
+
+/// The response, with the connection closed after it: what is left of the body
+/// on the wire is not read.
+fn closing(mut r: Response) -> Response {
+    r.headers_mut().insert(
+        header::CONNECTION,
+        header::HeaderValue::from_static("close"),
+    );
+    r
 }
 
 /// The task `id`, or a 404.
@@ -414,50 +492,125 @@ fn matches(ev: &Value, q: &EventsQuery) -> bool {
         && q.kind.as_ref().is_none_or(|k| ev["type"] == k.as_str())
 }
 
+/// An `unreadable_line` object, newline included: what a reader sends in place of
+/// line `line` of `file` (SPEC §7: never skipped silently).
+fn unreadable_line(file: &std::path::Path, line: usize, error: &str) -> Bytes {
+    let mut text = json!({
+        "type": "unreadable_line",
+        "file": file.display().to_string(),
+        "line": line,
+        "error": error,
+    })
+    .to_string();
+    text.push('\n');
+    Bytes::from(text)
+}
+
+/// Sends the matching lines of the log, read line by line so memory does not grow
+/// with the file; a line that does not parse is sent as an [`unreadable_line`],
+/// whatever the filter, since what it was cannot be known. Returns the seq of the
+/// last line that parsed, or `None` once the client has gone.
+async fn send_file_lines(
+    file: tokio::fs::File,
+    path: &std::path::Path,
+    q: &EventsQuery,
+    tx: &tokio::sync::mpsc::Sender<Bytes>,
+) -> Option<u64> {
+    use tokio::io::AsyncBufReadExt as _;
+    let mut reader = tokio::io::BufReader::new(file);
+    let mut last_seq = 0;
+    let mut buf = Vec::new();
+    for number in 1.. {
+        buf.clear();
+        let out = match reader.read_until(b'\n', &mut buf).await {
+            Ok(0) => return Some(last_seq),
+            Ok(_) => {
+                let line = buf.strip_suffix(b"\n").unwrap_or(&buf);
+                match serde_json::from_slice::<Value>(line) {
+                    Ok(ev) => {
+                        last_seq = ev["seq"].as_u64().unwrap_or(last_seq);
+                        if !matches(&ev, q) {
+                            continue;
+                        }
+                        // The last line may lack its newline; the stream's lines never do.
+                        let mut line = line.to_vec();
+                        line.push(b'\n');
+                        Bytes::from(line)
+                    }
+                    Err(e) => unreadable_line(path, number, &e.to_string()),
+                }
+            }
+            Err(e) => {
+                let error = format!("cannot read on: {e}");
+                let _ = tx.send(unreadable_line(path, number, &error)).await;
+                return Some(last_seq);
+            }
+        };
+        tx.send(out).await.ok()?;
+    }
+    Some(last_seq)
+}
+
+/// Sends the matching events written after `last_seq`, as they come.
+async fn send_live(
+    mut live: broadcast::Receiver<Value>,
+    last_seq: u64,
+    q: &EventsQuery,
+    tx: &tokio::sync::mpsc::Sender<Bytes>,
+) {
+    loop {
+        match live.recv().await {
+            Ok(ev) => {
+                if ev["seq"].as_u64().unwrap_or(0) <= last_seq || !matches(&ev, q) {
+                    continue;
+                }
+                let mut line = ev.to_string();
+                line.push('\n');
+                if tx.send(Bytes::from(line)).await.is_err() {
+                    return;
+                }
+            }
+            Err(broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
+    }
+}
+
 async fn events(State(s): State<AppState>, Query(q): Query<EventsQuery>) -> Response {
     // Subscribe before reading the file, so nothing written in between is missed;
     // lines already read are skipped by seq.
-    let mut live = s.live_events.subscribe();
+    let live = s.live_events.subscribe();
     let path = s.config.current().paths.events.clone();
-    let text = tokio::fs::read_to_string(&path).await.unwrap_or_default();
-    let mut last_seq = 0;
-    let mut head = String::new();
-    for line in text.lines() {
-        let Ok(ev) = serde_json::from_str::<Value>(line) else {
-            continue;
-        };
-        last_seq = ev["seq"].as_u64().unwrap_or(last_seq);
-        if matches(&ev, &q) {
-            head.push_str(line);
-            head.push('\n');
+    let file = match tokio::fs::File::open(&path).await {
+        Ok(f) => Some(f),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            return ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "unreadable",
+                format!("cannot read {}: {e}", path.display()),
+            )
+            .into_response();
         }
-    }
-    let follow = q.follow.as_deref().is_some_and(|f| f == "1" || f == "true");
-    let first = futures::stream::once(async move { Ok::<Bytes, Infallible>(Bytes::from(head)) });
-    let body = if follow {
-        let rest = async_stream(move |tx| async move {
-            loop {
-                match live.recv().await {
-                    Ok(ev) => {
-                        if ev["seq"].as_u64().unwrap_or(0) <= last_seq || !matches(&ev, &q) {
-                            continue;
-                        }
-                        let mut line = ev.to_string();
-                        line.push('\n');
-                        if tx.send(Bytes::from(line)).await.is_err() {
-                            return;
-                        }
-                    }
-                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(broadcast::error::RecvError::Closed) => return,
-                }
-            }
-        });
-        Body::from_stream(futures::StreamExt::chain(first, rest))
-    } else {
-        Body::from_stream(first)
     };
-    ([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response()
+    let follow = q.follow.as_deref().is_some_and(|f| f == "1" || f == "true");
+    let body = async_stream(move |tx| async move {
+        let last_seq = match file {
+            Some(file) => match send_file_lines(file, &path, &q, &tx).await {
+                Some(seq) => seq,
+                None => return,
+            },
+            None => 0,
+        };
+        if follow {
+            send_live(live, last_seq, &q, &tx).await;
+        }
+    });
+    (
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        Body::from_stream(body),
+    )
+        .into_response()
 }
 
 /// A stream fed by a task through a channel.

@@ -21,6 +21,14 @@ use nix::unistd::Gid;
 use serde_json::Value;
 use tokio::sync::broadcast;
 
+use axum::Router;
+use axum::extract::connect_info::ConnectInfo;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::UnixListener;
+use tokio::sync::Semaphore;
+
 use super::api::{AppState, Peer, router};
 use super::approvals::Approvals;
 use super::metrics::Metrics;
@@ -241,9 +249,9 @@ pub async fn serve(
         socket.path.display(),
         std::process::id()
     );
-    let app = router(state).into_make_service_with_connect_info::<Peer>();
+    let max_connections = services.live.current().config.daemon.max_connections;
     let reason = tokio::select! {
-        r = axum::serve(listener, app) => format!("server ended: {r:?}"),
+        () = accept_loop(listener, router(state), max_connections) => "server ended".to_string(),
         reason = shutdown => reason,
     };
     // No longer accepting: the listener is gone with the server future.
@@ -257,6 +265,57 @@ pub async fn serve(
         .record(None, Event::DaemonStopping { reason })
         .await?;
     Ok(())
+}
+
+/// How long a request's head may take to arrive (SPEC §3). hyper restarts this
+/// clock whenever a connection waits for a head, so it also bounds how long a
+/// kept-alive connection may sit idle between requests.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Pause after a failed accept (out of descriptors, say), so the loop does not spin
+/// while the condition lasts.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
+/// Accepts control connections until dropped. At most `max_connections` are
+/// served at once: a connection beyond that is closed as soon as it is accepted,
+/// so idle or slow peers cannot use up the daemon's descriptors and keep
+/// `/healthz` from answering. Each connection carries its peer's SO_PEERCRED uid
+/// as `ConnectInfo<Peer>`, read once at accept, for the access middleware.
+async fn accept_loop(listener: UnixListener, app: Router, max_connections: u32) {
+    let slots = Arc::new(Semaphore::new(
+        usize::try_from(max_connections).unwrap_or(usize::MAX),
+    ));
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                tracing::warn!("control socket: accept failed: {e}");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+                continue;
+            }
+        };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            // Dropping the stream closes it: the peer sees EOF at once.
+            tracing::debug!("control socket: daemon.max_connections reached; closed a connection");
+            continue;
+        };
+        let peer = Peer {
+            uid: stream.peer_cred().ok().map(|c| c.uid()),
+        };
+        let service =
+            TowerToHyperService::new(app.clone().layer(axum::Extension(ConnectInfo(peer))));
+        tokio::spawn(async move {
+            let mut builder = http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT);
+            // A connection that ends in error (timeout, reset) is the peer's doing.
+            let _ = builder
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+            drop(slot);
+        });
+    }
 }
 
 /// Recovers a crashed daemon's tasks and builds the scheduler and the API's state;

@@ -11,6 +11,7 @@ mod attack_regressions;
 mod bounded;
 mod cgroup_cleanup;
 mod check;
+mod connections;
 mod daemon;
 mod disk_full;
 mod escape;

@@ -1,0 +1,203 @@
+//! Hostile peers on the control socket (issue 10, reproduction 5): connections
+//! that send nothing, a body that never arrives, a line of the audit log that does
+//! not parse (SPEC §3, §7, §9).
+
+use std::io::{ErrorKind, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::daemon::Daemon;
+use crate::common::{TestRoot, stderr, stdout};
+
+/// Whether the daemon closed `s`: a read sees EOF (or a reset) within `wait`.
+fn closed_within(mut s: &UnixStream, wait: Duration) -> bool {
+    s.set_read_timeout(Some(wait)).unwrap();
+    let mut buf = [0u8; 64];
+    match s.read(&mut buf) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
+    }
+}
+
+#[test]
+fn silent_connections_are_limited_and_dropped_after_the_header_timeout() {
+    let root = TestRoot::new("http://127.0.0.1:9");
+    root.set_config("daemon", "max_connections", "50");
+    let d = Daemon::start(&root);
+    let silent: Vec<UnixStream> = (0..300)
+        .map(|_| UnixStream::connect(&d.socket).unwrap())
+        .collect();
+    // Beyond the limit, connections are closed at once, not held.
+    let mut over = 0;
+    for s in silent.iter().skip(250) {
+        if closed_within(s, Duration::from_secs(2)) {
+            over += 1;
+        }
+    }
+    assert_eq!(
+        over, 50,
+        "the last 50 of 300 connections are over the limit"
+    );
+    // The ones within it are dropped once the 10 s for a request head are over.
+    std::thread::sleep(Duration::from_secs(11));
+    let open = silent
+        .iter()
+        .take(50)
+        .filter(|s| !closed_within(s, Duration::from_millis(500)))
+        .count();
+    assert_eq!(
+        open, 0,
+        "silent connections still open after the header timeout"
+    );
+    let (status, health) = d.request("GET", "/healthz", None);
+    assert_eq!(status, 200, "{health}");
+}
+
+#[test]
+fn idle_keep_alive_and_trickled_heads_are_closed_after_10_s() {
+    let root = TestRoot::new("http://127.0.0.1:9");
+    let d = Daemon::start(&root);
+    // A kept-alive connection that made one request, then fell silent.
+    let mut kept = UnixStream::connect(&d.socket).unwrap();
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .unwrap();
+    kept.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = [0u8; 512];
+    let n = kept.read(&mut buf).unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    // A head sent one byte a second, never finished.
+    let start = Instant::now();
+    let mut trickle = UnixStream::connect(&d.socket).unwrap();
+    let mut trickle_closed = None;
+    for b in b"GET /healthz HTTP/1.1\r\nhost: xxxxxxxxxxxxxxxxxxxx".iter() {
+        if trickle.write_all(&[*b]).is_err() || closed_within(&trickle, Duration::from_secs(1)) {
+            trickle_closed = Some(start.elapsed());
+            break;
+        }
+    }
+    let took = trickle_closed.expect("a trickled head is never finished, yet was held");
+    assert!(took < Duration::from_secs(12), "held for {took:?}");
+    assert!(
+        closed_within(&kept, Duration::from_secs(2)),
+        "keep-alive still open"
+    );
+}
+
+/// Sends `head` and `body`, then waits (at most 20 s) for the daemon's answer or
+/// its close; returns the raw answer and how long it took.
+fn send_and_wait(d: &Daemon, head: &str, body: &[u8]) -> (String, Duration) {
+    let mut s = UnixStream::connect(&d.socket).unwrap();
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(body).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let start = Instant::now();
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    (String::from_utf8_lossy(&raw).into_owned(), start.elapsed())
+}
+
+#[test]
+fn a_body_that_never_arrives_is_not_held() {
+    let root = TestRoot::new("http://127.0.0.1:9");
+    let d = Daemon::start(&root);
+    let head = |len: u64| {
+        format!(
+            "POST /v1/tasks HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+             content-length: {len}\r\n\r\n"
+        )
+    };
+    let huge = std::thread::scope(|scope| {
+        let huge = scope.spawn(|| send_and_wait(&d, &head(10_000_000_000), b"0123456789"));
+        let (text, took) = send_and_wait(&d, &head(100), b"{\"prompt\":");
+        assert!(took < Duration::from_secs(12), "held for {took:?}");
+        assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+        huge.join().unwrap()
+    });
+    let (text, took) = huge;
+    assert!(took < Duration::from_secs(2), "held for {took:?}");
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+    assert!(root.events_of("task_queued").is_empty());
+}
+
+/// Puts a line that does not parse in the middle of events.jsonl; returns its
+/// 1-based line number.
+fn corrupt_the_log(root: &TestRoot) -> usize {
+    let path = root.dir.join("transcripts/events.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    assert!(lines.len() >= 2, "{text}");
+    lines.insert(1, "{\"seq\": 2, \"type\": \"tool_fin");
+    // Rewritten in place: a running daemon keeps appending to the same file.
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    2
+}
+
+#[test]
+fn readers_report_an_unparseable_line_with_its_file_and_number() {
+    let root = TestRoot::new("http://127.0.0.1:9");
+    let d = Daemon::start(&root);
+    let line = corrupt_the_log(&root);
+    let (status, text) = d.request_text("GET", "/v1/events");
+    assert_eq!(status, 200, "{text}");
+    let objects: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let bad: Vec<&Value> = objects
+        .iter()
+        .filter(|o| o["type"] == "unreadable_line")
+        .collect();
+    assert_eq!(bad.len(), 1, "{text}");
+    assert_eq!(bad[0]["line"], line, "{text}");
+    assert!(
+        bad[0]["file"].as_str().unwrap().ends_with("events.jsonl"),
+        "{text}"
+    );
+    assert!(
+        objects.len() > 2,
+        "the lines around it are still there: {text}"
+    );
+    // The client through the daemon warns and exits 1.
+    let out = root.run(&["events"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("events.jsonl:{line}")),
+        "{}",
+        stderr(&out)
+    );
+    drop(d);
+    // Without the daemon, the file reader says the same.
+    let out = root.run(&["events"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("events.jsonl:{line}")),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stdout(&out).lines().count() >= 2, "{}", stdout(&out));
+}
+
+#[test]
+fn max_connections_is_read_at_start_and_a_change_is_reported() {
+    let root = TestRoot::new("http://127.0.0.1:9");
+    let _d = Daemon::start(&root);
+    root.set_config("daemon", "max_connections", "10");
+    crate::common::wait_until("the reload", || {
+        root.events_of("config_loaded")
+            .iter()
+            .any(|e| e["trigger"] != "start")
+    });
+    let reloaded = root
+        .events_of("config_loaded")
+        .into_iter()
+        .find(|e| e["trigger"] != "start")
+        .unwrap();
+    assert_eq!(
+        reloaded["restart_needed"],
+        serde_json::json!(["daemon.max_connections"]),
+        "{reloaded}"
+    );
+}
