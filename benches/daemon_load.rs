@@ -17,8 +17,14 @@ use std::time::{Duration, Instant};
 use fake_api::{FakeApi, Reply};
 use serde_json::{Value, json};
 
-const TASKS: usize = 100;
-const TURNS: usize = 10;
+/// `BENCH_TASKS` (default 100), `BENCH_TURNS` (default 10) and `BENCH_SLOTS`
+/// (`daemon.max_concurrent_tasks`, default 4) change the load.
+fn param(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
 
 fn http(socket: &Path, method: &str, path: &str, body: &str) -> Option<Value> {
     let mut s = UnixStream::connect(socket).ok()?;
@@ -38,10 +44,15 @@ fn rss_kib(pid: u32, key: &str) -> u64 {
 }
 
 fn main() {
-    let api = FakeApi::with_responder(Box::new(|body: &Value| {
+    let (tasks, turns, slots) = (
+        param("BENCH_TASKS", 100),
+        param("BENCH_TURNS", 10),
+        param("BENCH_SLOTS", 4),
+    );
+    let api = FakeApi::with_responder(Box::new(move |body: &Value| {
         let msgs = body["messages"].as_array().unwrap();
         let done = msgs.iter().filter(|m| m["role"] == "assistant").count();
-        if done < TURNS {
+        if done < turns {
             Reply::tool(
                 &format!("toolu_{done}"),
                 "run_bash",
@@ -68,7 +79,12 @@ fn main() {
         .unwrap()
         .replace("https://api.anthropic.com", &api.url)
         .replace("max_turns = 12", "max_turns = 20")
-        .replace("no_progress_repeats = 3", "no_progress_repeats = 100");
+        .replace("max_turns = 20", &format!("max_turns = {}", turns + 10))
+        .replace("no_progress_repeats = 3", "no_progress_repeats = 100")
+        .replace(
+            "max_concurrent_tasks = 4",
+            &format!("max_concurrent_tasks = {slots}"),
+        );
     std::fs::write(&config, text).unwrap();
     let settings = root.join("policies/settings.json");
     let text = std::fs::read_to_string(&settings)
@@ -94,7 +110,7 @@ fn main() {
     let pid = child.id();
     let idle = rss_kib(pid, "VmRSS:");
     let started = Instant::now();
-    let ids: Vec<String> = (0..TASKS)
+    let ids: Vec<String> = (0..tasks)
         .map(|i| {
             http(
                 &socket,
@@ -109,19 +125,20 @@ fn main() {
         })
         .collect();
     loop {
-        let tasks = http(&socket, "GET", "/v1/tasks", "").unwrap();
-        let finished = tasks["tasks"]
+        // One page holds them all (the list is paged, at most 500).
+        let list = http(&socket, "GET", "/v1/tasks?status=finished&limit=500", "").unwrap();
+        let finished = list["tasks"]
             .as_array()
             .unwrap()
             .iter()
             .filter(|t| t["status"] == "finished")
             .count();
-        if finished == TASKS {
+        if finished == tasks {
             break;
         }
         assert!(
             started.elapsed() < Duration::from_secs(600),
-            "stuck at {finished}/{TASKS}"
+            "stuck at {finished}/{tasks}"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -141,19 +158,20 @@ fn main() {
                 && e["stop_reason"] == "end_turn"
         })
     });
-    // Per task: task_started, (TURNS+1) × (model_request, model_response),
-    // TURNS × (tool_requested, policy_decision, tool_finished), task_finished.
-    let per_task = 1 + 2 * (TURNS + 1) + 3 * TURNS + 1;
+    // Per task: task_queued, task_started, (turns+1) × (model_request,
+    // model_response), turns × (tool_requested, policy_decision, tool_finished),
+    // task_finished.
+    let per_task = 1 + 1 + 2 * (turns + 1) + 3 * turns + 1;
     let task_lines = lines.iter().filter(|e| e.get("task_id").is_some()).count();
-    let in_flight = 4;
+    let in_flight = slots;
     println!(
-        "daemon_load: {TASKS} tasks × {TURNS} turns of run_bash(\"true\"), max_concurrent_tasks {in_flight}, zero-latency fake API"
+        "daemon_load: {tasks} tasks × {turns} turns of run_bash(\"true\"), max_concurrent_tasks {in_flight}, zero-latency fake API"
     );
     println!(
         "  total {:.2} s, {:.1} tasks/s, {:.0} turns/s",
         total.as_secs_f64(),
-        TASKS as f64 / total.as_secs_f64(),
-        (TASKS * TURNS) as f64 / total.as_secs_f64()
+        tasks as f64 / total.as_secs_f64(),
+        (tasks * turns) as f64 / total.as_secs_f64()
     );
     println!(
         "  daemon RSS idle {:.1} MiB, peak {:.1} MiB (+{:.2} MiB per in-flight task)",
@@ -164,8 +182,8 @@ fn main() {
     println!(
         "  events: {} task lines written, {} expected; lost {}; every task ended end_turn: {stopped_clean}",
         task_lines,
-        TASKS * per_task,
-        (TASKS * per_task).saturating_sub(task_lines)
+        tasks * per_task,
+        (tasks * per_task).saturating_sub(task_lines)
     );
     if std::env::var("BENCH_KEEP").is_err() {
         let _ = std::fs::remove_dir_all(&root);

@@ -16,7 +16,7 @@ mod transcript;
 pub use calls::advertised;
 pub use guard::install_panic_hook;
 pub use stop::{StopReason, TaskStatus};
-pub use transcript::{LockError, RunLock, Transcript, TurnRecord};
+pub use transcript::{LockError, RunLock, Transcript, TranscriptHead, TurnRecord};
 
 use std::sync::Arc;
 use std::time::Instant;

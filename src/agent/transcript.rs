@@ -26,6 +26,26 @@ pub struct TurnRecord {
     pub latency_ms: u64,
 }
 
+/// The fields of a transcript file the daemon's task index needs, read without
+/// building its messages: at start the daemon reads every transcript ever written,
+/// and holding them whole (even briefly) left the daemon at 160 MiB for 20 000 tasks.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct TranscriptHead {
+    /// Task id.
+    pub task_id: String,
+    /// When the task was created (RFC 3339).
+    pub created: String,
+    /// Where the task stands.
+    pub status: TaskStatus,
+    /// The task's stop reason, once finished.
+    pub stop_reason: Option<StopReason>,
+    /// The error, when stop_reason is `error`.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// Tokens summed over the task.
+    pub usage: Usage,
+}
+
 /// The whole transcript file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Transcript {

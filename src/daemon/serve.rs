@@ -34,7 +34,7 @@ use super::approvals::Approvals;
 use super::metrics::Metrics;
 use super::socket::{SocketDir, SocketError};
 use super::tasks::{Registry, Scheduler, SchedulerParts, TaskStatus};
-use crate::agent::{LockError, RunLock, Transcript};
+use crate::agent::{LockError, RunLock, Transcript, TranscriptHead};
 use crate::config::{ConfigSource, Loaded, resolve};
 use crate::control::Task;
 use crate::events::{Event, EventError, EventLog};
@@ -118,10 +118,12 @@ fn operators_gid(group: Option<&str>) -> Result<Option<Gid>, ServeError> {
     }
 }
 
-/// A transcript found at start, and whether a crashed daemon left it `running`
-/// (it is now saved as `interrupted`).
+/// A transcript found at start: its head (all the task index keeps), the whole
+/// transcript only when the task must be queued again, and whether a crashed
+/// daemon left it `running` (it is now saved as `interrupted`).
 struct Found {
-    transcript: Transcript,
+    head: TranscriptHead,
+    queued: Option<Transcript>,
     was_running: bool,
 }
 
@@ -141,12 +143,13 @@ async fn recover_tasks(
         .map_err(ServeError::Scan)?;
     let mut queued = Vec::new();
     for Found {
-        transcript: t,
+        head: t,
+        queued: whole,
         was_running,
     } in found
     {
-        if t.status == TaskStatus::Queued {
-            queued.push(t);
+        if let Some(whole) = whole {
+            queued.push(whole);
             continue;
         }
         if was_running {
@@ -167,14 +170,14 @@ async fn recover_tasks(
             _ => TaskStatus::Finished,
         };
         registry.insert_recorded(Task {
-            task_id: t.task_id.clone(),
+            task_id: t.task_id,
             status,
             stop_reason: t.stop_reason,
             usage: t.usage,
-            answer: t.answer.clone(),
-            error: t.error.clone(),
-            created: t.created.clone(),
+            answer: None,
+            error: t.error,
             updated: t.created.clone(),
+            created: t.created,
         });
     }
     failed.map_or(Ok(queued), Err)
@@ -193,31 +196,55 @@ fn scan_transcripts(dir: &Path) -> (Vec<Found>, Option<ServeError>) {
         if path.extension().is_none_or(|e| e != "json") {
             continue;
         }
-        let Ok(mut transcript) = Transcript::read(&path) else {
+        let Some(found_here) = read_found(dir, &path) else {
             continue;
         };
-        // A transcript whose run lock is held belongs to a live process (a `harnessd
-        // run`, another daemon on the same transcripts): it is running, not
-        // interrupted, and is left as it is.
-        let live = transcript.status == TaskStatus::Running
-            && matches!(
-                RunLock::acquire(dir, &transcript.task_id),
-                Err(LockError::Held { .. })
-            );
-        let was_running = transcript.status == TaskStatus::Running && !live;
-        if was_running {
-            transcript.status = TaskStatus::Interrupted;
-            if let Err(error) = transcript.save(dir) {
-                let task_id = transcript.task_id;
-                return (found, Some(ServeError::Transcript { task_id, error }));
-            }
+        match found_here {
+            Ok(f) => found.push(f),
+            Err(e) => return (found, Some(e)),
         }
-        found.push(Found {
-            transcript,
-            was_running,
-        });
     }
     (found, None)
+}
+
+/// One transcript at start: its head, and for a task still `queued` or `running`
+/// the whole transcript (a running one is saved as `interrupted` here). `None` for
+/// a file that cannot be read or parsed (skipped).
+fn read_found(dir: &Path, path: &Path) -> Option<Result<Found, ServeError>> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let head: TranscriptHead = serde_json::from_str(&text).ok()?;
+    if !matches!(head.status, TaskStatus::Running | TaskStatus::Queued) {
+        return Some(Ok(Found {
+            head,
+            queued: None,
+            was_running: false,
+        }));
+    }
+    let mut transcript: Transcript = serde_json::from_str(&text).ok()?;
+    // A transcript whose run lock is held belongs to a live process (a `harnessd
+    // run`, another daemon on the same transcripts): it is running, not
+    // interrupted, and is left as it is.
+    let live = head.status == TaskStatus::Running
+        && matches!(
+            RunLock::acquire(dir, &head.task_id),
+            Err(LockError::Held { .. })
+        );
+    let was_running = head.status == TaskStatus::Running && !live;
+    let mut head = head;
+    if was_running {
+        transcript.status = TaskStatus::Interrupted;
+        head.status = TaskStatus::Interrupted;
+        if let Err(error) = transcript.save(dir) {
+            let task_id = transcript.task_id;
+            return Some(Err(ServeError::Transcript { task_id, error }));
+        }
+    }
+    let queued = (head.status == TaskStatus::Queued).then_some(transcript);
+    Some(Ok(Found {
+        head,
+        queued,
+        was_running,
+    }))
 }
 
 /// Serves the root until `shutdown` resolves (with the reason recorded in
