@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 use harnessd_testkit::fake_api;
+use harnessd_testkit::root::{edit_file, init_root};
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -62,35 +63,25 @@ fn main() {
             Reply::text("done")
         }
     }));
-    let root = std::env::temp_dir().join(format!("harnessd-bench-daemon-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
     let bin = env!("CARGO_BIN_EXE_harnessd");
-    assert!(
-        Command::new(bin)
-            .arg("init")
-            .arg(&root)
-            .stdout(Stdio::null())
-            .status()
-            .unwrap()
-            .success()
+    let (max_turns, slots_line) = (
+        format!("max_turns = {}", turns + 10),
+        format!("max_concurrent_tasks = {slots}"),
     );
-    let config = root.join("config/config.toml");
-    let text = std::fs::read_to_string(&config)
-        .unwrap()
-        .replace("https://api.anthropic.com", &api.url)
-        .replace("max_turns = 12", "max_turns = 20")
-        .replace("max_turns = 20", &format!("max_turns = {}", turns + 10))
-        .replace("no_progress_repeats = 3", "no_progress_repeats = 100")
-        .replace(
-            "max_concurrent_tasks = 4",
-            &format!("max_concurrent_tasks = {slots}"),
-        );
-    std::fs::write(&config, text).unwrap();
-    let settings = root.join("policies/settings.json");
-    let text = std::fs::read_to_string(&settings)
-        .unwrap()
-        .replace("\"run_bash(ls *)\"", "\"run_bash(true)\"");
-    std::fs::write(&settings, text).unwrap();
+    let root = init_root(
+        bin,
+        "daemon",
+        &[
+            ("https://api.anthropic.com", api.url.as_str()),
+            ("max_turns = 12", max_turns.as_str()),
+            ("no_progress_repeats = 3", "no_progress_repeats = 100"),
+            ("max_concurrent_tasks = 4", slots_line.as_str()),
+        ],
+    );
+    edit_file(
+        &root.join("policies/settings.json"),
+        &[("\"run_bash(ls *)\"", "\"run_bash(true)\"")],
+    );
     let mut child = Command::new(bin)
         .arg("--root")
         .arg(&root)

@@ -17,6 +17,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use harnessd_testkit::root::init_root;
 use serde_json::json;
 
 const RUNS: usize = 3;
@@ -180,24 +181,13 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(20_000);
-    let root = std::env::temp_dir().join(format!("harnessd-bench-start-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
     let bin = env!("CARGO_BIN_EXE_harnessd");
-    assert!(
-        Command::new(bin)
-            .arg("init")
-            .arg(&root)
-            .stdout(Stdio::null())
-            .status()
-            .unwrap()
-            .success()
-    );
     // No request is made at idle: any loopback URL will do.
-    let config = root.join("config/config.toml");
-    let text = std::fs::read_to_string(&config)
-        .unwrap()
-        .replace("https://api.anthropic.com", "http://127.0.0.1:9");
-    std::fs::write(&config, text).unwrap();
+    let root = init_root(
+        bin,
+        "start",
+        &[("https://api.anthropic.com", "http://127.0.0.1:9")],
+    );
     let dir = root.join("transcripts");
     let written = Instant::now();
     let mut bytes = 0u64;

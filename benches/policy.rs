@@ -8,7 +8,6 @@
 //! Run: `cargo bench --bench policy` (prints the figures; asserts nothing).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -83,16 +82,7 @@ fn decision_figure() {
 }
 
 async fn reload_figure() {
-    let dir = std::env::temp_dir().join(format!("harnessd-bench-reload-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(
-        Command::new(env!("CARGO_BIN_EXE_harnessd"))
-            .arg("init")
-            .arg(&dir)
-            .status()
-            .unwrap()
-            .success()
-    );
+    let dir = harnessd_testkit::root::init_root(env!("CARGO_BIN_EXE_harnessd"), "reload", &[]);
     let loaded = Arc::new(harnessd::config::load(&dir).unwrap());
     let live = Arc::new(LiveConfig::new(loaded.clone()));
     let (events, _) = EventLog::open(&loaded.paths.events, None).unwrap();

@@ -49,15 +49,7 @@ fn time_runs(mut one: impl FnMut()) -> Duration {
 }
 
 fn init_root(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("harnessd-bench-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let out = Command::new(env!("CARGO_BIN_EXE_harnessd"))
-        .arg("init")
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    dir
+    harnessd_testkit::root::init_root(env!("CARGO_BIN_EXE_harnessd"), tag, &[])
 }
 
 fn spawn_figures() {

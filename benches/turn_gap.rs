@@ -11,6 +11,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 use harnessd_testkit::fake_api;
+use harnessd_testkit::root::{edit_file, init_root};
 use harnessd_testkit::rss;
 
 use std::process::{Command, Stdio};
@@ -20,39 +21,25 @@ use fake_api::{FakeApi, Reply};
 use serde_json::json;
 
 fn setup(api_url: &str, turns: usize) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("harnessd-bench-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let bin = env!("CARGO_BIN_EXE_harnessd");
-    assert!(
-        Command::new(bin)
-            .arg("init")
-            .arg(&dir)
-            .output()
-            .unwrap()
-            .status
-            .success()
+    let sync = std::env::var("BENCH_SYNC").unwrap_or_else(|_| "before_action".into());
+    let max_turns = format!("max_turns = {}", turns + 1);
+    // BENCH_SYNC=off measures without the audit log's fdatasync before actions.
+    let sync = format!("sync = \"{sync}\"");
+    let dir = init_root(
+        env!("CARGO_BIN_EXE_harnessd"),
+        "turns",
+        &[
+            ("https://api.anthropic.com", api_url),
+            ("max_turns = 12", max_turns.as_str()),
+            ("no_progress_repeats = 3", "no_progress_repeats = 1000"),
+            ("token_budget = 200000", "token_budget = 100000000"),
+            ("sync = \"before_action\"", sync.as_str()),
+        ],
     );
-    let config = dir.join("config/config.toml");
-    let text = std::fs::read_to_string(&config)
-        .unwrap()
-        .replace("https://api.anthropic.com", api_url)
-        .replace("max_turns = 12", &format!("max_turns = {}", turns + 1))
-        .replace("no_progress_repeats = 3", "no_progress_repeats = 1000")
-        .replace("token_budget = 200000", "token_budget = 100000000")
-        // BENCH_SYNC=off measures without the audit log's fdatasync before actions.
-        .replace(
-            "sync = \"before_action\"",
-            &format!(
-                "sync = \"{}\"",
-                std::env::var("BENCH_SYNC").unwrap_or_else(|_| "before_action".into())
-            ),
-        );
-    std::fs::write(&config, text).unwrap();
-    let settings = dir.join("policies/settings.json");
-    let text = std::fs::read_to_string(&settings)
-        .unwrap()
-        .replace("\"run_bash(ls *)\"", "\"run_bash(echo *)\"");
-    std::fs::write(&settings, text).unwrap();
+    edit_file(
+        &dir.join("policies/settings.json"),
+        &[("\"run_bash(ls *)\"", "\"run_bash(echo *)\"")],
+    );
     dir
 }
 

@@ -3,10 +3,12 @@
 //!
 //! - [`fake_api`]: a fake Anthropic Messages API, a real HTTP/1.1 server on
 //!   127.0.0.1, scripted per test, recording and checking every request;
-//! - [`rss`]: the peak resident memory of a child process.
+//! - [`rss`]: the peak resident memory of a child process;
+//! - [`root`]: a fresh root made by `harnessd init`, its config edited.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod fake_api;
+pub mod root;
 pub mod rss;
 
 pub use fake_api::{FakeApi, Reply};
