@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use nix::unistd::{Group, Uid, User};
 
 use super::api::{ApiError, AppState, Peer};
-use crate::config::ConfigSource;
+use crate::config::{ConfigSource, LiveConfig};
 
 /// Why a peer is refused, or `Ok` when it may call. Pure: `is_operator` is asked
 /// only when the answer depends on it.
@@ -78,28 +78,35 @@ pub async fn authorize(State(s): State<AppState>, req: Request, next: Next) -> R
     let Some(peer) = peer else {
         return forbidden("the kernel did not report the caller's credentials".into());
     };
-    let me = Uid::effective();
-    if peer == 0 || peer == me.as_raw() {
-        return next.run(req).await;
-    }
-    let loaded = s.config.current();
-    let user = loaded.policy.settings.sandbox.user.clone();
-    let group = loaded.config.daemon.operators_group.clone();
-    // Account lookups may go through NSS (LDAP, sssd): off the async workers.
-    let verdict = tokio::task::spawn_blocking(move || {
-        decide(peer, me.as_raw(), &tool_uids(&user, me.is_root()), || {
-            group.as_deref().is_some_and(|g| is_member(g, peer))
-        })
-    })
-    .await
-    .unwrap_or_else(|e| Err(format!("cannot check the caller: {e}")));
-    match verdict {
+    match verdict(&s.config, peer).await {
         Ok(()) => next.run(req).await,
         Err(why) => {
             tracing::info!("control API: refused a request: {why}");
             forbidden(why)
         }
     }
+}
+
+/// Whether `peer` may call, under the config in force: `Err` says why not. Root
+/// and the daemon's own user are answered at once; anyone else is looked up off
+/// the async workers (accounts may go through NSS: LDAP, sssd). Asked for every
+/// request, and at accept, so that a refused peer's connections cannot take the
+/// slots operators need (`daemon.max_connections`).
+pub(crate) async fn verdict(config: &LiveConfig, peer: u32) -> Result<(), String> {
+    let me = Uid::effective();
+    if peer == 0 || peer == me.as_raw() {
+        return Ok(());
+    }
+    let loaded = config.current();
+    let user = loaded.policy.settings.sandbox.user.clone();
+    let group = loaded.config.daemon.operators_group.clone();
+    tokio::task::spawn_blocking(move || {
+        decide(peer, me.as_raw(), &tool_uids(&user, me.is_root()), || {
+            group.as_deref().is_some_and(|g| is_member(g, peer))
+        })
+    })
+    .await
+    .unwrap_or_else(|e| Err(format!("cannot check the caller: {e}")))
 }
 
 fn forbidden(message: String) -> Response {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::connect_info::ConnectInfo;
-use axum::extract::rejection::JsonRejection;
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
@@ -122,6 +122,18 @@ impl From<JsonRejection> for ApiError {
             "invalid_request"
         };
         ApiError::new(status, kind, r.body_text())
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(r: QueryRejection) -> ApiError {
+        ApiError::new(r.status(), "invalid_request", r.body_text())
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(r: PathRejection) -> ApiError {
+        ApiError::new(r.status(), "invalid_request", r.body_text())
     }
 }
 
@@ -357,8 +369,9 @@ fn list_query(p: ListParams) -> Result<ListQuery, ApiError> {
 /// A page of tasks, newest first; items carry no answer (SPEC §9).
 async fn list_tasks(
     State(s): State<AppState>,
-    Query(p): Query<ListParams>,
+    p: Result<Query<ListParams>, QueryRejection>,
 ) -> Result<Json<TaskList>, ApiError> {
+    let Query(p) = p?;
     let page = s
         .scheduler
         .registry
@@ -374,8 +387,9 @@ async fn list_tasks(
 /// since the registry does not keep them.
 async fn show_task(
     State(s): State<AppState>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<Task>, ApiError> {
+    let Path(id) = id?;
     let mut t = task(&s, &id)?;
     if t.status == TaskStatus::Finished && s.scheduler.registry.ended(&id) {
         let dir = s.config.current().paths.transcripts.clone();
@@ -394,8 +408,9 @@ async fn show_task(
 
 async fn cancel_task(
     State(s): State<AppState>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
+    let Path(id) = id?;
     let t = s
         .scheduler
         .registry
@@ -406,8 +421,9 @@ async fn cancel_task(
 
 async fn resume_task(
     State(s): State<AppState>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
+    let Path(id) = id?;
     // The claim is the registry's check-and-set: of racing resumes, one wins and the
     // rest are answered 409 here, before anything else is read.
     let claim = s.scheduler.claim(&id).map_err(|e| match e {
@@ -453,9 +469,10 @@ async fn list_approvals(State(s): State<AppState>) -> Json<ApprovalList> {
 async fn answer_approval(
     State(s): State<AppState>,
     ConnectInfo(peer): ConnectInfo<Peer>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
     body: Result<Json<DecisionRequest>, JsonRejection>,
 ) -> Result<Json<DecisionResponse>, ApiError> {
+    let Path(id) = id?;
     let Json(body) = body?;
     let approved = body.approves().ok_or_else(|| {
         ApiError::new(
@@ -576,7 +593,14 @@ async fn send_live(
     }
 }
 
-async fn events(State(s): State<AppState>, Query(q): Query<EventsQuery>) -> Response {
+async fn events(
+    State(s): State<AppState>,
+    q: Result<Query<EventsQuery>, QueryRejection>,
+) -> Response {
+    let q = match q {
+        Ok(Query(q)) => q,
+        Err(r) => return ApiError::from(r).into_response(),
+    };
     // Subscribe before reading the file, so nothing written in between is missed;
     // lines already read are skipped by seq.
     let live = s.live_events.subscribe();

@@ -35,7 +35,7 @@ use super::metrics::Metrics;
 use super::socket::{SocketDir, SocketError};
 use super::tasks::{Registry, Scheduler, SchedulerParts, TaskStatus};
 use crate::agent::{LockError, RunLock, Transcript, TranscriptHead};
-use crate::config::{ConfigSource, Loaded, resolve};
+use crate::config::{ConfigSource, LiveConfig, Loaded, resolve};
 use crate::control::Task;
 use crate::events::{Event, EventError, EventLog};
 use crate::services::{Prepared, Services, StartError, StartOptions};
@@ -278,7 +278,9 @@ pub async fn serve(
     );
     let max_connections = services.live.current().config.daemon.max_connections;
     let reason = tokio::select! {
-        () = accept_loop(listener, router(state), max_connections) => "server ended".to_string(),
+        () = accept_loop(listener, router(state), max_connections, services.live.clone()) => {
+            "server ended".to_string()
+        }
         reason = shutdown => reason,
     };
     // No longer accepting: the listener is gone with the server future.
@@ -303,15 +305,30 @@ pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// while the condition lasts.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
+/// Connections from peers the API refuses (403) served at once, apart from the
+/// `daemon.max_connections` slots: they get their 403, but cannot take the slots
+/// operators need.
+const REFUSED_CONNECTIONS: usize = 8;
+
 /// Accepts control connections until dropped. At most `max_connections` are
 /// served at once: a connection beyond that is closed as soon as it is accepted,
 /// so idle or slow peers cannot use up the daemon's descriptors and keep
-/// `/healthz` from answering. Each connection carries its peer's SO_PEERCRED uid
-/// as `ConnectInfo<Peer>`, read once at accept, for the access middleware.
-async fn accept_loop(listener: UnixListener, app: Router, max_connections: u32) {
+/// `/healthz` from answering. A peer the API refuses (the tool uid, a stranger)
+/// is told so at accept and counted in a small pool of its own
+/// ([`REFUSED_CONNECTIONS`]), so that a tool holding connections open cannot lock
+/// the operators out. Each connection carries its peer's SO_PEERCRED uid as
+/// `ConnectInfo<Peer>`, read once at accept, for the access middleware, which
+/// checks every request again.
+async fn accept_loop(
+    listener: UnixListener,
+    app: Router,
+    max_connections: u32,
+    config: Arc<LiveConfig>,
+) {
     let slots = Arc::new(Semaphore::new(
         usize::try_from(max_connections).unwrap_or(usize::MAX),
     ));
+    let refused_slots = Arc::new(Semaphore::new(REFUSED_CONNECTIONS));
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -321,13 +338,18 @@ async fn accept_loop(listener: UnixListener, app: Router, max_connections: u32) 
                 continue;
             }
         };
-        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-            // Dropping the stream closes it: the peer sees EOF at once.
-            tracing::debug!("control socket: daemon.max_connections reached; closed a connection");
-            continue;
-        };
         let peer = Peer {
             uid: stream.peer_cred().ok().map(|c| c.uid()),
+        };
+        let allowed = match peer.uid {
+            Some(uid) => super::access::verdict(&config, uid).await.is_ok(),
+            None => false,
+        };
+        let pool = if allowed { &slots } else { &refused_slots };
+        let Ok(slot) = Arc::clone(pool).try_acquire_owned() else {
+            // Dropping the stream closes it: the peer sees EOF at once.
+            tracing::debug!("control socket: connection limit reached; closed a connection");
+            continue;
         };
         let service =
             TowerToHyperService::new(app.clone().layer(axum::Extension(ConnectInfo(peer))));

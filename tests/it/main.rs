@@ -7,6 +7,7 @@ mod common;
 mod allow_rules;
 mod api;
 mod architecture;
+mod attack_durability;
 mod attack_regressions;
 mod bounded;
 mod cgroup_cleanup;
