@@ -211,8 +211,17 @@ fn scan_transcripts(dir: &Path) -> (Vec<Found>, Option<ServeError>) {
 /// the whole transcript (a running one is saved as `interrupted` here). `None` for
 /// a file that cannot be read or parsed (skipped).
 fn read_found(dir: &Path, path: &Path) -> Option<Result<Found, ServeError>> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let head: TranscriptHead = serde_json::from_str(&text).ok()?;
+    // An unreadable transcript is skipped, but never silently: its task would vanish
+    // from the API, so the operator is told which file and why.
+    let skipped = |why: String| {
+        tracing::warn!("skipping transcript {}: {why}", path.display());
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| skipped(e.to_string()))
+        .ok()?;
+    let head: TranscriptHead = serde_json::from_str(&text)
+        .map_err(|e| skipped(e.to_string()))
+        .ok()?;
     if !matches!(head.status, TaskStatus::Running | TaskStatus::Queued) {
         return Some(Ok(Found {
             head,
@@ -220,7 +229,9 @@ fn read_found(dir: &Path, path: &Path) -> Option<Result<Found, ServeError>> {
             was_running: false,
         }));
     }
-    let mut transcript: Transcript = serde_json::from_str(&text).ok()?;
+    let mut transcript: Transcript = serde_json::from_str(&text)
+        .map_err(|e| skipped(e.to_string()))
+        .ok()?;
     // A transcript whose run lock is held belongs to a live process (a `harnessd
     // run`, another daemon on the same transcripts): it is running, not
     // interrupted, and is left as it is.

@@ -105,3 +105,26 @@ fn rejected_query_strings_and_paths_are_json_errors() {
         );
     }
 }
+
+/// A transcript that does not parse (a torn file, a foreign file) does not stop the
+/// daemon, and is never skipped silently: its task would vanish from the API, so
+/// the daemon's log names the file.
+#[test]
+fn an_unreadable_transcript_is_reported_not_silently_skipped() {
+    let root = TestRoot::new("http://127.0.0.1:9");
+    let transcripts = root.dir.join("transcripts");
+    std::fs::create_dir_all(&transcripts).unwrap();
+    std::fs::write(
+        transcripts.join("t-torn.json"),
+        "{\"task_id\": \"t-torn\", \"sta",
+    )
+    .unwrap();
+    let d = Daemon::start(&root);
+    let (status, _) = d.request("GET", "/healthz", None);
+    assert_eq!(status, 200);
+    let log = std::fs::read_to_string(root.dir.join("daemon.log")).unwrap();
+    assert!(
+        log.contains("skipping transcript") && log.contains("t-torn.json"),
+        "{log}"
+    );
+}
