@@ -22,6 +22,7 @@ use crate::agent::{
     queued_transcript, run_task,
 };
 use crate::control::Task;
+use crate::daemon::index::{Ended, Stamp, short_error};
 use crate::events::{Event, EventError, EventLog};
 use crate::llm::Usage;
 
@@ -35,23 +36,17 @@ fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
-/// Longest error kept in the index of ended tasks; the whole one is in the
-/// transcript.
-const INDEX_ERROR_CHARS: usize = 300;
-
 /// Whether a task with this status has ended (no run drives it).
 fn ended(status: TaskStatus) -> bool {
     matches!(status, TaskStatus::Finished | TaskStatus::Interrupted)
 }
 
-/// What the index keeps of an ended task: no answer (it may be megabytes; it is
-/// read from the transcript when the task is asked for) and the error's start.
+/// What a listing shows of a task: no answer (it may be megabytes; it is read
+/// from the transcript when the task is asked for) and the error's start.
 fn summary(mut info: Task) -> Task {
     info.answer = None;
-    if let Some(e) = info.error.as_mut()
-        && e.chars().count() > INDEX_ERROR_CHARS
-    {
-        *e = crate::text::truncate_middle(e, INDEX_ERROR_CHARS, 0).0;
+    if let Some(e) = info.error.as_mut() {
+        *e = short_error(e).into();
     }
     info
 }
@@ -61,34 +56,53 @@ fn summary(mut info: Task) -> Task {
 struct Tasks {
     /// Queued, running and awaiting approval: the full entry, with its token.
     active: HashMap<String, Entry>,
-    /// Finished and interrupted: a small summary each (see [`summary`]).
-    ended: HashMap<String, Task>,
+    /// Finished and interrupted: a compact summary each, keyed by id.
+    ended: HashMap<Box<str>, Ended>,
 }
 
 impl Tasks {
-    fn info(&self, id: &str) -> Option<&Task> {
-        self.active
-            .get(id)
-            .map(|e| &e.info)
-            .or_else(|| self.ended.get(id))
+    /// The task as the API shows it; an ended one without its answer.
+    fn info(&self, id: &str) -> Option<Task> {
+        match self.active.get(id) {
+            Some(e) => Some(e.info.clone()),
+            None => self.ended.get(id).map(|e| e.task(id)),
+        }
     }
 
-    fn all(&self) -> impl Iterator<Item = &Task> {
-        self.active
-            .values()
-            .map(|e| &e.info)
-            .chain(self.ended.values())
+    /// Each task's id, status and (creation time, id) sort key.
+    fn keys(&self) -> impl Iterator<Item = (&str, TaskStatus, Stamp)> {
+        let active = self.active.values().map(|e| {
+            (
+                e.info.task_id.as_str(),
+                e.info.status,
+                Stamp::parse(&e.info.created),
+            )
+        });
+        let ended = self
+            .ended
+            .iter()
+            .map(|(id, e)| (&**id, e.status, e.created.clone()));
+        active.chain(ended)
+    }
+
+    /// The creation time of a known task.
+    fn created(&self, id: &str) -> Option<Stamp> {
+        match self.active.get(id) {
+            Some(e) => Some(Stamp::parse(&e.info.created)),
+            None => self.ended.get(id).map(|e| e.created.clone()),
+        }
     }
 
     /// Files `info` where its status belongs.
     fn put(&mut self, info: Task, cancel: CancellationToken) {
-        let id = info.task_id.clone();
         if ended(info.status) {
-            self.active.remove(&id);
-            self.ended.insert(id, summary(info));
+            self.active.remove(&info.task_id);
+            let summary = Ended::of(&info);
+            self.ended.insert(info.task_id.into_boxed_str(), summary);
         } else {
-            self.ended.remove(&id);
-            self.active.insert(id, Entry { info, cancel });
+            self.ended.remove(info.task_id.as_str());
+            self.active
+                .insert(info.task_id.clone(), Entry { info, cancel });
         }
     }
 }
@@ -169,7 +183,7 @@ impl Registry {
             if e.stop_reason == Some(StopReason::EndTurn) {
                 return Err(ClaimError::Answered(id.to_string()));
             }
-            let previous = e.clone();
+            let previous = e.task(id);
             let mut info = previous.clone();
             info.status = TaskStatus::Queued;
             info.stop_reason = None;
@@ -219,7 +233,7 @@ impl Registry {
 
     /// One task; an ended one without its answer (see [`Registry::ended`]).
     pub fn get(&self, id: &str) -> Option<Task> {
-        self.with(|m| m.info(id).cloned()).flatten()
+        self.with(|m| m.info(id)).flatten()
     }
 
     /// Whether `id` is a known task that has ended: its answer and whole error
@@ -233,32 +247,33 @@ impl Registry {
     pub fn page(&self, q: &ListQuery) -> Result<Page, PageError> {
         self.with(|m| {
             // (created, id) of the cursor: every listed task sorts strictly below.
-            let bound: Option<(&str, &str)> = match &q.before {
+            let bound: Option<(Stamp, &str)> = match &q.before {
                 None => None,
-                Some(Cursor::Time(t)) => Some((t.as_str(), "")),
+                Some(Cursor::Time(t)) => Some((Stamp::parse(t), "")),
                 Some(Cursor::Task(id)) => {
                     let t = m
-                        .info(id)
+                        .created(id)
                         .ok_or_else(|| PageError::UnknownCursor(id.clone()))?;
-                    Some((t.created.as_str(), t.task_id.as_str()))
+                    Some((t, id.as_str()))
                 }
             };
-            let mut hits: Vec<&Task> = m
-                .all()
-                .filter(|t| q.status.is_none_or(|s| t.status == s))
-                .filter(|t| bound.is_none_or(|b| (t.created.as_str(), t.task_id.as_str()) < b))
+            let mut hits: Vec<(Stamp, &str)> = m
+                .keys()
+                .filter(|(_, status, _)| q.status.is_none_or(|s| *status == s))
+                .map(|(id, _, created)| (created, id))
+                .filter(|k| bound.as_ref().is_none_or(|b| (&k.0, k.1) < (&b.0, b.1)))
                 .collect();
-            hits.sort_unstable_by(|a, b| {
-                (b.created.as_str(), b.task_id.as_str())
-                    .cmp(&(a.created.as_str(), a.task_id.as_str()))
-            });
+            hits.sort_unstable_by(|a, b| b.cmp(a));
             let more = hits.len() > q.limit;
             hits.truncate(q.limit);
             let next = more
-                .then(|| hits.last().map(|t| t.task_id.clone()))
+                .then(|| hits.last().map(|(_, id)| id.to_string()))
                 .flatten();
             Ok(Page {
-                tasks: hits.into_iter().map(|t| summary(t.clone())).collect(),
+                tasks: hits
+                    .into_iter()
+                    .filter_map(|(_, id)| m.info(id).map(summary))
+                    .collect(),
                 next,
             })
         })
@@ -276,7 +291,7 @@ impl Registry {
             if let Some(e) = m.active.get(id) {
                 e.cancel.cancel();
             }
-            m.info(id).cloned()
+            m.info(id)
         })
         .flatten()
     }
@@ -285,8 +300,8 @@ impl Registry {
     pub fn counts(&self) -> HashMap<&'static str, i64> {
         let mut out = HashMap::new();
         self.with(|m| {
-            for t in m.all() {
-                *out.entry(t.status.as_str()).or_insert(0) += 1;
+            for (_, status, _) in m.keys() {
+                *out.entry(status.as_str()).or_insert(0) += 1;
             }
         });
         out
@@ -625,6 +640,7 @@ impl Scheduler {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::daemon::index::INDEX_ERROR_CHARS;
 
     fn task(id: &str, created: &str, status: TaskStatus) -> Task {
         Task {
