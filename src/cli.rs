@@ -87,6 +87,10 @@ pub enum Command {
     Approve {
         /// Approval id.
         id: String,
+        /// Also add the narrowest allow rule for this call (the literal command,
+        /// path or code) to settings.json, so the same call runs without asking.
+        #[arg(long)]
+        remember: bool,
         /// Print JSON.
         #[arg(long)]
         json: bool,

@@ -103,19 +103,24 @@ fn dispatch(cli: Cli, helper: std::path::PathBuf) -> anyhow::Result<i32> {
         Command::Cancel { id, json } => client(&root, ClientCommand::Cancel(id), json),
         Command::Resume { id, json } => client(&root, ClientCommand::Resume(id), json),
         Command::Approvals { json } => client(&root, ClientCommand::Approvals, json),
-        Command::Approve { id, json } => client(&root, answer(id, true, None), json),
-        Command::Deny { id, reason, json } => client(&root, answer(id, false, reason), json),
+        Command::Approve { id, remember, json } => {
+            client(&root, answer(id, true, None, remember), json)
+        }
+        Command::Deny { id, reason, json } => {
+            client(&root, answer(id, false, reason, false), json)
+        }
         Command::Events { task, kind, follow } => {
             client(&root, ClientCommand::Events { task, kind, follow }, false)
         }
     }
 }
 
-fn answer(id: String, approve: bool, reason: Option<String>) -> ClientCommand {
+fn answer(id: String, approve: bool, reason: Option<String>, remember: bool) -> ClientCommand {
     ClientCommand::Answer {
         id,
         approve,
         reason,
+        remember,
     }
 }
 

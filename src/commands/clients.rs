@@ -7,18 +7,16 @@
 //! escapes so it still parses to the same value. Approvals show every character
 //! of a call's input, wrapped ([`crate::text::render_input`]).
 
-use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde_json::Value;
 
 use super::EXIT_CONFIG;
-use crate::agent::{StopReason, TaskStatus};
+use crate::agent::StopReason;
 use crate::config::resolve;
-use crate::control::client::{self, request, request_empty, stream_lines};
+use crate::control::client::{request, request_empty, stream_lines};
 use crate::control::{
     Approval, ApprovalList, ClientError, DecisionRequest, DecisionResponse, SubmitRequest,
     SubmitResponse, Task, TaskList,
@@ -55,6 +53,8 @@ pub enum ClientCommand {
         approve: bool,
         /// Reason for the model.
         reason: Option<String>,
+        /// Also remember the call as an allow rule.
+        remember: bool,
     },
     /// Read the audit log.
     Events {
@@ -79,7 +79,7 @@ fn socket_of(root: &Path) -> Result<PathBuf, String> {
     Ok(resolve(&root, &config.daemon.socket))
 }
 
-fn enc(s: &str) -> String {
+pub(super) fn enc(s: &str) -> String {
     s.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || "-_.".contains(c) {
@@ -105,7 +105,7 @@ fn print_task(out: &mut impl Write, t: &Task) -> std::io::Result<()> {
 
 /// One pending approval: who asks for what under which rule, then every
 /// character of the input, wrapped at `width`.
-fn print_approval(out: &mut impl Write, a: &Approval, width: usize) -> std::io::Result<()> {
+pub(super) fn print_approval(out: &mut impl Write, a: &Approval, width: usize) -> std::io::Result<()> {
     let r = &a.request;
     writeln!(
         out,
@@ -119,7 +119,7 @@ fn print_approval(out: &mut impl Write, a: &Approval, width: usize) -> std::io::
 }
 
 /// `--json`: the daemon's answer, pretty-printed.
-fn print_json(value: &impl Serialize) -> anyhow::Result<()> {
+pub(super) fn print_json(value: &impl Serialize) -> anyhow::Result<()> {
     let text = serde_json::to_string_pretty(value)?;
     writeln!(std::io::stdout().lock(), "{}", escape_json(&text))?;
     Ok(())
@@ -147,7 +147,8 @@ pub fn run(root: &Path, cmd: ClientCommand, json_out: bool) -> anyhow::Result<i3
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(run_async(&socket, cmd, json_out))
+    let prefix = super::wait::CommandPrefix::for_root(root);
+    runtime.block_on(run_async(&socket, cmd, json_out, &prefix))
 }
 
 /// `events` without a running daemon: the matching lines of events.jsonl, read
@@ -209,7 +210,7 @@ fn warn(message: &str) {
 }
 
 /// The warning for an `unreadable_line` object of the daemon's event stream.
-fn warn_unreadable(obj: &Value) {
+pub(super) fn warn_unreadable(obj: &Value) {
     let file = obj["file"].as_str().unwrap_or("events.jsonl");
     let error = obj["error"].as_str().unwrap_or("");
     warn(&format!(
@@ -218,7 +219,12 @@ fn warn_unreadable(obj: &Value) {
     ));
 }
 
-async fn run_async(socket: &Path, cmd: ClientCommand, json_out: bool) -> anyhow::Result<i32> {
+async fn run_async(
+    socket: &Path,
+    cmd: ClientCommand,
+    json_out: bool,
+    prefix: &super::wait::CommandPrefix,
+) -> anyhow::Result<i32> {
     let result = match cmd {
         ClientCommand::Events { task, kind, follow } => {
             events(socket, task.as_deref(), kind.as_deref(), follow).await
@@ -227,7 +233,7 @@ async fn run_async(socket: &Path, cmd: ClientCommand, json_out: bool) -> anyhow:
             prompt,
             max_turns,
             wait,
-        } => submit(socket, SubmitRequest { prompt, max_turns }, wait, json_out).await,
+        } => submit(socket, SubmitRequest { prompt, max_turns }, wait, json_out, prefix).await,
         ClientCommand::Tasks => tasks(socket, json_out).await,
         ClientCommand::Show(id) => {
             one_task(socket, "GET", &format!("/v1/tasks/{}", enc(&id)), json_out).await
@@ -245,14 +251,11 @@ async fn run_async(socket: &Path, cmd: ClientCommand, json_out: bool) -> anyhow:
             id,
             approve,
             reason,
+            remember,
         } => {
-            answer(
-                socket,
-                &id,
-                &DecisionRequest::new(approve, reason),
-                json_out,
-            )
-            .await
+            let mut body = DecisionRequest::new(approve, reason);
+            body.remember = remember;
+            answer(socket, &id, &body, json_out).await
         }
     };
     // An error the daemon answered with is the user's to read (exit 1); only a
@@ -314,11 +317,15 @@ async fn submit(
     body: SubmitRequest,
     wait: bool,
     json_out: bool,
+    prefix: &super::wait::CommandPrefix,
 ) -> anyhow::Result<i32> {
     let SubmitResponse { task_id } = request(socket, "POST", "/v1/tasks", Some(&body)).await?;
     if wait {
-        eprintln!("task {} submitted; waiting", escape_line(&task_id));
-        return wait_for(socket, &task_id, json_out).await;
+        eprintln!(
+            "task {} submitted; waiting (approvals it asks for are shown here)",
+            escape_line(&task_id)
+        );
+        return super::wait::wait_for(socket, &task_id, json_out, prefix).await;
     }
     if json_out {
         print_json(&SubmitResponse { task_id })?;
@@ -359,6 +366,9 @@ async fn one_task(socket: &Path, method: &str, path: &str, json_out: bool) -> an
     }
     let mut out = std::io::stdout().lock();
     print_task(&mut out, &t)?;
+    if let Some(e) = &t.error {
+        writeln!(out, "error: {}", escape_text(e))?;
+    }
     if let Some(a) = t.answer.as_deref().filter(|a| !a.is_empty()) {
         writeln!(out, "\n{}", escape_text(a))?;
     }
@@ -396,124 +406,18 @@ async fn answer(
     if json_out {
         print_json(&answered)?;
     } else {
+        let mut out = std::io::stdout().lock();
         writeln!(
-            std::io::stdout().lock(),
+            out,
             "{} {}",
             escape_line(&answered.approval_id),
             escape_line(&answered.decision)
         )?;
+        // Rules hold the call's text (model text): one-line escapes.
+        for rule in answered.remembered.iter().flatten() {
+            writeln!(out, "remembered: {}", escape_line(rule))?;
+        }
     }
     Ok(0)
 }
 
-/// `submit --wait`: follows the task's events (the log so far, then new lines as
-/// they are written) instead of polling; shows each approval it waits for as it is
-/// requested, and at `task_finished` prints the answer and exits like `run`.
-async fn wait_for(socket: &Path, id: &str, json_out: bool) -> anyhow::Result<i32> {
-    let saw_finished = follow_until_finished(socket, id).await?;
-    let Some(t) = finished_task(socket, id, saw_finished).await? else {
-        eprintln!(
-            "error: the daemon stopped before task {} finished",
-            escape_line(id)
-        );
-        return Ok(StopReason::Error.exit_code());
-    };
-    if json_out {
-        print_json(&t)?;
-    } else if let Some(a) = t.answer.as_deref().filter(|a| !a.is_empty()) {
-        writeln!(std::io::stdout().lock(), "{}", escape_text(a))?;
-    }
-    // A finished task without a stop reason is reported as an error, never as
-    // success.
-    let reason = t.stop_reason.unwrap_or(StopReason::Error);
-    eprintln!("[done] {reason}");
-    if let Some(e) = &t.error {
-        eprintln!("error: {}", escape_text(e));
-    }
-    Ok(reason.exit_code())
-}
-
-/// How long `submit --wait` lets the daemon's task list catch up with a
-/// `task_finished` it has already streamed: the task records the event, and the
-/// scheduler marks it finished only once the task has returned.
-const SETTLE: Duration = Duration::from_secs(5);
-
-/// Task `id` once the daemon lists it as finished; `None` when it does not (it
-/// stopped, forgot the task, or answered with something else), which the caller
-/// reports as an error, never as success. After `task_finished` was seen, a task
-/// still listed as running is asked again until [`SETTLE`] passes.
-async fn finished_task(
-    socket: &Path,
-    id: &str,
-    saw_finished: bool,
-) -> Result<Option<Task>, ClientError> {
-    let path = format!("/v1/tasks/{}", enc(id));
-    let deadline = Instant::now() + SETTLE;
-    loop {
-        match request_empty::<Task>(socket, "GET", &path).await {
-            Ok(t) if t.status == TaskStatus::Finished => return Ok(Some(t)),
-            Ok(t) if saw_finished && t.status != TaskStatus::Interrupted => {
-                if Instant::now() >= deadline {
-                    return Ok(None);
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            Ok(_) | Err(ClientError::Api { .. } | ClientError::Decode { .. }) => return Ok(None),
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// Reads task `id`'s events until `task_finished` (or the end of the stream),
-/// showing each approval it waits for as it is requested; whether
-/// `task_finished` came.
-async fn follow_until_finished(socket: &Path, id: &str) -> anyhow::Result<bool> {
-    let path = format!("/v1/events?task={}&follow=1", enc(id));
-    let mut events = client::LineStream::open(socket, &path).await?;
-    let mut shown = HashSet::new();
-    while let Some(line) = events.next_line().await? {
-        let Ok(event) = serde_json::from_str::<Value>(&line) else {
-            continue;
-        };
-        match event["type"].as_str() {
-            Some("unreadable_line") => warn_unreadable(&event),
-            Some("approval_requested") => show_waiting_approvals(socket, id, &mut shown).await?,
-            Some("task_finished") => return Ok(true),
-            _ => {}
-        }
-    }
-    Ok(false)
-}
-
-/// Prints on stderr each approval task `id` waits for that is not in `shown` yet,
-/// with every character of its input and how to answer it.
-async fn show_waiting_approvals(
-    socket: &Path,
-    id: &str,
-    shown: &mut HashSet<String>,
-) -> anyhow::Result<()> {
-    // The list is a courtesy while waiting: if the daemon refuses it, the wait
-    // goes on without it.
-    let list = match request_empty::<ApprovalList>(socket, "GET", "/v1/approvals").await {
-        Ok(list) => list,
-        Err(ClientError::Api { .. } | ClientError::Decode { .. }) => return Ok(()),
-        Err(e) => return Err(e.into()),
-    };
-    let width = crate::text::terminal_width(std::os::fd::AsFd::as_fd(&std::io::stderr()))
-        .unwrap_or(crate::text::DEFAULT_WIDTH);
-    let mut err = std::io::stderr().lock();
-    for a in &list.approvals {
-        let approval = &a.request.approval_id;
-        if a.request.task_id != id || !shown.insert(approval.clone()) {
-            continue;
-        }
-        writeln!(err, "waiting for approval:")?;
-        print_approval(&mut err, a, width)?;
-        let approval = escape_line(approval);
-        writeln!(
-            err,
-            "answer: harnessd approve {approval}  |  harnessd deny {approval} [--reason R]"
-        )?;
-    }
-    Ok(())
-}

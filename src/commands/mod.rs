@@ -13,6 +13,7 @@ pub mod run;
 pub mod sandbox;
 pub mod serve;
 pub mod signals;
+pub mod wait;
 
 /// Exit code of a usage or config error.
 pub const EXIT_CONFIG: i32 = 2;

@@ -3,6 +3,7 @@
 //! field goes through `short`, which escapes it (SPEC §8).
 
 use std::io::Write;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -132,13 +133,87 @@ fn tool_finished(ev: &Value) -> String {
     )
 }
 
-/// Prints lines for events received until the channel closes.
-pub async fn print(mut rx: tokio::sync::mpsc::UnboundedReceiver<Value>) {
+/// What the task waits on after `ev`, for the elapsed-time line: the model after a
+/// request, a tool once it may run; `None` when nothing is awaited, or when the
+/// terminal is about to ask a question (an approval), which a redrawn status line
+/// must not overwrite.
+fn waiting_on(ev: &Value) -> Option<String> {
+    match ev["type"].as_str()? {
+        "model_request" => Some("waiting for the model".into()),
+        "policy_decision" if ev["tier"] == "allow" => Some("running the tool".into()),
+        "approval_resolved" if ev["decision"] == "approved" => Some("running the tool".into()),
+        _ => None,
+    }
+}
+
+/// Prints lines for events received until the channel closes. With `live` (stderr
+/// is a terminal), a status line shows how long the task has been waiting on the
+/// model or a tool, redrawn each second and erased before the next line.
+pub async fn print(mut rx: tokio::sync::mpsc::UnboundedReceiver<Value>, live: bool) {
     let mut total = 0u64;
-    while let Some(ev) = rx.recv().await {
-        if let Some(l) = line(&ev, &mut total) {
-            let mut err = std::io::stderr().lock();
-            let _ = writeln!(err, "{l}");
+    let mut waiting: Option<(String, Instant)> = None;
+    let mut drawn = false;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            ev = rx.recv() => {
+                let Some(ev) = ev else { break };
+                let mut err = std::io::stderr().lock();
+                if drawn {
+                    // Our own control sequence: back to column 0, erase the line.
+                    let _ = write!(err, "\r\x1b[2K");
+                    drawn = false;
+                }
+                if let Some(l) = line(&ev, &mut total) {
+                    let _ = writeln!(err, "{l}");
+                }
+                waiting = waiting_on(&ev).map(|what| (what, Instant::now()));
+            }
+            _ = tick.tick(), if live && waiting.is_some() => {
+                if let Some((what, since)) = &waiting {
+                    let mut err = std::io::stderr().lock();
+                    let _ = write!(err, "\r\x1b[2K  … {what}: {}", elapsed(since.elapsed()));
+                    let _ = err.flush();
+                    drawn = true;
+                }
+            }
         }
+    }
+    if drawn {
+        let _ = write!(std::io::stderr().lock(), "\r\x1b[2K");
+    }
+}
+
+/// `7s`, `2m05s`: how long, for the status line.
+fn elapsed(d: Duration) -> String {
+    let s = d.as_secs();
+    if s < 60 {
+        format!("{s}s")
+    } else {
+        format!("{}m{:02}s", s / 60, s % 60)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn the_status_line_names_what_is_awaited() {
+        let wait = |v: Value| waiting_on(&v);
+        assert_eq!(
+            wait(json!({"type": "model_request"})).as_deref(),
+            Some("waiting for the model")
+        );
+        assert!(wait(json!({"type": "policy_decision", "tier": "allow"})).is_some());
+        // An approval is a question on the terminal: no status line over it.
+        assert_eq!(wait(json!({"type": "approval_requested"})), None);
+        assert_eq!(wait(json!({"type": "policy_decision", "tier": "ask"})), None);
+        assert_eq!(wait(json!({"type": "tool_finished"})), None);
+        assert_eq!(elapsed(Duration::from_secs(7)), "7s");
+        assert_eq!(elapsed(Duration::from_secs(125)), "2m05s");
     }
 }

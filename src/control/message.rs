@@ -92,6 +92,11 @@ pub struct DecisionRequest {
     /// have.
     #[serde(default)]
     pub reason: Option<String>,
+    /// With `approve`: also add the narrowest allow rule for the call to
+    /// settings.json, so the same call runs without asking (`approve --remember`).
+    /// Left out of the body when false, as clients always have.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub remember: bool,
 }
 
 impl DecisionRequest {
@@ -105,6 +110,7 @@ impl DecisionRequest {
         DecisionRequest {
             decision: if approve { Self::APPROVE } else { Self::DENY }.to_string(),
             reason,
+            remember: false,
         }
     }
 
@@ -125,6 +131,10 @@ pub struct DecisionResponse {
     pub approval_id: String,
     /// The decision as given: `approve` or `deny`.
     pub decision: String,
+    /// The allow rules that now let the same call run without asking, when
+    /// `remember` was asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remembered: Option<Vec<String>>,
 }
 
 /// Every error the API returns, whatever the endpoint.
@@ -200,6 +210,7 @@ mod tests {
         let maybe = DecisionRequest {
             decision: "maybe".into(),
             reason: None,
+            remember: false,
         };
         assert_eq!(maybe.approves(), None);
     }

@@ -21,7 +21,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
-use super::approvals::Approvals;
+use super::approvals::{Answer, Approvals, ResolveError};
 use super::metrics::Metrics;
 use super::tasks::{ClaimError, Cursor, ListQuery, Scheduler, TaskStatus, lock_run};
 use crate::agent::Transcript;
@@ -487,12 +487,24 @@ async fn answer_approval(
     let by = peer
         .uid
         .map_or("uid:unknown".to_string(), |u| format!("uid:{u}"));
-    s.approvals
-        .resolve(&id, approved, by, body.reason)
-        .map_err(|e| ApiError::new(StatusCode::NOT_FOUND, "not_found", e.to_string()))?;
+    let answer = Answer {
+        approved,
+        by,
+        reason: body.reason,
+        remember: body.remember,
+    };
+    let remembered = s.approvals.resolve(&id, answer).await.map_err(|e| {
+        let (status, kind) = match e {
+            ResolveError::Unknown(_) => (StatusCode::NOT_FOUND, "not_found"),
+            ResolveError::RememberDenial => (StatusCode::BAD_REQUEST, "invalid_request"),
+            ResolveError::Remember(_) => (StatusCode::CONFLICT, "conflict"),
+        };
+        ApiError::new(status, kind, e.to_string())
+    })?;
     Ok(Json(DecisionResponse {
         approval_id: id,
         decision: body.decision,
+        remembered,
     }))
 }
 

@@ -8,6 +8,7 @@ pub mod access;
 pub mod api;
 pub mod approvals;
 pub mod metrics;
+pub mod remember;
 pub mod serve;
 pub mod socket;
 pub mod tasks;

@@ -397,7 +397,8 @@ async fn wire(
     }
     let registry = Registry::default();
     let queued = recover_tasks(&services.loaded, &registry, &services.events).await?;
-    let approvals = Approvals::new(registry.clone(), services.live.clone());
+    let remember = super::remember::LiveRemember::new(services.live.clone(), services.events.clone());
+    let approvals = Approvals::new(registry.clone(), services.live.clone(), Arc::new(remember));
     let scheduler = Scheduler::new(SchedulerParts {
         services: services.task_services(Arc::new(approvals.clone())),
         registry,
