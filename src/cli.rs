@@ -135,11 +135,18 @@ pub enum Command {
         #[command(subcommand)]
         command: PolicyCommand,
     },
-    /// Re-evaluate recorded tool calls against the current policy; prints the
-    /// calls whose decision would change. Nothing is executed.
+    /// Re-evaluate recorded tool calls against the live policy, or a candidate
+    /// settings file; prints the calls whose decision would change. Nothing is
+    /// executed and the live file is not touched.
     Replay {
-        /// A transcript (`transcripts/<task_id>.json`) or a folder of them.
-        path: PathBuf,
+        /// Judge by this settings file instead of the live one (try a change out
+        /// before the daemon applies it).
+        #[arg(long, value_name = "FILE")]
+        settings: Option<PathBuf>,
+        /// Transcripts (`transcripts/<task_id>.json`) or folders of them; default:
+        /// the root's transcripts folder.
+        #[arg(value_name = "TRANSCRIPTS")]
+        paths: Vec<PathBuf>,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -156,12 +163,14 @@ pub enum Command {
 /// `harnessd policy …`.
 #[derive(Debug, Subcommand)]
 pub enum PolicyCommand {
-    /// Print the decision, the rule that made it, and for run_bash the simple
-    /// commands seen.
+    /// Print the decision, the rule that made it, for run_bash the simple
+    /// commands seen, and whether allowed_paths would still refuse a file tool's
+    /// path. Exit code: 0 allow, 3 ask, 4 deny, 2 when the call cannot be judged.
     Test {
         /// The tool (run_bash, read_file, …).
         tool: String,
-        /// The primary argument (command, path, code) or the input as a JSON object.
+        /// The primary argument (command, path, code) or the input as a JSON
+        /// object; for file tools the path alone is enough.
         input: String,
         /// Print JSON.
         #[arg(long)]

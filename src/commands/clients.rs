@@ -16,7 +16,7 @@ use serde_json::Value;
 use super::EXIT_CONFIG;
 use crate::agent::StopReason;
 use crate::config::resolve;
-use crate::control::client::{request, request_empty, stream_lines};
+use crate::control::client::{LineStream, request, request_empty};
 use crate::control::{
     Approval, ApprovalList, ClientError, DecisionRequest, DecisionResponse, SubmitRequest,
     SubmitResponse, Task, TaskList,
@@ -294,21 +294,26 @@ async fn events(
     let path = format!("/v1/events?{}", q.join("&"));
     let mut out = std::io::stdout().lock();
     let mut unreadable = false;
-    let status = stream_lines(socket, &path, |line| {
+    let mut lines = LineStream::open(socket, &path).await?;
+    while let Some(line) = lines.next_line().await? {
         // The daemon names a line of the log that does not parse; a warning, and
         // exit 1 at the end, rather than an event among the others.
-        if let Ok(obj) = serde_json::from_str::<Value>(line)
+        if let Ok(obj) = serde_json::from_str::<Value>(&line)
             && obj["type"] == "unreadable_line"
         {
             unreadable = true;
             warn_unreadable(&obj);
-            return;
+            continue;
         }
-        let _ = writeln!(out, "{}", escape_json(line));
-        let _ = out.flush();
+        // A reader that went away (`| head`) ends the command, `--follow` too.
+        writeln!(out, "{}", escape_json(&line))?;
+        out.flush()?;
+    }
+    Ok(if lines.status() == 200 && !unreadable {
+        0
+    } else {
+        1
     })
-    .await?;
-    Ok(if status == 200 && !unreadable { 0 } else { 1 })
 }
 
 /// `submit`: prints the new task's id, or with `wait` follows it like `run`.

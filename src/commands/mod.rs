@@ -13,6 +13,7 @@ pub mod run;
 pub mod sandbox;
 pub mod serve;
 pub mod signals;
+pub mod table;
 pub mod wait;
 
 /// Exit code of a usage or config error.
