@@ -52,7 +52,8 @@ pub type AnswerFuture<'a> = Pin<Box<dyn Future<Output = ApprovalAnswer> + Send +
 /// What writes "always allow this call" into the policy: the narrowest allow
 /// rules for the call, validated and written atomically, then reloaded. The error
 /// says, for the operator, why it could not.
-pub type RememberFuture<'a> = Pin<Box<dyn Future<Output = Result<Vec<String>, String>> + Send + 'a>>;
+pub type RememberFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Vec<String>, String>> + Send + 'a>>;
 
 /// Remembers approved calls as allow rules.
 pub trait Remember: Send + Sync {
@@ -182,8 +183,8 @@ impl Approver for TerminalApprover {
 async fn prompt(req: &ApprovalRequest, always: bool) -> String {
     // Every character of the input, escaped and wrapped: what is approved is
     // exactly what is shown (SPEC §8).
-    let width =
-        crate::text::terminal_width(std::io::stderr().as_fd()).unwrap_or(crate::text::DEFAULT_WIDTH);
+    let width = crate::text::terminal_width(std::io::stderr().as_fd())
+        .unwrap_or(crate::text::DEFAULT_WIDTH);
     let choices = if always {
         "[y]es / [n]o / [a]lways"
     } else {

@@ -35,17 +35,30 @@ pub enum Command {
     Serve,
     /// Submit a task to the daemon; prints its id.
     Submit {
-        /// Follow the task to its end; exit like `run`.
+        /// Follow the task to its end, showing each approval it waits for; exit
+        /// like `run`.
         #[arg(long)]
         wait: bool,
         /// Override loop.max_turns.
         #[arg(long)]
         max_turns: Option<u32>,
+        /// Override api.model for this task.
+        #[arg(long)]
+        model: Option<String>,
+        /// Read the prompt from FILE (`-`: standard input) instead of TASK.
+        #[arg(
+            short = 'f',
+            long = "file",
+            value_name = "FILE",
+            conflicts_with = "task"
+        )]
+        file: Option<PathBuf>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
         /// The task: the prompt given to the model.
-        task: String,
+        #[arg(required_unless_present = "file")]
+        task: Option<String>,
     },
     /// List the daemon's tasks.
     Tasks {

@@ -104,12 +104,19 @@ fn dispatch(cli: Cli, helper: std::path::PathBuf) -> anyhow::Result<i32> {
         Command::Submit {
             wait,
             max_turns,
+            model,
+            file,
             json,
             task,
         } => {
+            let prompt = match commands::clients::prompt_from(task, file.as_deref()) {
+                Ok(p) => p,
+                Err(code) => return Ok(code),
+            };
             let submit = ClientCommand::Submit {
-                prompt: task,
+                prompt,
                 max_turns,
+                model,
                 wait,
             };
             client(&root, submit, json)
@@ -122,9 +129,7 @@ fn dispatch(cli: Cli, helper: std::path::PathBuf) -> anyhow::Result<i32> {
         Command::Approve { id, remember, json } => {
             client(&root, answer(id, true, None, remember), json)
         }
-        Command::Deny { id, reason, json } => {
-            client(&root, answer(id, false, reason, false), json)
-        }
+        Command::Deny { id, reason, json } => client(&root, answer(id, false, reason, false), json),
         Command::Events { task, kind, follow } => {
             client(&root, ClientCommand::Events { task, kind, follow }, false)
         }

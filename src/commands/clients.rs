@@ -14,12 +14,12 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::EXIT_CONFIG;
-use crate::agent::StopReason;
+use crate::agent::TaskStatus;
 use crate::config::resolve;
 use crate::control::client::{LineStream, request, request_empty};
 use crate::control::{
-    Approval, ApprovalList, ClientError, DecisionRequest, DecisionResponse, SubmitRequest,
-    SubmitResponse, Task, TaskList,
+    ApprovalList, ClientError, DecisionRequest, DecisionResponse, SubmitRequest, SubmitResponse,
+    Task, TaskList,
 };
 use crate::text::{escape_json, escape_line, escape_text};
 
@@ -32,6 +32,8 @@ pub enum ClientCommand {
         prompt: String,
         /// Override of loop.max_turns.
         max_turns: Option<u32>,
+        /// Override of api.model.
+        model: Option<String>,
         /// Follow it to the end and exit like `run`.
         wait: bool,
     },
@@ -67,6 +69,32 @@ pub enum ClientCommand {
     },
 }
 
+/// The prompt of `submit`: TASK, or the text of `file` (`-`: standard input).
+/// An unreadable or non-UTF-8 file is a usage error (exit 2) naming it.
+pub fn prompt_from(task: Option<String>, file: Option<&Path>) -> Result<String, i32> {
+    let Some(file) = file else {
+        return Ok(task.unwrap_or_default());
+    };
+    let read = if file == Path::new("-") {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin().lock(), &mut text).map(|_| text)
+    } else {
+        std::fs::read_to_string(file)
+    };
+    read.map_err(|e| {
+        let name = if file == Path::new("-") {
+            "standard input".to_string()
+        } else {
+            file.display().to_string()
+        };
+        eprintln!(
+            "error: cannot read the prompt from {}: {e}",
+            escape_line(&name)
+        );
+        EXIT_CONFIG
+    })
+}
+
 fn socket_of(root: &Path) -> Result<PathBuf, String> {
     // Only config.toml is needed to find the socket; read it without the policy.
     let text = std::fs::read_to_string(root.join(crate::config::CONFIG_FILE))
@@ -89,33 +117,6 @@ pub(super) fn enc(s: &str) -> String {
             }
         })
         .collect()
-}
-
-fn print_task(out: &mut impl Write, t: &Task) -> std::io::Result<()> {
-    writeln!(
-        out,
-        "{:<30} {:<18} {:<13} {:>8} tokens  {}",
-        escape_line(&t.task_id),
-        t.status.as_str(),
-        t.stop_reason.map_or("-", StopReason::as_str),
-        t.usage.total(),
-        escape_line(&t.updated)
-    )
-}
-
-/// One pending approval: who asks for what under which rule, then every
-/// character of the input, wrapped at `width`.
-pub(super) fn print_approval(out: &mut impl Write, a: &Approval, width: usize) -> std::io::Result<()> {
-    let r = &a.request;
-    writeln!(
-        out,
-        "{}  {}  {}  rule {}",
-        escape_line(&r.approval_id),
-        escape_line(&r.task_id),
-        escape_line(&r.tool),
-        escape_line(&r.rule)
-    )?;
-    write!(out, "{}", crate::text::render_input(&r.input, width))
 }
 
 /// `--json`: the daemon's answer, pretty-printed.
@@ -232,16 +233,21 @@ async fn run_async(
         ClientCommand::Submit {
             prompt,
             max_turns,
+            model,
             wait,
-        } => submit(socket, SubmitRequest { prompt, max_turns }, wait, json_out, prefix).await,
+        } => {
+            let body = SubmitRequest {
+                prompt,
+                max_turns,
+                model,
+            };
+            submit(socket, body, wait, json_out, prefix).await
+        }
         ClientCommand::Tasks => tasks(socket, json_out).await,
         ClientCommand::Show(id) => {
             one_task(socket, "GET", &format!("/v1/tasks/{}", enc(&id)), json_out).await
         }
-        ClientCommand::Cancel(id) => {
-            let path = format!("/v1/tasks/{}/cancel", enc(&id));
-            one_task(socket, "POST", &path, json_out).await
-        }
+        ClientCommand::Cancel(id) => cancel(socket, &id, json_out).await,
         ClientCommand::Resume(id) => {
             let path = format!("/v1/tasks/{}/resume", enc(&id));
             one_task(socket, "POST", &path, json_out).await
@@ -348,10 +354,7 @@ async fn tasks(socket: &Path, json_out: bool) -> anyhow::Result<i32> {
         print_json(&list)?;
         return Ok(0);
     }
-    let mut out = std::io::stdout().lock();
-    for t in &list.tasks {
-        print_task(&mut out, t)?;
-    }
+    super::listing::print_tasks(&mut std::io::stdout().lock(), &list.tasks)?;
     if let Some(next) = &list.next {
         eprintln!(
             "(older tasks not shown: GET /v1/tasks?before={})",
@@ -369,18 +372,36 @@ async fn one_task(socket: &Path, method: &str, path: &str, json_out: bool) -> an
         print_json(&t)?;
         return Ok(0);
     }
-    let mut out = std::io::stdout().lock();
-    print_task(&mut out, &t)?;
-    if let Some(e) = &t.error {
-        writeln!(out, "error: {}", escape_text(e))?;
+    super::listing::print_task(&mut std::io::stdout().lock(), &t)?;
+    Ok(0)
+}
+
+/// How long `cancel` waits for the task to stop before it shows what it has.
+const CANCEL_SETTLE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// `cancel`: asks the daemon to cancel, then shows the task once it has stopped
+/// (its tool's process tree killed, its transcript saved), so what is printed is
+/// the state after the cancel, not the `running` of the moment it was asked.
+async fn cancel(socket: &Path, id: &str, json_out: bool) -> anyhow::Result<i32> {
+    let mut t: Task =
+        request_empty(socket, "POST", &format!("/v1/tasks/{}/cancel", enc(id))).await?;
+    let path = format!("/v1/tasks/{}", enc(id));
+    let deadline = std::time::Instant::now() + CANCEL_SETTLE;
+    while !matches!(t.status, TaskStatus::Finished | TaskStatus::Interrupted)
+        && std::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        t = request_empty(socket, "GET", &path).await?;
     }
-    if let Some(a) = t.answer.as_deref().filter(|a| !a.is_empty()) {
-        writeln!(out, "\n{}", escape_text(a))?;
+    if json_out {
+        print_json(&t)?;
+    } else {
+        super::listing::print_task(&mut std::io::stdout().lock(), &t)?;
     }
     Ok(0)
 }
 
-/// `approvals`: every pending approval, a blank line between two.
+/// `approvals`: a table of every pending approval, then each one's input.
 async fn approvals(socket: &Path, json_out: bool) -> anyhow::Result<i32> {
     let list: ApprovalList = request_empty(socket, "GET", "/v1/approvals").await?;
     if json_out {
@@ -389,13 +410,7 @@ async fn approvals(socket: &Path, json_out: bool) -> anyhow::Result<i32> {
     }
     let width = crate::text::terminal_width(std::os::fd::AsFd::as_fd(&std::io::stdout()))
         .unwrap_or(crate::text::DEFAULT_WIDTH);
-    let mut out = std::io::stdout().lock();
-    for (i, a) in list.approvals.iter().enumerate() {
-        if i > 0 {
-            writeln!(out)?;
-        }
-        print_approval(&mut out, a, width)?;
-    }
+    super::listing::print_approvals(&mut std::io::stdout().lock(), &list.approvals, width)?;
     Ok(0)
 }
 
@@ -425,4 +440,3 @@ async fn answer(
     }
     Ok(0)
 }
-

@@ -6,6 +6,7 @@ pub mod boundary;
 pub mod check;
 pub mod clients;
 pub mod init;
+pub mod listing;
 pub mod policy;
 pub mod progress;
 pub mod replay;

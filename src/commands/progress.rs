@@ -133,10 +133,10 @@ fn tool_finished(ev: &Value) -> String {
     )
 }
 
-/// What the task waits on after `ev`, for the elapsed-time line: the model after a
-/// request, a tool once it may run; `None` when nothing is awaited, or when the
-/// terminal is about to ask a question (an approval), which a redrawn status line
-/// must not overwrite.
+/// What the task waits on after `ev`, for the elapsed-time notes: the model after
+/// a request, a tool once it may run; `None` when nothing is awaited, or when the
+/// terminal is about to ask a question (an approval), which a note must not
+/// interrupt.
 fn waiting_on(ev: &Value) -> Option<String> {
     match ev["type"].as_str()? {
         "model_request" => Some("waiting for the model".into()),
@@ -146,46 +146,52 @@ fn waiting_on(ev: &Value) -> Option<String> {
     }
 }
 
+/// When to say how long the task has waited: at these many seconds, then every
+/// [`EVERY`] seconds after the last.
+const FIRST_NOTES: [u64; 4] = [5, 10, 20, 30];
+/// Seconds between notes after [`FIRST_NOTES`].
+const EVERY: u64 = 30;
+
+/// Whether a note is due after `secs` seconds of waiting.
+fn note_due(secs: u64) -> bool {
+    FIRST_NOTES.contains(&secs) || (secs > 30 && secs % EVERY == 0)
+}
+
 /// Prints lines for events received until the channel closes. With `live` (stderr
-/// is a terminal), a status line shows how long the task has been waiting on the
-/// model or a tool, redrawn each second and erased before the next line.
+/// is a terminal), a long wait on the model or a tool is said with how long it
+/// has lasted (`… waiting for the model: 20s`), as new lines: nothing is redrawn,
+/// so no control sequence reaches the terminal, not even our own.
 pub async fn print(mut rx: tokio::sync::mpsc::UnboundedReceiver<Value>, live: bool) {
     let mut total = 0u64;
     let mut waiting: Option<(String, Instant)> = None;
-    let mut drawn = false;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tokio::select! {
             ev = rx.recv() => {
                 let Some(ev) = ev else { break };
-                let mut err = std::io::stderr().lock();
-                if drawn {
-                    // Our own control sequence: back to column 0, erase the line.
-                    let _ = write!(err, "\r\x1b[2K");
-                    drawn = false;
-                }
                 if let Some(l) = line(&ev, &mut total) {
-                    let _ = writeln!(err, "{l}");
+                    let _ = writeln!(std::io::stderr().lock(), "{l}");
                 }
                 waiting = waiting_on(&ev).map(|what| (what, Instant::now()));
             }
             _ = tick.tick(), if live && waiting.is_some() => {
                 if let Some((what, since)) = &waiting {
-                    let mut err = std::io::stderr().lock();
-                    let _ = write!(err, "\r\x1b[2K  … {what}: {}", elapsed(since.elapsed()));
-                    let _ = err.flush();
-                    drawn = true;
+                    let secs = since.elapsed().as_secs();
+                    if note_due(secs) {
+                        let _ = writeln!(
+                            std::io::stderr().lock(),
+                            "  … {what}: {}",
+                            elapsed(since.elapsed())
+                        );
+                    }
                 }
             }
         }
     }
-    if drawn {
-        let _ = write!(std::io::stderr().lock(), "\r\x1b[2K");
-    }
 }
 
-/// `7s`, `2m05s`: how long, for the status line.
+/// `7s`, `2m05s`: how long, for the notes.
 fn elapsed(d: Duration) -> String {
     let s = d.as_secs();
     if s < 60 {
@@ -211,9 +217,14 @@ mod tests {
         assert!(wait(json!({"type": "policy_decision", "tier": "allow"})).is_some());
         // An approval is a question on the terminal: no status line over it.
         assert_eq!(wait(json!({"type": "approval_requested"})), None);
-        assert_eq!(wait(json!({"type": "policy_decision", "tier": "ask"})), None);
+        assert_eq!(
+            wait(json!({"type": "policy_decision", "tier": "ask"})),
+            None
+        );
         assert_eq!(wait(json!({"type": "tool_finished"})), None);
         assert_eq!(elapsed(Duration::from_secs(7)), "7s");
         assert_eq!(elapsed(Duration::from_secs(125)), "2m05s");
+        let notes: Vec<u64> = (0..=120).filter(|s| note_due(*s)).collect();
+        assert_eq!(notes, [5, 10, 20, 30, 60, 90, 120]);
     }
 }

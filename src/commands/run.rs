@@ -73,9 +73,7 @@ async fn run_async(
     // `[a]lways` at the prompt writes the call's allow rule and reloads at once.
     let remember = LiveRemember::new(services.live.clone(), services.events.clone());
     let approver = TerminalApprover::new(opts.yes).with_remember(Arc::new(remember));
-    let env = services
-        .task_services(Arc::new(approver))
-        .for_task(cancel);
+    let env = services.task_services(Arc::new(approver)).for_task(cancel);
     let spec = TaskSpec {
         task_id: new_task_id(),
         prompt: opts.task,

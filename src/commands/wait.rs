@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::clients::{enc, print_approval, print_json, warn_unreadable};
+use super::clients::{enc, print_json, warn_unreadable};
+use super::listing::print_approval;
 use crate::agent::{StopReason, TaskStatus};
 use crate::control::client::{self, request_empty};
 use crate::control::{ApprovalList, ClientError, Task};
@@ -216,7 +217,10 @@ mod tests {
     #[test]
     fn answer_commands_name_the_root_only_when_one_was_given() {
         let here = CommandPrefix::for_root(Path::new("."));
-        assert!(here.answers("ap-1").contains("  approve: harnessd approve ap-1\n"));
+        assert!(
+            here.answers("ap-1")
+                .contains("  approve: harnessd approve ap-1\n")
+        );
         let there = CommandPrefix::for_root(Path::new("/nonexistent/a b"));
         assert!(
             there

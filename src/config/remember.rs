@@ -236,8 +236,8 @@ mod tests {
         assert!(err.to_string().contains("still ask"), "{err}");
         assert_eq!(std::fs::read_to_string(&path).unwrap(), SHIPPED);
         // A rule naming no tool would make the file invalid: refused, not written.
-        let err = add_allow_rules(&path, "settings.json", &["nosuch(x)".into()], |_| Ok(()))
-            .unwrap_err();
+        let err =
+            add_allow_rules(&path, "settings.json", &["nosuch(x)".into()], |_| Ok(())).unwrap_err();
         assert!(matches!(err, RememberError::Refused(_)), "{err}");
         assert_eq!(std::fs::read_to_string(&path).unwrap(), SHIPPED);
         std::fs::write(&path, "{ \"tools\": ").unwrap();

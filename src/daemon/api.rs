@@ -287,6 +287,13 @@ async fn submit(
             "prompt must not be empty",
         ));
     }
+    if body.model.as_deref().is_some_and(|m| m.trim().is_empty()) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "model must not be empty",
+        ));
+    }
     if body.max_turns == Some(0) {
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -299,7 +306,7 @@ async fn submit(
         .map_or("uid:unknown".to_string(), |u| format!("uid:{u}"));
     let id = s
         .scheduler
-        .submit(body.prompt, body.max_turns, by)
+        .submit(body.prompt, body.max_turns, body.model, by)
         .await
         .map_err(|e| {
             ApiError::new(

@@ -116,7 +116,11 @@ impl Approvals {
             .ok_or_else(|| ResolveError::Unknown(id.to_string()))?;
         let _ = waiting.answer.send(ApprovalAnswer {
             approved: answer.approved,
-            decision: if answer.approved { "approved" } else { "denied" },
+            decision: if answer.approved {
+                "approved"
+            } else {
+                "denied"
+            },
             by: answer.by,
             reason: answer.reason,
             remembered: remembered.clone(),

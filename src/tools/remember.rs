@@ -46,10 +46,7 @@ pub fn narrowest_rules(
     }
     match (name, &verdict.decision.shell) {
         (ToolName::RunBash, Some(view)) => shell_rules(loaded, view),
-        _ => Ok(vec![literal_rule(
-            name,
-            verdict.judged.subject.as_deref(),
-        )]),
+        _ => Ok(vec![literal_rule(name, verdict.judged.subject.as_deref())]),
     }
 }
 

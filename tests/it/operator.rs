@@ -128,7 +128,10 @@ fn quick_start_on_a_copy_of_the_repository_shows_the_approval_and_finishes() {
     );
     let shown = block.join("\n");
     let id = requested[0]["approval_id"].as_str().unwrap();
-    assert!(shown.contains(id) && shown.contains("run_python"), "{shown}");
+    assert!(
+        shown.contains(id) && shown.contains("run_python"),
+        "{shown}"
+    );
     // Every line of the code is shown, not a summary of it.
     assert!(shown.contains("print(sum(int(r['score'])"), "{shown}");
     assert!(
@@ -148,7 +151,10 @@ fn quick_start_on_a_copy_of_the_repository_shows_the_approval_and_finishes() {
         rest.iter().any(|l| l.contains("approved by uid:")),
         "{rest:#?}"
     );
-    assert!(rest.iter().any(|l| l.starts_with("[done] end_turn")), "{rest:#?}");
+    assert!(
+        rest.iter().any(|l| l.starts_with("[done] end_turn")),
+        "{rest:#?}"
+    );
     // The approved code really ran, confined, and printed the average.
     let finished = root.events_of("tool_finished");
     assert_eq!(finished[0]["exit_code"], 0, "{finished:?}");
@@ -190,14 +196,22 @@ fn approve_remember_lets_the_same_call_run_without_asking() {
         &std::fs::read_to_string(root.dir.join("policies/settings.json")).unwrap(),
     )
     .unwrap();
-    assert_eq!(settings["tools"]["allow"].as_array().unwrap().last().unwrap(), &json!(rule));
+    assert_eq!(
+        settings["tools"]["allow"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap(),
+        &json!(rule)
+    );
     let check = root.run(&["check"]);
     assert_eq!(check.status.code(), Some(0), "{}", stderr(&check));
     let reloads = root.events_of("config_loaded");
     assert!(
-        reloads
-            .iter()
-            .any(|e| e["trigger"].as_str().unwrap_or("").starts_with("approve --remember by uid:")),
+        reloads.iter().any(|e| e["trigger"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("approve --remember by uid:")),
         "{reloads:?}"
     );
 
@@ -253,7 +267,10 @@ fn policy_test_exits_with_the_decision_and_notes_what_allowed_paths_refuse() {
     assert_eq!(code(&["policy", "test", "run_bash", "ls -la"]), Some(0));
     assert_eq!(code(&["policy", "test", "run_bash", "cat x"]), Some(3));
     assert_eq!(code(&["policy", "test", "run_bash", "rm -rf /"]), Some(4));
-    assert_eq!(code(&["policy", "test", "--json", "run_bash", "rm -rf /"]), Some(4));
+    assert_eq!(
+        code(&["policy", "test", "--json", "run_bash", "rm -rf /"]),
+        Some(4)
+    );
     // A path alone is enough for every file tool.
     assert_eq!(code(&["policy", "test", "write_file", "x.md"]), Some(3));
     assert_eq!(code(&["policy", "test", "edit_file", "x.md"]), Some(3));
@@ -271,7 +288,10 @@ fn policy_test_exits_with_the_decision_and_notes_what_allowed_paths_refuse() {
     let out = root.run(&["policy", "test", "--json", "write_file", "/usr/bin/x"]);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(
-        v["allowed_paths"].as_str().unwrap().contains("allowed_paths.write"),
+        v["allowed_paths"]
+            .as_str()
+            .unwrap()
+            .contains("allowed_paths.write"),
         "{v}"
     );
 }
@@ -282,7 +302,10 @@ fn clients_stay_quiet_when_the_reader_goes_away() {
     let root = TestRoot::new(&api.url);
     let _daemon = Daemon::start(&root);
     for prompt in ["one", "two"] {
-        assert_eq!(root.run(&["submit", "--wait", prompt]).status.code(), Some(0));
+        assert_eq!(
+            root.run(&["submit", "--wait", prompt]).status.code(),
+            Some(0)
+        );
     }
     // A reader that reads nothing and closes: every write after it fails with
     // EPIPE, which must not come out as an error.
@@ -357,5 +380,83 @@ fn replay_judges_history_by_a_candidate_file_without_touching_the_live_one() {
     let out = root.run(&["replay", "--settings", candidate.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
-    assert!(err.contains("candidate.json") && err.contains("alow") && err.contains(":2"), "{err}");
+    assert!(
+        err.contains("candidate.json") && err.contains("alow") && err.contains(":2"),
+        "{err}"
+    );
+}
+
+#[test]
+fn listings_have_headers_live_tokens_and_the_prompt_and_cancel_shows_the_end() {
+    let api = FakeApi::start(vec![
+        Reply::message_with_usage(
+            json!([{"type": "tool_use", "id": "tu1", "name": "run_python", "input": {"code": "print(1)"}}]),
+            "tool_use",
+            json!({"input_tokens": 1200, "output_tokens": 34}),
+        ),
+        Reply::text("never reached"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    let _daemon = Daemon::start(&root);
+    let prompt_file = root.dir.join("prompt.txt");
+    std::fs::write(&prompt_file, "Summarise\tthe scores by team, please").unwrap();
+    let out = root.run(&[
+        "submit",
+        "-f",
+        prompt_file.to_str().unwrap(),
+        "--model",
+        "claude-other-1",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let id = stdout(&out).trim().to_string();
+    wait_until("the approval", || {
+        !root.events_of("approval_requested").is_empty()
+    });
+    let first = &api.requests()[0].body;
+    assert_eq!(first["model"], "claude-other-1");
+    assert_eq!(
+        first["messages"][0]["content"][0]["text"],
+        "Summarise\tthe scores by team, please"
+    );
+
+    // Mid-flight: the tokens of the first response already, the prompt's start
+    // (escaped), every column under its header.
+    let tasks = stdout(&root.run(&["tasks"]));
+    let lines: Vec<&str> = tasks.lines().collect();
+    assert!(
+        lines[0].starts_with("TASK") && lines[0].contains("PROMPT"),
+        "{tasks}"
+    );
+    let row = lines.iter().find(|l| l.starts_with(&id)).unwrap();
+    assert!(
+        row.contains("awaiting_approval") && row.contains(" 1234 "),
+        "{tasks}"
+    );
+    assert!(row.contains(r"Summarise\tthe scores"), "{tasks}");
+    let col = lines[0].find("STATUS").unwrap();
+    assert_eq!(&row[col..col + "awaiting".len()], "awaiting", "{tasks}");
+
+    let approvals = stdout(&root.run(&["approvals"]));
+    assert!(approvals.starts_with("APPROVAL  "), "{approvals}");
+    assert!(approvals.contains("code: print(1)"), "{approvals}");
+
+    // cancel shows the task after the cancel took effect, not `running`.
+    let out = root.run(&["cancel", &id]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let shown = stdout(&out);
+    assert!(shown.contains("status   finished (cancelled)"), "{shown}");
+    assert!(shown.contains("tokens   1234 "), "{shown}");
+
+    // The prompt from standard input.
+    let mut child = root
+        .command(&["submit", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"from stdin").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let queued = root.events_of("task_queued");
+    assert_eq!(queued.last().unwrap()["prompt"], "from stdin");
 }
