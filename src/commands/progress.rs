@@ -154,7 +154,7 @@ const EVERY: u64 = 30;
 
 /// Whether a note is due after `secs` seconds of waiting.
 fn note_due(secs: u64) -> bool {
-    FIRST_NOTES.contains(&secs) || (secs > 30 && secs % EVERY == 0)
+    FIRST_NOTES.contains(&secs) || (secs > 30 && secs.is_multiple_of(EVERY))
 }
 
 /// Prints lines for events received until the channel closes. With `live` (stderr

@@ -87,8 +87,8 @@ fn event_time(ev: &Value) -> SystemTime {
 }
 
 /// Runs the command printed after `label:` exactly as printed (split on spaces:
-/// the test root's path has none), with the test's environment.
-fn run_printed(root: &TestRoot, line: &str, label: &str) -> std::process::Output {
+/// the test root's path has none; the printed `--root` finds the root).
+fn run_printed(line: &str, label: &str) -> std::process::Output {
     let command = line.trim_start().strip_prefix(label).unwrap().trim();
     let words: Vec<&str> = command.split(' ').filter(|w| !w.is_empty()).collect();
     assert_eq!(words[0], "harnessd", "{command}");
@@ -113,7 +113,7 @@ fn quick_start_on_a_copy_of_the_repository_shows_the_approval_and_finishes() {
     let api = FakeApi::start(python_then_answer("tu1", "The average score is 81.125."));
     let root = copy_of_the_repository(&api.url);
     let _daemon = Daemon::start(&root);
-    let (mut child, rx) = submit_wait(&root, QUICK_START);
+    let (child, rx) = submit_wait(&root, QUICK_START);
 
     let (shown_at, _, before) = read_until(&rx, "waiting for approval:");
     let (_, approve_line, block) = read_until(&rx, "approve:");
@@ -140,7 +140,7 @@ fn quick_start_on_a_copy_of_the_repository_shows_the_approval_and_finishes() {
     );
     assert!(before[0].contains("submitted"), "{before:?}");
 
-    let answered = run_printed(&root, &approve_line, "approve:");
+    let answered = run_printed(&approve_line, "approve:");
     assert_eq!(answered.status.code(), Some(0), "{}", stderr(&answered));
     let out = child.wait_with_output().unwrap();
     let rest: Vec<String> = rx.try_iter().map(|(_, l)| l).collect();
@@ -179,7 +179,7 @@ fn approve_remember_lets_the_same_call_run_without_asking() {
     let (child, rx) = submit_wait(&root, "one");
     let (_, always, _) = read_until(&rx, "always:");
     assert!(always.trim_end().ends_with("--remember"), "{always}");
-    let answered = run_printed(&root, &always, "always:");
+    let answered = run_printed(&always, "always:");
     assert_eq!(answered.status.code(), Some(0), "{}", stderr(&answered));
     let printed = stdout(&answered);
     assert!(printed.contains("remembered: run_python("), "{printed}");
