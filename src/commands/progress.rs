@@ -152,9 +152,21 @@ const FIRST_NOTES: [u64; 4] = [5, 10, 20, 30];
 /// Seconds between notes after [`FIRST_NOTES`].
 const EVERY: u64 = 30;
 
-/// Whether a note is due after `secs` seconds of waiting.
-fn note_due(secs: u64) -> bool {
-    FIRST_NOTES.contains(&secs) || (secs > 30 && secs.is_multiple_of(EVERY))
+/// The second of the note after the one due at `secs`.
+fn next_note(secs: u64) -> u64 {
+    FIRST_NOTES
+        .iter()
+        .copied()
+        .find(|&n| n > secs)
+        .unwrap_or((secs / EVERY + 1) * EVERY)
+}
+
+/// A wait on the model or a tool: what, since when, and the second of the next
+/// note.
+struct Waiting {
+    what: String,
+    since: Instant,
+    next: u64,
 }
 
 /// Prints lines for events received until the channel closes. With `live` (stderr
@@ -163,8 +175,8 @@ fn note_due(secs: u64) -> bool {
 /// so no control sequence reaches the terminal, not even our own.
 pub async fn print(mut rx: tokio::sync::mpsc::UnboundedReceiver<Value>, live: bool) {
     let mut total = 0u64;
-    let mut waiting: Option<(String, Instant)> = None;
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut waiting: Option<Waiting> = None;
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tokio::select! {
@@ -173,18 +185,25 @@ pub async fn print(mut rx: tokio::sync::mpsc::UnboundedReceiver<Value>, live: bo
                 if let Some(l) = line(&ev, &mut total) {
                     let _ = writeln!(std::io::stderr().lock(), "{l}");
                 }
-                waiting = waiting_on(&ev).map(|what| (what, Instant::now()));
+                waiting = waiting_on(&ev).map(|what| Waiting {
+                    what,
+                    since: Instant::now(),
+                    next: FIRST_NOTES[0],
+                });
             }
             _ = tick.tick(), if live && waiting.is_some() => {
-                if let Some((what, since)) = &waiting {
-                    let secs = since.elapsed().as_secs();
-                    if note_due(secs) {
-                        let _ = writeln!(
-                            std::io::stderr().lock(),
-                            "  … {what}: {}",
-                            elapsed(since.elapsed())
-                        );
-                    }
+                // A late tick still gives its note, with the time it shows.
+                if let Some(w) = waiting.as_mut()
+                    && w.since.elapsed().as_secs() >= w.next
+                {
+                    let so_far = w.since.elapsed();
+                    let _ = writeln!(
+                        std::io::stderr().lock(),
+                        "  … {}: {}",
+                        w.what,
+                        elapsed(so_far)
+                    );
+                    w.next = next_note(so_far.as_secs());
                 }
             }
         }
@@ -208,7 +227,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_status_line_names_what_is_awaited() {
+    fn elapsed_notes_name_what_is_awaited_and_space_out() {
         let wait = |v: Value| waiting_on(&v);
         assert_eq!(
             wait(json!({"type": "model_request"})).as_deref(),
@@ -224,7 +243,13 @@ mod tests {
         assert_eq!(wait(json!({"type": "tool_finished"})), None);
         assert_eq!(elapsed(Duration::from_secs(7)), "7s");
         assert_eq!(elapsed(Duration::from_secs(125)), "2m05s");
-        let notes: Vec<u64> = (0..=120).filter(|s| note_due(*s)).collect();
+        let mut notes = vec![FIRST_NOTES[0]];
+        while notes.len() < 7 {
+            notes.push(next_note(*notes.last().unwrap()));
+        }
         assert_eq!(notes, [5, 10, 20, 30, 60, 90, 120]);
+        // A note given late (at 12 s) is followed by the next one due, not 10.
+        assert_eq!(next_note(12), 20);
+        assert_eq!(next_note(95), 120);
     }
 }

@@ -72,14 +72,9 @@ fn judged_by(root: &Path, candidate: Option<&Path>) -> Result<(Loaded, String), 
     Ok((loaded, format!("under {name}")))
 }
 
-/// One recorded call whose decision would change.
-struct Changed {
-    row: Value,
-}
-
 /// Every recorded call of the transcripts under `paths`, judged by `loaded`;
 /// returns how many there were and those whose tier would change.
-fn replay_all(loaded: &Loaded, paths: &[PathBuf]) -> anyhow::Result<(usize, Vec<Changed>)> {
+fn replay_all(loaded: &Loaded, paths: &[PathBuf]) -> anyhow::Result<(usize, Vec<Value>)> {
     let recorded = recorded_decisions(&loaded.paths.events);
     let mut changed = Vec::new();
     let mut total = 0;
@@ -109,9 +104,8 @@ fn replay_all(loaded: &Loaded, paths: &[PathBuf]) -> anyhow::Result<(usize, Vec<
                     };
                     let tier = |s: &str| s.split(' ').next().unwrap_or("").to_string();
                     if tier(&was) != tier(&now) {
-                        let row = json!({"task_id": t.task_id, "tool_use_id": id, "tool": name,
-                            "input": input, "was": was, "now": now});
-                        changed.push(Changed { row });
+                        changed.push(json!({"task_id": t.task_id, "tool_use_id": id,
+                            "tool": name, "input": input, "was": was, "now": now}));
                     }
                 }
             }
@@ -140,8 +134,7 @@ pub fn run(
     let (total, changed) = replay_all(&loaded, &paths)?;
     let mut out = std::io::stdout().lock();
     if json_out {
-        let rows: Vec<&Value> = changed.iter().map(|c| &c.row).collect();
-        let text = serde_json::to_string_pretty(&json!({"calls": total, "changed": rows}))?;
+        let text = serde_json::to_string_pretty(&json!({"calls": total, "changed": changed}))?;
         writeln!(out, "{}", escape_json(&text))?;
         return Ok(0);
     }
@@ -156,15 +149,14 @@ pub fn run(
 
 /// The changed calls as a table whose columns line up: each column as wide as
 /// its widest cell (in characters, after escaping), the input cut in the middle.
-fn print_table(out: &mut impl Write, changed: &[Changed]) -> std::io::Result<()> {
+fn print_table(out: &mut impl Write, changed: &[Value]) -> std::io::Result<()> {
     if changed.is_empty() {
         return Ok(());
     }
     // Every field comes from a transcript (model text): one-line escapes.
     let field = |v: &Value| escape_line(v.as_str().unwrap_or("")).into_owned();
     let mut rows = vec![["TASK", "CALL", "TOOL", "INPUT", "WAS", "NOW"].map(String::from)];
-    for c in changed {
-        let r = &c.row;
+    for r in changed {
         let input = crate::text::truncate_middle(&r["input"].to_string(), 40, 0).0;
         rows.push([
             field(&r["task_id"]),

@@ -460,3 +460,39 @@ fn listings_have_headers_live_tokens_and_the_prompt_and_cancel_shows_the_end() {
     let queued = root.events_of("task_queued");
     assert_eq!(queued.last().unwrap()["prompt"], "from stdin");
 }
+
+#[test]
+fn run_on_a_terminal_says_how_long_it_has_waited_for_the_model() {
+    // The model takes a little over 5 s; under a pseudo-terminal (`script`) `run`
+    // says so at 5 s, as a plain line. (What is measured is the model's delay,
+    // not harnessd's speed: the note is due at 5 s whatever the machine.)
+    let mut slow = Reply::text("late answer");
+    slow.delay = Duration::from_millis(5600);
+    let api = FakeApi::start(vec![slow]);
+    let root = TestRoot::new(&api.url);
+    let inner = format!(
+        "{} --root {} run slow",
+        crate::common::bin(),
+        root.dir.display()
+    );
+    let out = std::process::Command::new("script")
+        .args(["-qec", &inner, "/dev/null"])
+        .env("ANTHROPIC_API_KEY", crate::common::SECRET_KEY)
+        .stdin(Stdio::null())
+        .output()
+        .expect("util-linux `script` is needed for this test");
+    let shown = stdout(&out);
+    assert!(shown.contains("  … waiting for the model: 5s"), "{shown}");
+    assert!(shown.contains("late answer"), "{shown}");
+    // Off a terminal nothing of the sort is printed.
+    let mut slow = Reply::text("late answer");
+    slow.delay = Duration::from_millis(5600);
+    let api = FakeApi::start(vec![slow]);
+    let root = TestRoot::new(&api.url);
+    let out = root.run(&["run", "slow"]);
+    assert!(
+        !stderr(&out).contains("waiting for the model"),
+        "{}",
+        stderr(&out)
+    );
+}
