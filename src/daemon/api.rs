@@ -504,7 +504,9 @@ async fn answer_approval(
         let (status, kind) = match e {
             ResolveError::Unknown(_) => (StatusCode::NOT_FOUND, "not_found"),
             ResolveError::RememberDenial => (StatusCode::BAD_REQUEST, "invalid_request"),
-            ResolveError::Remember(_) => (StatusCode::CONFLICT, "conflict"),
+            ResolveError::Remember(_) | ResolveError::AnsweredMeanwhile(..) => {
+                (StatusCode::CONFLICT, "conflict")
+            }
         };
         ApiError::new(status, kind, e.to_string())
     })?;

@@ -56,6 +56,9 @@ pub enum ResolveError {
     /// The rule could not be remembered; the approval is still pending.
     #[error("{0}; the approval is still pending")]
     Remember(String),
+    /// The rules were written, but someone answered the approval meanwhile.
+    #[error("the allow rules {0:?} were added, but approval {1} was answered meanwhile")]
+    AnsweredMeanwhile(Vec<String>, String),
 }
 
 impl Approvals {
@@ -113,7 +116,10 @@ impl Approvals {
             .lock()
             .ok()
             .and_then(|mut w| w.remove(id))
-            .ok_or_else(|| ResolveError::Unknown(id.to_string()))?;
+            .ok_or_else(|| match &remembered {
+                Some(rules) => ResolveError::AnsweredMeanwhile(rules.clone(), id.to_string()),
+                None => ResolveError::Unknown(id.to_string()),
+            })?;
         let _ = waiting.answer.send(ApprovalAnswer {
             approved: answer.approved,
             decision: if answer.approved {
