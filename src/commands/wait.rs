@@ -137,9 +137,10 @@ async fn follow_until_finished(
     id: &str,
     prefix: &CommandPrefix,
 ) -> anyhow::Result<bool> {
+    // Only this task's events come: the stream is filtered by task.
     let path = format!("/v1/events?task={}&follow=1", enc(id));
     let mut events = client::LineStream::open(socket, &path).await?;
-    let mut shown = HashSet::new();
+    let mut shown: HashSet<String> = HashSet::new();
     while let Some(line) = events.next_line().await? {
         let Ok(event) = serde_json::from_str::<Value>(&line) else {
             continue;
@@ -147,7 +148,11 @@ async fn follow_until_finished(
         match event["type"].as_str() {
             Some("unreadable_line") => warn_unreadable(&event),
             Some("approval_requested") => {
-                show_waiting_approvals(socket, id, &mut shown, prefix).await?;
+                let approval = event["approval_id"].as_str().unwrap_or("");
+                if !shown.contains(approval) {
+                    show_approval(socket, &event, prefix).await?;
+                    shown.insert(approval.to_string());
+                }
             }
             Some("approval_resolved") => show_resolved(&event),
             Some("task_finished") => return Ok(true),
@@ -179,34 +184,56 @@ fn show_resolved(event: &Value) {
     );
 }
 
-/// Prints on stderr each approval task `id` waits for that is not in `shown` yet,
-/// with every character of its input and the commands that answer it.
-async fn show_waiting_approvals(
-    socket: &Path,
-    id: &str,
-    shown: &mut HashSet<String>,
-    prefix: &CommandPrefix,
-) -> anyhow::Result<()> {
-    // The list is a courtesy while waiting: if the daemon refuses it, the wait
-    // goes on without it.
-    let list = match request_empty::<ApprovalList>(socket, "GET", "/v1/approvals").await {
-        Ok(list) => list,
-        Err(ClientError::Api { .. } | ClientError::Decode { .. }) => return Ok(()),
-        Err(e) => return Err(e.into()),
+/// How long the approval named by an `approval_requested` event may take to be
+/// listed: the event is recorded (and streamed) just before the approval is put
+/// where `GET /v1/approvals` finds it.
+const LISTED_WITHIN: Duration = Duration::from_secs(3);
+
+/// Prints on stderr the approval that `event` (an `approval_requested`) names:
+/// every character of its input, from the daemon's list, and the commands that
+/// answer it. If the list never shows it (answered already, or the daemon
+/// refuses the list), what the event says is printed instead, commands included.
+async fn show_approval(socket: &Path, event: &Value, prefix: &CommandPrefix) -> anyhow::Result<()> {
+    let approval = event["approval_id"].as_str().unwrap_or("");
+    let deadline = Instant::now() + LISTED_WITHIN;
+    let listed = loop {
+        let list = match request_empty::<ApprovalList>(socket, "GET", "/v1/approvals").await {
+            Ok(list) => list,
+            Err(ClientError::Api { .. } | ClientError::Decode { .. }) => break None,
+            Err(e) => return Err(e.into()),
+        };
+        if let Some(a) = list
+            .approvals
+            .into_iter()
+            .find(|a| a.request.approval_id == approval)
+        {
+            break Some(a);
+        }
+        if Instant::now() >= deadline {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let width = crate::text::terminal_width(std::os::fd::AsFd::as_fd(&std::io::stderr()))
         .unwrap_or(crate::text::DEFAULT_WIDTH);
     let mut err = std::io::stderr().lock();
-    for a in &list.approvals {
-        let approval = &a.request.approval_id;
-        if a.request.task_id != id || !shown.insert(approval.clone()) {
-            continue;
+    writeln!(err, "waiting for approval:")?;
+    match &listed {
+        Some(a) => print_approval(&mut err, a, width)?,
+        None => {
+            let field = |k: &str| escape_line(event[k].as_str().unwrap_or("?")).into_owned();
+            writeln!(
+                err,
+                "{}  {}  {}  rule {}  (input: see `harnessd approvals`)",
+                field("approval_id"),
+                field("task_id"),
+                field("tool"),
+                field("rule")
+            )?;
         }
-        writeln!(err, "waiting for approval:")?;
-        print_approval(&mut err, a, width)?;
-        write!(err, "{}", escape_text(&prefix.answers(approval)))?;
-        err.flush()?;
     }
+    write!(err, "{}", escape_text(&prefix.answers(approval)))?;
+    err.flush()?;
     Ok(())
 }
 
