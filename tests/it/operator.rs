@@ -496,3 +496,42 @@ fn run_on_a_terminal_says_how_long_it_has_waited_for_the_model() {
         stderr(&out)
     );
 }
+
+#[test]
+fn remember_on_a_compound_command_adds_one_rule_per_part_not_yet_allowed() {
+    let api = FakeApi::start(vec![
+        Reply::tool(
+            "tu1",
+            "run_bash",
+            json!({"command": "ls -la && cat scores.csv | sort -r"}),
+        ),
+        Reply::text("done"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    let _daemon = Daemon::start(&root);
+    let out = root.run(&["submit", "sorted"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    wait_until("the approval", || {
+        !root.events_of("approval_requested").is_empty()
+    });
+    let id = root.events_of("approval_requested")[0]["approval_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let out = root.run(&["approve", &id, "--remember", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // `ls -la` was allowed already (`run_bash(ls *)`): only the other two parts.
+    assert_eq!(
+        answer["remembered"],
+        json!(["run_bash(cat scores.csv)", "run_bash(sort -r)"])
+    );
+    let code = |cmd: &str| root.run(&["policy", "test", "run_bash", cmd]).status.code();
+    assert_eq!(code("sort -r; cat scores.csv"), Some(0));
+    assert_eq!(
+        code("cat scores.csv.bak"),
+        Some(3),
+        "only the literal command"
+    );
+    assert_eq!(code("sort -rn"), Some(3));
+}
