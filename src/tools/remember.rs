@@ -30,16 +30,22 @@ pub enum RememberCallError {
     Write(#[from] RememberError),
 }
 
+/// The call as the policy sees it: its tool and validated input.
+fn parse_call(tool: &str, input: &Value) -> Result<(ToolName, ToolInput), RememberCallError> {
+    let name = ToolName::parse(tool)
+        .ok_or_else(|| RememberCallError::BadCall(format!("unknown tool {tool:?}")))?;
+    let parsed = ToolInput::parse(name, input)
+        .map_err(|e| RememberCallError::BadCall(format!("invalid input for {tool}: {e}")))?;
+    Ok((name, parsed))
+}
+
 /// The rules that would allow exactly `tool` with `input` under `loaded`.
 pub fn narrowest_rules(
     loaded: &Loaded,
     tool: &str,
     input: &Value,
 ) -> Result<Vec<String>, RememberCallError> {
-    let name = ToolName::parse(tool)
-        .ok_or_else(|| RememberCallError::BadCall(format!("unknown tool {tool:?}")))?;
-    let parsed = ToolInput::parse(name, input)
-        .map_err(|e| RememberCallError::BadCall(format!("invalid input for {tool}: {e}")))?;
+    let (name, parsed) = parse_call(tool, input)?;
     let verdict = decide(name, &parsed, loaded);
     if let Some(refusal) = verdict.refusal {
         return Err(RememberCallError::Unrememberable(refusal));
@@ -86,8 +92,7 @@ pub fn remember_call(
     input: &Value,
 ) -> Result<Vec<String>, RememberCallError> {
     let rules = narrowest_rules(loaded, tool, input)?;
-    let name = ToolName::parse(tool).unwrap_or(ToolName::GetTime);
-    let parsed = ToolInput::parse(name, input).map_err(RememberCallError::BadCall)?;
+    let (name, parsed) = parse_call(tool, input)?;
     let check = |candidate: &CompiledSettings| {
         let mut next = loaded.clone();
         next.policy = candidate.clone();
