@@ -309,10 +309,17 @@ fn clients_stay_quiet_when_the_reader_goes_away() {
     }
     // A reader that reads nothing and closes: every write after it fails with
     // EPIPE, which must not come out as an error.
+    let id = root.events_of("task_queued")[0]["task_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     for args in [
         &["policy", "test", "run_bash", "cat a; cat b; cat c"][..],
         &["policy", "schema"][..],
         &["tasks"][..],
+        &["show", &id][..],
+        &["show", "--json", &id][..],
+        &["approvals"][..],
         &["events"][..],
         &["events", "--follow"][..],
         &["replay"][..],
