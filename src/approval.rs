@@ -41,10 +41,25 @@ pub struct ApprovalAnswer {
     pub by: String,
     /// A reason for the model, if any.
     pub reason: Option<String>,
+    /// The allow rules written to settings.json so that the same call runs
+    /// without asking next time (`approve --remember`, the `a` answer).
+    pub remembered: Option<Vec<String>>,
 }
 
 /// A boxed future, so approvers can be trait objects.
 pub type AnswerFuture<'a> = Pin<Box<dyn Future<Output = ApprovalAnswer> + Send + 'a>>;
+
+/// What writes "always allow this call" into the policy: the narrowest allow
+/// rules for the call, validated and written atomically, then reloaded. The error
+/// says, for the operator, why it could not.
+pub type RememberFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Vec<String>, String>> + Send + 'a>>;
+
+/// Remembers approved calls as allow rules.
+pub trait Remember: Send + Sync {
+    /// Adds the rules for `req`'s call; returns them.
+    fn remember<'a>(&'a self, req: &'a ApprovalRequest, by: &'a str) -> RememberFuture<'a>;
+}
 
 /// Something that can answer approvals.
 pub trait Approver: Send + Sync {
@@ -57,6 +72,8 @@ pub trait Approver: Send + Sync {
 #[derive(Debug)]
 pub struct TerminalApprover {
     yes: bool,
+    /// Offers `[a]lways` when set.
+    remember: Option<std::sync::Arc<dyn Remember>>,
     /// Serialises prompts; held across the blocking read only.
     lock: tokio::sync::Mutex<()>,
 }
@@ -66,8 +83,41 @@ impl TerminalApprover {
     pub fn new(yes: bool) -> TerminalApprover {
         TerminalApprover {
             yes,
+            remember: None,
             lock: tokio::sync::Mutex::new(()),
         }
+    }
+}
+
+impl std::fmt::Debug for dyn Remember {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Remember")
+    }
+}
+
+impl TerminalApprover {
+    /// Offers `[a]lways` at the prompt, remembered through `remember`.
+    pub fn with_remember(mut self, remember: std::sync::Arc<dyn Remember>) -> TerminalApprover {
+        self.remember = Some(remember);
+        self
+    }
+}
+
+/// What the operator typed at the prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Typed {
+    Yes,
+    No,
+    Always,
+}
+
+/// Reads an answer: `y`/`yes`, `a`/`always` (only when offered), anything else
+/// (an empty line included) is no.
+fn typed(line: &str, always_offered: bool) -> Typed {
+    match line.trim().to_lowercase().as_str() {
+        "y" | "yes" => Typed::Yes,
+        "a" | "always" if always_offered => Typed::Always,
+        _ => Typed::No,
     }
 }
 
@@ -80,6 +130,7 @@ impl Approver for TerminalApprover {
                     decision: "approved",
                     by: "flag".into(),
                     reason: None,
+                    remembered: None,
                 };
             }
             if !std::io::stdin().is_terminal() {
@@ -92,37 +143,82 @@ impl Approver for TerminalApprover {
                          this tool in policy or rerun with --yes"
                             .into(),
                     ),
+                    remembered: None,
                 };
             }
             let _guard = self.lock.lock().await;
-            // Every character of the input, escaped and wrapped: what is approved is
-            // exactly what is shown (SPEC §8).
-            let width = crate::text::terminal_width(std::io::stderr().as_fd())
-                .unwrap_or(crate::text::DEFAULT_WIDTH);
-            let prompt = format!(
-                "\n? {} wants to run {} (rule {}):\n{}Approve? [y/N] ",
-                escape_line(&req.task_id),
-                escape_line(&req.tool),
-                escape_line(&req.rule),
-                crate::text::render_input(&req.input, width)
-            );
-            let answer = tokio::task::spawn_blocking(move || {
-                let mut err = std::io::stderr().lock();
-                let _ = err.write_all(prompt.as_bytes());
-                let _ = err.flush();
-                let mut line = String::new();
-                let _ = std::io::stdin().lock().read_line(&mut line);
-                line
-            })
-            .await
-            .unwrap_or_default();
-            let approved = matches!(answer.trim().to_lowercase().as_str(), "y" | "yes");
+            let line = prompt(req, self.remember.is_some()).await;
+            let answer = typed(&line, self.remember.is_some());
+            let mut remembered = None;
+            if let (Typed::Always, Some(remember)) = (answer, &self.remember) {
+                match remember.remember(req, "tty").await {
+                    Ok(rules) => {
+                        let shown: Vec<_> = rules.iter().map(|r| escape_line(r)).collect();
+                        let _ = writeln!(std::io::stderr(), "remembered: {}", shown.join(", "));
+                        remembered = Some(rules);
+                    }
+                    // Approved all the same: the operator said yes to this call.
+                    Err(e) => {
+                        let _ = writeln!(
+                            std::io::stderr(),
+                            "not remembered ({}); approved this once",
+                            crate::text::escape_text(&e)
+                        );
+                    }
+                }
+            }
+            let approved = answer != Typed::No;
             ApprovalAnswer {
                 approved,
                 decision: if approved { "approved" } else { "denied" },
                 by: "tty".into(),
                 reason: None,
+                remembered,
             }
         })
+    }
+}
+
+/// Shows the call on the terminal and reads one line of answer.
+async fn prompt(req: &ApprovalRequest, always: bool) -> String {
+    // Every character of the input, escaped and wrapped: what is approved is
+    // exactly what is shown (SPEC §8).
+    let width = crate::text::terminal_width(std::io::stderr().as_fd())
+        .unwrap_or(crate::text::DEFAULT_WIDTH);
+    let choices = if always {
+        "[y]es / [n]o / [a]lways"
+    } else {
+        "[y]es / [n]o"
+    };
+    let prompt = format!(
+        "\n? {} wants to run {} (rule {}):\n{}Approve? {choices} (default no): ",
+        escape_line(&req.task_id),
+        escape_line(&req.tool),
+        escape_line(&req.rule),
+        crate::text::render_input(&req.input, width)
+    );
+    tokio::task::spawn_blocking(move || {
+        let mut err = std::io::stderr().lock();
+        let _ = err.write_all(prompt.as_bytes());
+        let _ = err.flush();
+        let mut line = String::new();
+        let _ = std::io::stdin().lock().read_line(&mut line);
+        line
+    })
+    .await
+    .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn always_is_an_answer_only_where_it_was_offered() {
+        assert_eq!(typed("a\n", true), Typed::Always);
+        assert_eq!(typed("Always", true), Typed::Always);
+        assert_eq!(typed("a\n", false), Typed::No);
+        assert_eq!(typed("YES", false), Typed::Yes);
+        assert_eq!(typed("\n", true), Typed::No);
     }
 }

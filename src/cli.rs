@@ -35,17 +35,30 @@ pub enum Command {
     Serve,
     /// Submit a task to the daemon; prints its id.
     Submit {
-        /// Follow the task to its end; exit like `run`.
+        /// Follow the task to its end, showing each approval it waits for; exit
+        /// like `run`.
         #[arg(long)]
         wait: bool,
         /// Override loop.max_turns.
         #[arg(long)]
         max_turns: Option<u32>,
+        /// Override api.model for this task.
+        #[arg(long)]
+        model: Option<String>,
+        /// Read the prompt from FILE (`-`: standard input) instead of TASK.
+        #[arg(
+            short = 'f',
+            long = "file",
+            value_name = "FILE",
+            conflicts_with = "task"
+        )]
+        file: Option<PathBuf>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
         /// The task: the prompt given to the model.
-        task: String,
+        #[arg(required_unless_present = "file")]
+        task: Option<String>,
     },
     /// List the daemon's tasks.
     Tasks {
@@ -87,6 +100,10 @@ pub enum Command {
     Approve {
         /// Approval id.
         id: String,
+        /// Also add the narrowest allow rule for this call (the literal command,
+        /// path or code) to settings.json, so the same call runs without asking.
+        #[arg(long)]
+        remember: bool,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -131,11 +148,18 @@ pub enum Command {
         #[command(subcommand)]
         command: PolicyCommand,
     },
-    /// Re-evaluate recorded tool calls against the current policy; prints the
-    /// calls whose decision would change. Nothing is executed.
+    /// Re-evaluate recorded tool calls against the live policy, or a candidate
+    /// settings file; prints the calls whose decision would change. Nothing is
+    /// executed and the live file is not touched.
     Replay {
-        /// A transcript (`transcripts/<task_id>.json`) or a folder of them.
-        path: PathBuf,
+        /// Judge by this settings file instead of the live one (try a change out
+        /// before the daemon applies it).
+        #[arg(long, value_name = "FILE")]
+        settings: Option<PathBuf>,
+        /// Transcripts (`transcripts/<task_id>.json`) or folders of them; default:
+        /// the root's transcripts folder.
+        #[arg(value_name = "TRANSCRIPTS")]
+        paths: Vec<PathBuf>,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -152,12 +176,14 @@ pub enum Command {
 /// `harnessd policy …`.
 #[derive(Debug, Subcommand)]
 pub enum PolicyCommand {
-    /// Print the decision, the rule that made it, and for run_bash the simple
-    /// commands seen.
+    /// Print the decision, the rule that made it, for run_bash the simple
+    /// commands seen, and whether allowed_paths would still refuse a file tool's
+    /// path. Exit code: 0 allow, 3 ask, 4 deny, 2 when the call cannot be judged.
     Test {
         /// The tool (run_bash, read_file, …).
         tool: String,
-        /// The primary argument (command, path, code) or the input as a JSON object.
+        /// The primary argument (command, path, code) or the input as a JSON
+        /// object; for file tools the path alone is enough.
         input: String,
         /// Print JSON.
         #[arg(long)]

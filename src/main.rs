@@ -33,6 +33,9 @@ fn main() {
     .and_then(|helper| dispatch(cli, helper));
     match result {
         Ok(code) => std::process::exit(code),
+        // A reader that went away (`| head`) is not an error worth a line: the
+        // output it wanted is written, the rest had nowhere to go.
+        Err(e) if is_broken_pipe(&e) => std::process::exit(0),
         Err(e) => {
             // A config error (either file, the API key) is shown as it is, without
             // a chain, and is a usage error (SPEC §8).
@@ -53,6 +56,15 @@ fn main() {
             std::process::exit(1);
         }
     }
+}
+
+/// Whether `e` is, at bottom, a write to a closed pipe.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// Runs the command; returns its exit code.
@@ -84,16 +96,27 @@ fn dispatch(cli: Cli, helper: std::path::PathBuf) -> anyhow::Result<i32> {
             }
             PolicyCommand::Schema => commands::policy::schema(),
         },
-        Command::Replay { path, json } => commands::replay::run(&root, &path, json),
+        Command::Replay {
+            settings,
+            paths,
+            json,
+        } => commands::replay::run(&root, settings.as_deref(), &paths, json),
         Command::Submit {
             wait,
             max_turns,
+            model,
+            file,
             json,
             task,
         } => {
+            let prompt = match commands::clients::prompt_from(task, file.as_deref()) {
+                Ok(p) => p,
+                Err(code) => return Ok(code),
+            };
             let submit = ClientCommand::Submit {
-                prompt: task,
+                prompt,
                 max_turns,
+                model,
                 wait,
             };
             client(&root, submit, json)
@@ -103,19 +126,22 @@ fn dispatch(cli: Cli, helper: std::path::PathBuf) -> anyhow::Result<i32> {
         Command::Cancel { id, json } => client(&root, ClientCommand::Cancel(id), json),
         Command::Resume { id, json } => client(&root, ClientCommand::Resume(id), json),
         Command::Approvals { json } => client(&root, ClientCommand::Approvals, json),
-        Command::Approve { id, json } => client(&root, answer(id, true, None), json),
-        Command::Deny { id, reason, json } => client(&root, answer(id, false, reason), json),
+        Command::Approve { id, remember, json } => {
+            client(&root, answer(id, true, None, remember), json)
+        }
+        Command::Deny { id, reason, json } => client(&root, answer(id, false, reason, false), json),
         Command::Events { task, kind, follow } => {
             client(&root, ClientCommand::Events { task, kind, follow }, false)
         }
     }
 }
 
-fn answer(id: String, approve: bool, reason: Option<String>) -> ClientCommand {
+fn answer(id: String, approve: bool, reason: Option<String>, remember: bool) -> ClientCommand {
     ClientCommand::Answer {
         id,
         approve,
         reason,
+        remember,
     }
 }
 

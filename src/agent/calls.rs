@@ -245,6 +245,7 @@ async fn ask(
             decision: "denied",
             by: "cancel".into(),
             reason: Some("the task was cancelled".into()),
+            remembered: None,
         },
     };
     events
@@ -255,6 +256,7 @@ async fn ask(
                 decision: answer.decision.into(),
                 by: answer.by.clone(),
                 reason: answer.reason.clone(),
+                remembered: answer.remembered.clone(),
             },
         )
         .await?;

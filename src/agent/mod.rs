@@ -152,15 +152,24 @@ fn canonical(v: &Value) -> String {
     }
 }
 
-fn build_request<'a>(loaded: &Loaded, messages: &'a [Message], summary: bool) -> Request<'a> {
+/// The request of one turn. `model` is the task's own (its transcript's: the
+/// `model` it was submitted with, else `api.model` when it started); empty falls
+/// back to `api.model`.
+fn build_request<'a>(
+    loaded: &Loaded,
+    model: &str,
+    messages: &'a [Message],
+    summary: bool,
+) -> Request<'a> {
     let api = &loaded.config.api;
+    let model = if model.is_empty() { &api.model } else { model };
     let tools = ToolName::ALL
         .into_iter()
         .filter(|t| advertised(loaded, *t))
         .map(ToolName::definition)
         .collect();
     Request {
-        model: api.model.clone(),
+        model: model.to_string(),
         max_tokens: api.max_tokens,
         system: vec![json!({"type": "text", "text": loaded.system_prompt})],
         tools,
@@ -384,7 +393,12 @@ impl TaskRun<'_> {
         loaded: &Loaded,
         summary: bool,
     ) -> Result<Result<(String, Vec<calls::ToolUse>), Ended>, EventError> {
-        let request = build_request(loaded, &self.transcript.messages, summary);
+        let request = build_request(
+            loaded,
+            &self.transcript.model,
+            &self.transcript.messages,
+            summary,
+        );
         self.record(Event::ModelRequest {
             turn: self.turn,
             messages: request.messages.len(),
@@ -562,9 +576,14 @@ impl TaskRun<'_> {
             self.prepare_resume().await?;
         } else {
             let loaded = self.env.services.config.current();
+            let model = if self.transcript.model.is_empty() {
+                loaded.config.api.model.clone()
+            } else {
+                self.transcript.model.clone()
+            };
             self.record(Event::TaskStarted {
                 prompt: self.spec.prompt.clone(),
-                model: loaded.config.api.model.clone(),
+                model,
                 source: self.spec.source.clone(),
             })
             .await?;

@@ -7,21 +7,19 @@
 //! escapes so it still parses to the same value. Approvals show every character
 //! of a call's input, wrapped ([`crate::text::render_input`]).
 
-use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde_json::Value;
 
 use super::EXIT_CONFIG;
-use crate::agent::{StopReason, TaskStatus};
+use crate::agent::TaskStatus;
 use crate::config::resolve;
-use crate::control::client::{self, request, request_empty, stream_lines};
+use crate::control::client::{LineStream, request, request_empty};
 use crate::control::{
-    Approval, ApprovalList, ClientError, DecisionRequest, DecisionResponse, SubmitRequest,
-    SubmitResponse, Task, TaskList,
+    ApprovalList, ClientError, DecisionRequest, DecisionResponse, SubmitRequest, SubmitResponse,
+    Task, TaskList,
 };
 use crate::text::{escape_json, escape_line, escape_text};
 
@@ -34,6 +32,8 @@ pub enum ClientCommand {
         prompt: String,
         /// Override of loop.max_turns.
         max_turns: Option<u32>,
+        /// Override of api.model.
+        model: Option<String>,
         /// Follow it to the end and exit like `run`.
         wait: bool,
     },
@@ -55,6 +55,8 @@ pub enum ClientCommand {
         approve: bool,
         /// Reason for the model.
         reason: Option<String>,
+        /// Also remember the call as an allow rule.
+        remember: bool,
     },
     /// Read the audit log.
     Events {
@@ -65,6 +67,32 @@ pub enum ClientCommand {
         /// Keep streaming.
         follow: bool,
     },
+}
+
+/// The prompt of `submit`: TASK, or the text of `file` (`-`: standard input).
+/// An unreadable or non-UTF-8 file is a usage error (exit 2) naming it.
+pub fn prompt_from(task: Option<String>, file: Option<&Path>) -> Result<String, i32> {
+    let Some(file) = file else {
+        return Ok(task.unwrap_or_default());
+    };
+    let read = if file == Path::new("-") {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin().lock(), &mut text).map(|_| text)
+    } else {
+        std::fs::read_to_string(file)
+    };
+    read.map_err(|e| {
+        let name = if file == Path::new("-") {
+            "standard input".to_string()
+        } else {
+            file.display().to_string()
+        };
+        eprintln!(
+            "error: cannot read the prompt from {}: {e}",
+            escape_line(&name)
+        );
+        EXIT_CONFIG
+    })
 }
 
 fn socket_of(root: &Path) -> Result<PathBuf, String> {
@@ -79,7 +107,7 @@ fn socket_of(root: &Path) -> Result<PathBuf, String> {
     Ok(resolve(&root, &config.daemon.socket))
 }
 
-fn enc(s: &str) -> String {
+pub(super) fn enc(s: &str) -> String {
     s.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || "-_.".contains(c) {
@@ -91,35 +119,8 @@ fn enc(s: &str) -> String {
         .collect()
 }
 
-fn print_task(out: &mut impl Write, t: &Task) -> std::io::Result<()> {
-    writeln!(
-        out,
-        "{:<30} {:<18} {:<13} {:>8} tokens  {}",
-        escape_line(&t.task_id),
-        t.status.as_str(),
-        t.stop_reason.map_or("-", StopReason::as_str),
-        t.usage.total(),
-        escape_line(&t.updated)
-    )
-}
-
-/// One pending approval: who asks for what under which rule, then every
-/// character of the input, wrapped at `width`.
-fn print_approval(out: &mut impl Write, a: &Approval, width: usize) -> std::io::Result<()> {
-    let r = &a.request;
-    writeln!(
-        out,
-        "{}  {}  {}  rule {}",
-        escape_line(&r.approval_id),
-        escape_line(&r.task_id),
-        escape_line(&r.tool),
-        escape_line(&r.rule)
-    )?;
-    write!(out, "{}", crate::text::render_input(&r.input, width))
-}
-
 /// `--json`: the daemon's answer, pretty-printed.
-fn print_json(value: &impl Serialize) -> anyhow::Result<()> {
+pub(super) fn print_json(value: &impl Serialize) -> anyhow::Result<()> {
     let text = serde_json::to_string_pretty(value)?;
     writeln!(std::io::stdout().lock(), "{}", escape_json(&text))?;
     Ok(())
@@ -147,7 +148,8 @@ pub fn run(root: &Path, cmd: ClientCommand, json_out: bool) -> anyhow::Result<i3
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(run_async(&socket, cmd, json_out))
+    let prefix = super::wait::CommandPrefix::for_root(root);
+    runtime.block_on(run_async(&socket, cmd, json_out, &prefix))
 }
 
 /// `events` without a running daemon: the matching lines of events.jsonl, read
@@ -209,7 +211,7 @@ fn warn(message: &str) {
 }
 
 /// The warning for an `unreadable_line` object of the daemon's event stream.
-fn warn_unreadable(obj: &Value) {
+pub(super) fn warn_unreadable(obj: &Value) {
     let file = obj["file"].as_str().unwrap_or("events.jsonl");
     let error = obj["error"].as_str().unwrap_or("");
     warn(&format!(
@@ -218,7 +220,12 @@ fn warn_unreadable(obj: &Value) {
     ));
 }
 
-async fn run_async(socket: &Path, cmd: ClientCommand, json_out: bool) -> anyhow::Result<i32> {
+async fn run_async(
+    socket: &Path,
+    cmd: ClientCommand,
+    json_out: bool,
+    prefix: &super::wait::CommandPrefix,
+) -> anyhow::Result<i32> {
     let result = match cmd {
         ClientCommand::Events { task, kind, follow } => {
             events(socket, task.as_deref(), kind.as_deref(), follow).await
@@ -226,16 +233,21 @@ async fn run_async(socket: &Path, cmd: ClientCommand, json_out: bool) -> anyhow:
         ClientCommand::Submit {
             prompt,
             max_turns,
+            model,
             wait,
-        } => submit(socket, SubmitRequest { prompt, max_turns }, wait, json_out).await,
+        } => {
+            let body = SubmitRequest {
+                prompt,
+                max_turns,
+                model,
+            };
+            submit(socket, body, wait, json_out, prefix).await
+        }
         ClientCommand::Tasks => tasks(socket, json_out).await,
         ClientCommand::Show(id) => {
             one_task(socket, "GET", &format!("/v1/tasks/{}", enc(&id)), json_out).await
         }
-        ClientCommand::Cancel(id) => {
-            let path = format!("/v1/tasks/{}/cancel", enc(&id));
-            one_task(socket, "POST", &path, json_out).await
-        }
+        ClientCommand::Cancel(id) => cancel(socket, &id, json_out).await,
         ClientCommand::Resume(id) => {
             let path = format!("/v1/tasks/{}/resume", enc(&id));
             one_task(socket, "POST", &path, json_out).await
@@ -245,14 +257,11 @@ async fn run_async(socket: &Path, cmd: ClientCommand, json_out: bool) -> anyhow:
             id,
             approve,
             reason,
+            remember,
         } => {
-            answer(
-                socket,
-                &id,
-                &DecisionRequest::new(approve, reason),
-                json_out,
-            )
-            .await
+            let mut body = DecisionRequest::new(approve, reason);
+            body.remember = remember;
+            answer(socket, &id, &body, json_out).await
         }
     };
     // An error the daemon answered with is the user's to read (exit 1); only a
@@ -291,21 +300,26 @@ async fn events(
     let path = format!("/v1/events?{}", q.join("&"));
     let mut out = std::io::stdout().lock();
     let mut unreadable = false;
-    let status = stream_lines(socket, &path, |line| {
+    let mut lines = LineStream::open(socket, &path).await?;
+    while let Some(line) = lines.next_line().await? {
         // The daemon names a line of the log that does not parse; a warning, and
         // exit 1 at the end, rather than an event among the others.
-        if let Ok(obj) = serde_json::from_str::<Value>(line)
+        if let Ok(obj) = serde_json::from_str::<Value>(&line)
             && obj["type"] == "unreadable_line"
         {
             unreadable = true;
             warn_unreadable(&obj);
-            return;
+            continue;
         }
-        let _ = writeln!(out, "{}", escape_json(line));
-        let _ = out.flush();
+        // A reader that went away (`| head`) ends the command, `--follow` too.
+        writeln!(out, "{}", escape_json(&line))?;
+        out.flush()?;
+    }
+    Ok(if lines.status() == 200 && !unreadable {
+        0
+    } else {
+        1
     })
-    .await?;
-    Ok(if status == 200 && !unreadable { 0 } else { 1 })
 }
 
 /// `submit`: prints the new task's id, or with `wait` follows it like `run`.
@@ -314,11 +328,15 @@ async fn submit(
     body: SubmitRequest,
     wait: bool,
     json_out: bool,
+    prefix: &super::wait::CommandPrefix,
 ) -> anyhow::Result<i32> {
     let SubmitResponse { task_id } = request(socket, "POST", "/v1/tasks", Some(&body)).await?;
     if wait {
-        eprintln!("task {} submitted; waiting", escape_line(&task_id));
-        return wait_for(socket, &task_id, json_out).await;
+        eprintln!(
+            "task {} submitted; waiting (approvals it asks for are shown here)",
+            escape_line(&task_id)
+        );
+        return super::wait::wait_for(socket, &task_id, json_out, prefix).await;
     }
     if json_out {
         print_json(&SubmitResponse { task_id })?;
@@ -336,10 +354,7 @@ async fn tasks(socket: &Path, json_out: bool) -> anyhow::Result<i32> {
         print_json(&list)?;
         return Ok(0);
     }
-    let mut out = std::io::stdout().lock();
-    for t in &list.tasks {
-        print_task(&mut out, t)?;
-    }
+    super::listing::print_tasks(&mut std::io::stdout().lock(), &list.tasks)?;
     if let Some(next) = &list.next {
         eprintln!(
             "(older tasks not shown: GET /v1/tasks?before={})",
@@ -357,15 +372,36 @@ async fn one_task(socket: &Path, method: &str, path: &str, json_out: bool) -> an
         print_json(&t)?;
         return Ok(0);
     }
-    let mut out = std::io::stdout().lock();
-    print_task(&mut out, &t)?;
-    if let Some(a) = t.answer.as_deref().filter(|a| !a.is_empty()) {
-        writeln!(out, "\n{}", escape_text(a))?;
+    super::listing::print_task(&mut std::io::stdout().lock(), &t)?;
+    Ok(0)
+}
+
+/// How long `cancel` waits for the task to stop before it shows what it has.
+const CANCEL_SETTLE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// `cancel`: asks the daemon to cancel, then shows the task once it has stopped
+/// (its tool's process tree killed, its transcript saved), so what is printed is
+/// the state after the cancel, not the `running` of the moment it was asked.
+async fn cancel(socket: &Path, id: &str, json_out: bool) -> anyhow::Result<i32> {
+    let mut t: Task =
+        request_empty(socket, "POST", &format!("/v1/tasks/{}/cancel", enc(id))).await?;
+    let path = format!("/v1/tasks/{}", enc(id));
+    let deadline = std::time::Instant::now() + CANCEL_SETTLE;
+    while !matches!(t.status, TaskStatus::Finished | TaskStatus::Interrupted)
+        && std::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        t = request_empty(socket, "GET", &path).await?;
+    }
+    if json_out {
+        print_json(&t)?;
+    } else {
+        super::listing::print_task(&mut std::io::stdout().lock(), &t)?;
     }
     Ok(0)
 }
 
-/// `approvals`: every pending approval, a blank line between two.
+/// `approvals`: a table of every pending approval, then each one's input.
 async fn approvals(socket: &Path, json_out: bool) -> anyhow::Result<i32> {
     let list: ApprovalList = request_empty(socket, "GET", "/v1/approvals").await?;
     if json_out {
@@ -374,13 +410,7 @@ async fn approvals(socket: &Path, json_out: bool) -> anyhow::Result<i32> {
     }
     let width = crate::text::terminal_width(std::os::fd::AsFd::as_fd(&std::io::stdout()))
         .unwrap_or(crate::text::DEFAULT_WIDTH);
-    let mut out = std::io::stdout().lock();
-    for (i, a) in list.approvals.iter().enumerate() {
-        if i > 0 {
-            writeln!(out)?;
-        }
-        print_approval(&mut out, a, width)?;
-    }
+    super::listing::print_approvals(&mut std::io::stdout().lock(), &list.approvals, width)?;
     Ok(0)
 }
 
@@ -396,124 +426,17 @@ async fn answer(
     if json_out {
         print_json(&answered)?;
     } else {
+        let mut out = std::io::stdout().lock();
         writeln!(
-            std::io::stdout().lock(),
+            out,
             "{} {}",
             escape_line(&answered.approval_id),
             escape_line(&answered.decision)
         )?;
+        // Rules hold the call's text (model text): one-line escapes.
+        for rule in answered.remembered.iter().flatten() {
+            writeln!(out, "remembered: {}", escape_line(rule))?;
+        }
     }
     Ok(0)
-}
-
-/// `submit --wait`: follows the task's events (the log so far, then new lines as
-/// they are written) instead of polling; shows each approval it waits for as it is
-/// requested, and at `task_finished` prints the answer and exits like `run`.
-async fn wait_for(socket: &Path, id: &str, json_out: bool) -> anyhow::Result<i32> {
-    let saw_finished = follow_until_finished(socket, id).await?;
-    let Some(t) = finished_task(socket, id, saw_finished).await? else {
-        eprintln!(
-            "error: the daemon stopped before task {} finished",
-            escape_line(id)
-        );
-        return Ok(StopReason::Error.exit_code());
-    };
-    if json_out {
-        print_json(&t)?;
-    } else if let Some(a) = t.answer.as_deref().filter(|a| !a.is_empty()) {
-        writeln!(std::io::stdout().lock(), "{}", escape_text(a))?;
-    }
-    // A finished task without a stop reason is reported as an error, never as
-    // success.
-    let reason = t.stop_reason.unwrap_or(StopReason::Error);
-    eprintln!("[done] {reason}");
-    if let Some(e) = &t.error {
-        eprintln!("error: {}", escape_text(e));
-    }
-    Ok(reason.exit_code())
-}
-
-/// How long `submit --wait` lets the daemon's task list catch up with a
-/// `task_finished` it has already streamed: the task records the event, and the
-/// scheduler marks it finished only once the task has returned.
-const SETTLE: Duration = Duration::from_secs(5);
-
-/// Task `id` once the daemon lists it as finished; `None` when it does not (it
-/// stopped, forgot the task, or answered with something else), which the caller
-/// reports as an error, never as success. After `task_finished` was seen, a task
-/// still listed as running is asked again until [`SETTLE`] passes.
-async fn finished_task(
-    socket: &Path,
-    id: &str,
-    saw_finished: bool,
-) -> Result<Option<Task>, ClientError> {
-    let path = format!("/v1/tasks/{}", enc(id));
-    let deadline = Instant::now() + SETTLE;
-    loop {
-        match request_empty::<Task>(socket, "GET", &path).await {
-            Ok(t) if t.status == TaskStatus::Finished => return Ok(Some(t)),
-            Ok(t) if saw_finished && t.status != TaskStatus::Interrupted => {
-                if Instant::now() >= deadline {
-                    return Ok(None);
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            Ok(_) | Err(ClientError::Api { .. } | ClientError::Decode { .. }) => return Ok(None),
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// Reads task `id`'s events until `task_finished` (or the end of the stream),
-/// showing each approval it waits for as it is requested; whether
-/// `task_finished` came.
-async fn follow_until_finished(socket: &Path, id: &str) -> anyhow::Result<bool> {
-    let path = format!("/v1/events?task={}&follow=1", enc(id));
-    let mut events = client::LineStream::open(socket, &path).await?;
-    let mut shown = HashSet::new();
-    while let Some(line) = events.next_line().await? {
-        let Ok(event) = serde_json::from_str::<Value>(&line) else {
-            continue;
-        };
-        match event["type"].as_str() {
-            Some("unreadable_line") => warn_unreadable(&event),
-            Some("approval_requested") => show_waiting_approvals(socket, id, &mut shown).await?,
-            Some("task_finished") => return Ok(true),
-            _ => {}
-        }
-    }
-    Ok(false)
-}
-
-/// Prints on stderr each approval task `id` waits for that is not in `shown` yet,
-/// with every character of its input and how to answer it.
-async fn show_waiting_approvals(
-    socket: &Path,
-    id: &str,
-    shown: &mut HashSet<String>,
-) -> anyhow::Result<()> {
-    // The list is a courtesy while waiting: if the daemon refuses it, the wait
-    // goes on without it.
-    let list = match request_empty::<ApprovalList>(socket, "GET", "/v1/approvals").await {
-        Ok(list) => list,
-        Err(ClientError::Api { .. } | ClientError::Decode { .. }) => return Ok(()),
-        Err(e) => return Err(e.into()),
-    };
-    let width = crate::text::terminal_width(std::os::fd::AsFd::as_fd(&std::io::stderr()))
-        .unwrap_or(crate::text::DEFAULT_WIDTH);
-    let mut err = std::io::stderr().lock();
-    for a in &list.approvals {
-        let approval = &a.request.approval_id;
-        if a.request.task_id != id || !shown.insert(approval.clone()) {
-            continue;
-        }
-        writeln!(err, "waiting for approval:")?;
-        print_approval(&mut err, a, width)?;
-        let approval = escape_line(approval);
-        writeln!(
-            err,
-            "answer: harnessd approve {approval}  |  harnessd deny {approval} [--reason R]"
-        )?;
-    }
-    Ok(())
 }

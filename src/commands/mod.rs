@@ -6,6 +6,7 @@ pub mod boundary;
 pub mod check;
 pub mod clients;
 pub mod init;
+pub mod listing;
 pub mod policy;
 pub mod progress;
 pub mod replay;
@@ -13,6 +14,8 @@ pub mod run;
 pub mod sandbox;
 pub mod serve;
 pub mod signals;
+pub mod table;
+pub mod wait;
 
 /// Exit code of a usage or config error.
 pub const EXIT_CONFIG: i32 = 2;

@@ -11,6 +11,13 @@ use crate::config::{Loaded, Settings};
 use crate::text::{escape_json, escape_line, escape_text};
 use crate::tools::{self, ToolInput, ToolName};
 
+/// Exit code of `policy test` for a call that would run without asking.
+pub const EXIT_ALLOW: i32 = 0;
+/// Exit code of `policy test` for a call that would ask a human.
+pub const EXIT_ASK: i32 = 3;
+/// Exit code of `policy test` for a call that would be refused.
+pub const EXIT_DENY: i32 = 4;
+
 /// The decision for one call, as printed by `policy test` and used by `replay`.
 pub fn evaluate(loaded: &Loaded, tool: &str, input: &Value) -> Result<Value, String> {
     let name = ToolName::parse(tool).ok_or_else(|| {
@@ -32,6 +39,11 @@ pub fn evaluate(loaded: &Loaded, tool: &str, input: &Value) -> Result<Value, Str
     if let Some(refusal) = verdict.refusal {
         out["refused"] = refusal.into();
     }
+    if let Some(path) = &verdict.judged.path
+        && let Some(note) = outside_allowed_paths(loaded, name, path)
+    {
+        out["allowed_paths"] = note.into();
+    }
     if let Some(view) = &decision.shell {
         out["simple_commands"] = json!(view.commands);
         out["provable"] = view.provable.into();
@@ -42,8 +54,41 @@ pub fn evaluate(loaded: &Loaded, tool: &str, input: &Value) -> Result<Value, Str
     Ok(out)
 }
 
+/// Why the sandbox would refuse a file tool's `path` whatever the tier: it is
+/// outside `allowed_paths.read ∪ write` (reading) or `allowed_paths.write`
+/// (writing). Entries are resolved as the sandbox resolves them (relative to the
+/// root, links followed); `None` when the path is inside.
+fn outside_allowed_paths(loaded: &Loaded, tool: ToolName, path: &Path) -> Option<String> {
+    let allowed = &loaded.policy.settings.allowed_paths;
+    let writes = matches!(tool, ToolName::WriteFile | ToolName::EditFile);
+    let entries: Vec<&String> = if writes {
+        allowed.write.iter().collect()
+    } else {
+        allowed.read.iter().chain(&allowed.write).collect()
+    };
+    let inside = entries.iter().any(|entry| {
+        let entry = crate::config::resolve(&loaded.paths.root, entry);
+        let entry = entry.canonicalize().unwrap_or(entry);
+        path.starts_with(&entry)
+    });
+    if inside {
+        return None;
+    }
+    let key = if writes {
+        "allowed_paths.write"
+    } else {
+        "allowed_paths.read (and .write)"
+    };
+    Some(format!(
+        "the sandbox will refuse it: {} is outside {key}",
+        path.display()
+    ))
+}
+
 /// The input object for `tool` from the command line: a JSON object as is, or the
-/// tool's primary argument (command, path, code).
+/// tool's primary argument (command, path, code). For a file tool the path alone
+/// is enough: the other required fields get placeholders, since only the path is
+/// judged.
 fn input_from_arg(tool: &str, arg: &str) -> Value {
     if let Ok(v @ Value::Object(_)) = serde_json::from_str::<Value>(arg) {
         return v;
@@ -52,11 +97,25 @@ fn input_from_arg(tool: &str, arg: &str) -> Value {
         "run_bash" => json!({"command": arg}),
         "run_python" => json!({"code": arg}),
         "get_time" => json!({}),
+        "write_file" => json!({"path": arg, "content": ""}),
+        "edit_file" => json!({"path": arg, "old_string": "old", "new_string": "new"}),
         _ => json!({"path": arg}),
     }
 }
 
-/// Runs `policy test`.
+/// The exit code for a decision: 0 allow, 3 ask, 4 deny.
+fn exit_code(report: &Value) -> i32 {
+    match report["tier"].as_str() {
+        Some("allow") => EXIT_ALLOW,
+        Some("ask") => EXIT_ASK,
+        _ => EXIT_DENY,
+    }
+}
+
+/// Runs `policy test`: prints the decision and exits 0 (allow), 3 (ask) or 4
+/// (deny); 2 when the call cannot be judged. The exit code is the decision even
+/// when stdout is a closed pipe (`| head`): the report is a courtesy, the code is
+/// the answer.
 pub fn test(root: &Path, tool: &str, arg: &str, json_out: bool) -> anyhow::Result<i32> {
     let loaded = match crate::commands::load_root(root) {
         Ok(l) => l,
@@ -70,14 +129,21 @@ pub fn test(root: &Path, tool: &str, arg: &str, json_out: bool) -> anyhow::Resul
         }
     };
     let mut out = std::io::stdout().lock();
-    if json_out {
-        writeln!(
-            out,
-            "{}",
-            escape_json(&serde_json::to_string_pretty(&report)?)
-        )?;
-        return Ok(0);
+    let written = if json_out {
+        serde_json::to_string_pretty(&report)
+            .map_err(std::io::Error::other)
+            .and_then(|text| writeln!(out, "{}", escape_json(&text)))
+    } else {
+        print_report(&mut out, &report)
+    };
+    match written {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(exit_code(&report)),
     }
+}
+
+/// The human-readable report of `policy test`.
+fn print_report(out: &mut impl Write, report: &Value) -> std::io::Result<()> {
     // Every field quotes the input, which may come from a model: one-line escapes.
     let field = |v: &Value| escape_line(v.as_str().unwrap_or("?")).into_owned();
     writeln!(
@@ -92,6 +158,9 @@ pub fn test(root: &Path, tool: &str, arg: &str, json_out: bool) -> anyhow::Resul
     if let Some(why) = report["refused"].as_str() {
         writeln!(out, "{}", escape_line(why))?;
     }
+    if let Some(note) = report["allowed_paths"].as_str() {
+        writeln!(out, "note: {}", escape_line(note))?;
+    }
     if let Some(parts) = report["simple_commands"].as_array() {
         match report["not_provable"].as_str() {
             None => writeln!(out, "simple commands (provable: allow patterns apply):")?,
@@ -105,7 +174,7 @@ pub fn test(root: &Path, tool: &str, arg: &str, json_out: bool) -> anyhow::Resul
             writeln!(out, "  - {}", escape_line(p.as_str().unwrap_or("")))?;
         }
     }
-    Ok(0)
+    Ok(())
 }
 
 /// The JSON Schema of settings.json, generated from the Rust types.

@@ -3,6 +3,7 @@
 //! field goes through `short`, which escapes it (SPEC §8).
 
 use std::io::Write;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -132,13 +133,123 @@ fn tool_finished(ev: &Value) -> String {
     )
 }
 
-/// Prints lines for events received until the channel closes.
-pub async fn print(mut rx: tokio::sync::mpsc::UnboundedReceiver<Value>) {
+/// What the task waits on after `ev`, for the elapsed-time notes: the model after
+/// a request, a tool once it may run; `None` when nothing is awaited, or when the
+/// terminal is about to ask a question (an approval), which a note must not
+/// interrupt.
+fn waiting_on(ev: &Value) -> Option<String> {
+    match ev["type"].as_str()? {
+        "model_request" => Some("waiting for the model".into()),
+        "policy_decision" if ev["tier"] == "allow" => Some("running the tool".into()),
+        "approval_resolved" if ev["decision"] == "approved" => Some("running the tool".into()),
+        _ => None,
+    }
+}
+
+/// When to say how long the task has waited: at these many seconds, then every
+/// [`EVERY`] seconds after the last.
+const FIRST_NOTES: [u64; 4] = [5, 10, 20, 30];
+/// Seconds between notes after [`FIRST_NOTES`].
+const EVERY: u64 = 30;
+
+/// The second of the note after the one due at `secs`.
+fn next_note(secs: u64) -> u64 {
+    FIRST_NOTES
+        .iter()
+        .copied()
+        .find(|&n| n > secs)
+        .unwrap_or((secs / EVERY + 1) * EVERY)
+}
+
+/// A wait on the model or a tool: what, since when, and the second of the next
+/// note.
+struct Waiting {
+    what: String,
+    since: Instant,
+    next: u64,
+}
+
+/// Prints lines for events received until the channel closes. With `live` (stderr
+/// is a terminal), a long wait on the model or a tool is said with how long it
+/// has lasted (`… waiting for the model: 20s`), as new lines: nothing is redrawn,
+/// so no control sequence reaches the terminal, not even our own.
+pub async fn print(mut rx: tokio::sync::mpsc::UnboundedReceiver<Value>, live: bool) {
     let mut total = 0u64;
-    while let Some(ev) = rx.recv().await {
-        if let Some(l) = line(&ev, &mut total) {
-            let mut err = std::io::stderr().lock();
-            let _ = writeln!(err, "{l}");
+    let mut waiting: Option<Waiting> = None;
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            ev = rx.recv() => {
+                let Some(ev) = ev else { break };
+                if let Some(l) = line(&ev, &mut total) {
+                    let _ = writeln!(std::io::stderr().lock(), "{l}");
+                }
+                waiting = waiting_on(&ev).map(|what| Waiting {
+                    what,
+                    since: Instant::now(),
+                    next: FIRST_NOTES[0],
+                });
+            }
+            _ = tick.tick(), if live && waiting.is_some() => {
+                // A late tick still gives its note, with the time it shows.
+                if let Some(w) = waiting.as_mut()
+                    && w.since.elapsed().as_secs() >= w.next
+                {
+                    let so_far = w.since.elapsed();
+                    let _ = writeln!(
+                        std::io::stderr().lock(),
+                        "  … {}: {}",
+                        w.what,
+                        elapsed(so_far)
+                    );
+                    w.next = next_note(so_far.as_secs());
+                }
+            }
         }
+    }
+}
+
+/// `7s`, `2m05s`: how long, for the notes.
+fn elapsed(d: Duration) -> String {
+    let s = d.as_secs();
+    if s < 60 {
+        format!("{s}s")
+    } else {
+        format!("{}m{:02}s", s / 60, s % 60)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn elapsed_notes_name_what_is_awaited_and_space_out() {
+        let wait = |v: Value| waiting_on(&v);
+        assert_eq!(
+            wait(json!({"type": "model_request"})).as_deref(),
+            Some("waiting for the model")
+        );
+        assert!(wait(json!({"type": "policy_decision", "tier": "allow"})).is_some());
+        // An approval is a question on the terminal: no status line over it.
+        assert_eq!(wait(json!({"type": "approval_requested"})), None);
+        assert_eq!(
+            wait(json!({"type": "policy_decision", "tier": "ask"})),
+            None
+        );
+        assert_eq!(wait(json!({"type": "tool_finished"})), None);
+        assert_eq!(elapsed(Duration::from_secs(7)), "7s");
+        assert_eq!(elapsed(Duration::from_secs(125)), "2m05s");
+        let mut notes = vec![FIRST_NOTES[0]];
+        while notes.len() < 7 {
+            notes.push(next_note(*notes.last().unwrap()));
+        }
+        assert_eq!(notes, [5, 10, 20, 30, 60, 90, 120]);
+        // A note given late (at 12 s) is followed by the next one due, not 10.
+        assert_eq!(next_note(12), 20);
+        assert_eq!(next_note(95), 120);
     }
 }

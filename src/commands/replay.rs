@@ -1,6 +1,7 @@
-//! `harnessd replay PATH`: re-evaluates every tool call recorded in a transcript
-//! (or every transcript in a folder) against the current policy and prints the
-//! calls whose decision would change. Nothing is executed.
+//! `harnessd replay [--settings FILE] [PATH…]`: re-evaluates every tool call
+//! recorded in transcripts (files or folders; the root's by default) against the
+//! live policy or a candidate settings file, and prints the calls whose decision
+//! would change. Nothing is executed and the live file is never touched.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -8,8 +9,10 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
+use super::EXIT_CONFIG;
 use super::policy::evaluate;
 use crate::agent::Transcript;
+use crate::config::{Loaded, Settings};
 use crate::llm::Role;
 use crate::text::{escape_json, escape_line};
 
@@ -49,83 +52,120 @@ fn transcripts(path: &Path) -> std::io::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// Runs `replay`.
-pub fn run(root: &Path, path: &Path, json_out: bool) -> anyhow::Result<i32> {
-    let loaded = match crate::commands::load_root(root) {
-        Ok(l) => l,
-        Err(code) => return Ok(code),
+/// The policy calls are judged by: the root's live settings, or with
+/// `--settings FILE` a candidate file, validated like the live one (errors name
+/// the file, line and key), without touching the live file.
+fn judged_by(root: &Path, candidate: Option<&Path>) -> Result<(Loaded, String), i32> {
+    let mut loaded = crate::commands::load_root(root)?;
+    let Some(file) = candidate else {
+        return Ok((loaded, "now".into()));
     };
+    let name = file.display().to_string();
+    let text = std::fs::read_to_string(file).map_err(|e| {
+        eprintln!("error: cannot read {}: {e}", escape_line(&name));
+        EXIT_CONFIG
+    })?;
+    loaded.policy = Settings::parse(&text, &name).map_err(|e| {
+        eprintln!("error: {}", crate::text::escape_text(&e.to_string()));
+        EXIT_CONFIG
+    })?;
+    Ok((loaded, format!("under {name}")))
+}
+
+/// Every recorded call of the transcripts under `paths`, judged by `loaded`;
+/// returns how many there were and those whose tier would change.
+fn replay_all(loaded: &Loaded, paths: &[PathBuf]) -> anyhow::Result<(usize, Vec<Value>)> {
     let recorded = recorded_decisions(&loaded.paths.events);
-    let mut rows = Vec::new();
+    let mut changed = Vec::new();
     let mut total = 0;
-    for file in
-        transcripts(path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?
-    {
-        let text = std::fs::read_to_string(&file)
-            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
-        let t: Transcript = serde_json::from_str(&text)
-            .map_err(|e| anyhow::anyhow!("{} is not a harnessd transcript: {e}", file.display()))?;
-        for m in t.messages.iter().filter(|m| m.role == Role::Assistant) {
-            for (id, name, input) in m.tool_uses() {
-                total += 1;
-                let was = recorded
-                    .get(&(t.task_id.clone(), id.clone()))
-                    .cloned()
-                    .unwrap_or_else(|| "-".into());
-                let now = match evaluate(&loaded, &name, &input) {
-                    Ok(d) => format!(
-                        "{} ({})",
-                        d["tier"].as_str().unwrap_or("?"),
-                        d["rule"].as_str().unwrap_or("?")
-                    ),
-                    Err(_) => "-".into(),
-                };
-                let tier = |s: &str| s.split(' ').next().unwrap_or("").to_string();
-                if tier(&was) != tier(&now) {
-                    rows.push(json!({"task_id": t.task_id, "tool_use_id": id, "tool": name, "input": input, "was": was, "now": now}));
+    for path in paths {
+        let files = transcripts(path)
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+        for file in files {
+            let text = std::fs::read_to_string(&file)
+                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
+            let t: Transcript = serde_json::from_str(&text).map_err(|e| {
+                anyhow::anyhow!("{} is not a harnessd transcript: {e}", file.display())
+            })?;
+            for m in t.messages.iter().filter(|m| m.role == Role::Assistant) {
+                for (id, name, input) in m.tool_uses() {
+                    total += 1;
+                    let was = recorded
+                        .get(&(t.task_id.clone(), id.clone()))
+                        .cloned()
+                        .unwrap_or_else(|| "-".into());
+                    let now = match evaluate(loaded, &name, &input) {
+                        Ok(d) => format!(
+                            "{} ({})",
+                            d["tier"].as_str().unwrap_or("?"),
+                            d["rule"].as_str().unwrap_or("?")
+                        ),
+                        Err(_) => "-".into(),
+                    };
+                    let tier = |s: &str| s.split(' ').next().unwrap_or("").to_string();
+                    if tier(&was) != tier(&now) {
+                        changed.push(json!({"task_id": t.task_id, "tool_use_id": id,
+                            "tool": name, "input": input, "was": was, "now": now}));
+                    }
                 }
             }
         }
     }
+    Ok((total, changed))
+}
+
+/// Runs `replay`: `paths` are transcripts or folders of them (default: the root's
+/// transcripts folder).
+pub fn run(
+    root: &Path,
+    candidate: Option<&Path>,
+    paths: &[PathBuf],
+    json_out: bool,
+) -> anyhow::Result<i32> {
+    let (loaded, judge) = match judged_by(root, candidate) {
+        Ok(l) => l,
+        Err(code) => return Ok(code),
+    };
+    let paths = if paths.is_empty() {
+        vec![loaded.paths.transcripts.clone()]
+    } else {
+        paths.to_vec()
+    };
+    let (total, changed) = replay_all(&loaded, &paths)?;
     let mut out = std::io::stdout().lock();
     if json_out {
-        writeln!(
-            out,
-            "{}",
-            escape_json(&serde_json::to_string_pretty(
-                &json!({"calls": total, "changed": rows})
-            )?)
-        )?;
+        let text = serde_json::to_string_pretty(&json!({"calls": total, "changed": changed}))?;
+        writeln!(out, "{}", escape_json(&text))?;
         return Ok(0);
     }
     writeln!(
         out,
-        "{total} recorded tool calls, {} would be decided differently now",
-        rows.len()
+        "{total} recorded tool calls, {} would be decided differently {judge}",
+        changed.len()
     )?;
-    if !rows.is_empty() {
-        writeln!(
-            out,
-            "{:<28} {:<14} {:<11} {:<40} {:<32} now",
-            "task", "call", "tool", "input", "was"
-        )?;
+    print_table(&mut out, &changed)?;
+    Ok(0)
+}
+
+/// The changed calls as a table whose columns line up: each column as wide as
+/// its widest cell (in characters, after escaping), the input cut in the middle.
+fn print_table(out: &mut impl Write, changed: &[Value]) -> std::io::Result<()> {
+    if changed.is_empty() {
+        return Ok(());
     }
     // Every field comes from a transcript (model text): one-line escapes.
     let field = |v: &Value| escape_line(v.as_str().unwrap_or("")).into_owned();
-    for r in &rows {
-        let input = crate::text::truncate_middle(&r["input"].to_string(), 38, 0)
-            .0
-            .replace('\n', " ");
-        writeln!(
-            out,
-            "{:<28} {:<14} {:<11} {:<40} {:<32} {}",
+    let mut rows = vec![["TASK", "CALL", "TOOL", "INPUT", "WAS", "NOW"].map(String::from)];
+    for r in changed {
+        let input = crate::text::truncate_middle(&r["input"].to_string(), 40, 0).0;
+        rows.push([
             field(&r["task_id"]),
             field(&r["tool_use_id"]),
             field(&r["tool"]),
-            escape_json(&input),
+            escape_line(&input).into_owned(),
             field(&r["was"]),
-            field(&r["now"])
-        )?;
+            field(&r["now"]),
+        ]);
     }
-    Ok(0)
+    crate::commands::table::print(out, &rows)
 }

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::EXIT_CONFIG;
 use crate::agent::{RunLock, TaskSpec, new_task_id, run_task};
 use crate::approval::TerminalApprover;
+use crate::daemon::remember::LiveRemember;
 use crate::services::{Services, StartOptions};
 use crate::text::{escape_line, escape_text};
 
@@ -52,7 +53,9 @@ async fn run_async(
     hangups: BoxStream<'static, ()>,
 ) -> anyhow::Result<i32> {
     let (tap_tx, tap_rx) = tokio::sync::mpsc::unbounded_channel();
-    let printer = tokio::spawn(super::progress::print(tap_rx));
+    // The elapsed-time line only where a person watches: a terminal on stderr.
+    let live = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let printer = tokio::spawn(super::progress::print(tap_rx, live));
     let start = StartOptions {
         helper: opts.helper.clone(),
         tap: Some(tap_tx),
@@ -67,9 +70,10 @@ async fn run_async(
         interrupted.await;
         on_interrupt.cancel();
     });
-    let env = services
-        .task_services(Arc::new(TerminalApprover::new(opts.yes)))
-        .for_task(cancel);
+    // `[a]lways` at the prompt writes the call's allow rule and reloads at once.
+    let remember = LiveRemember::new(services.live.clone(), services.events.clone());
+    let approver = TerminalApprover::new(opts.yes).with_remember(Arc::new(remember));
+    let env = services.task_services(Arc::new(approver)).for_task(cancel);
     let spec = TaskSpec {
         task_id: new_task_id(),
         prompt: opts.task,

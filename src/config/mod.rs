@@ -10,6 +10,7 @@ mod error;
 mod file;
 mod key;
 mod live;
+mod remember;
 mod settings;
 
 pub use debounce::Debouncer;
@@ -19,6 +20,7 @@ pub use file::{
 };
 pub use key::ApiKey;
 pub use live::{LiveConfig, ReloadOutcome};
+pub use remember::{RememberError, add_allow_rules};
 pub use settings::{
     AllowedPaths, CompiledSettings, OutputSettings, SandboxRequire, SandboxSettings, Settings,
     ToolTiers,

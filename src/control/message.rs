@@ -19,6 +19,9 @@ pub struct SubmitRequest {
     /// Override of `loop.max_turns` for this task; at least 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_turns: Option<u32>,
+    /// Override of `api.model` for this task; it keeps it when resumed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 /// The answer to `POST /v1/tasks` (202).
@@ -38,8 +41,12 @@ pub struct Task {
     pub status: TaskStatus,
     /// Why it stopped, once finished.
     pub stop_reason: Option<StopReason>,
-    /// Tokens used so far.
+    /// Tokens used so far, updated after every model response.
     pub usage: Usage,
+    /// The start of the prompt (at most [`Task::PROMPT_CHARS`] characters), for
+    /// listings; absent for tasks the daemon found on disk at start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
     /// The model's final text, once finished. Absent from list items: an answer
     /// may be megabytes, and `GET /v1/tasks/{id}` reads it from the transcript.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -51,6 +58,23 @@ pub struct Task {
     pub created: String,
     /// When the task last changed (RFC 3339).
     pub updated: String,
+}
+
+impl Task {
+    /// How much of the prompt a task keeps for listings.
+    pub const PROMPT_CHARS: usize = 100;
+
+    /// The start of `prompt` as a task keeps it; `None` for an empty one.
+    pub fn prompt_start(prompt: &str) -> Option<String> {
+        if prompt.is_empty() {
+            return None;
+        }
+        let mut start: String = prompt.chars().take(Self::PROMPT_CHARS).collect();
+        if start.len() < prompt.len() {
+            start.push('…');
+        }
+        Some(start)
+    }
 }
 
 /// The answer to `GET /v1/tasks`.
@@ -92,6 +116,11 @@ pub struct DecisionRequest {
     /// have.
     #[serde(default)]
     pub reason: Option<String>,
+    /// With `approve`: also add the narrowest allow rule for the call to
+    /// settings.json, so the same call runs without asking (`approve --remember`).
+    /// Left out of the body when false, as clients always have.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub remember: bool,
 }
 
 impl DecisionRequest {
@@ -105,6 +134,7 @@ impl DecisionRequest {
         DecisionRequest {
             decision: if approve { Self::APPROVE } else { Self::DENY }.to_string(),
             reason,
+            remember: false,
         }
     }
 
@@ -125,6 +155,10 @@ pub struct DecisionResponse {
     pub approval_id: String,
     /// The decision as given: `approve` or `deny`.
     pub decision: String,
+    /// The allow rules that now let the same call run without asking, when
+    /// `remember` was asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remembered: Option<Vec<String>>,
 }
 
 /// Every error the API returns, whatever the endpoint.
@@ -156,6 +190,7 @@ mod tests {
         let submit = SubmitRequest {
             prompt: "p".into(),
             max_turns: None,
+            model: None,
         };
         assert_eq!(serde_json::to_string(&submit).unwrap(), r#"{"prompt":"p"}"#);
         let answer = DecisionRequest::new(false, None);
@@ -200,6 +235,7 @@ mod tests {
         let maybe = DecisionRequest {
             decision: "maybe".into(),
             reason: None,
+            remember: false,
         };
         assert_eq!(maybe.approves(), None);
     }

@@ -21,7 +21,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
-use super::approvals::Approvals;
+use super::approvals::{Answer, Approvals, ResolveError};
 use super::metrics::Metrics;
 use super::tasks::{ClaimError, Cursor, ListQuery, Scheduler, TaskStatus, lock_run};
 use crate::agent::Transcript;
@@ -287,6 +287,13 @@ async fn submit(
             "prompt must not be empty",
         ));
     }
+    if body.model.as_deref().is_some_and(|m| m.trim().is_empty()) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "model must not be empty",
+        ));
+    }
     if body.max_turns == Some(0) {
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -299,7 +306,7 @@ async fn submit(
         .map_or("uid:unknown".to_string(), |u| format!("uid:{u}"));
     let id = s
         .scheduler
-        .submit(body.prompt, body.max_turns, by)
+        .submit(body.prompt, body.max_turns, body.model, by)
         .await
         .map_err(|e| {
             ApiError::new(
@@ -487,12 +494,26 @@ async fn answer_approval(
     let by = peer
         .uid
         .map_or("uid:unknown".to_string(), |u| format!("uid:{u}"));
-    s.approvals
-        .resolve(&id, approved, by, body.reason)
-        .map_err(|e| ApiError::new(StatusCode::NOT_FOUND, "not_found", e.to_string()))?;
+    let answer = Answer {
+        approved,
+        by,
+        reason: body.reason,
+        remember: body.remember,
+    };
+    let remembered = s.approvals.resolve(&id, answer).await.map_err(|e| {
+        let (status, kind) = match e {
+            ResolveError::Unknown(_) => (StatusCode::NOT_FOUND, "not_found"),
+            ResolveError::RememberDenial => (StatusCode::BAD_REQUEST, "invalid_request"),
+            ResolveError::Remember(_) | ResolveError::AnsweredMeanwhile(..) => {
+                (StatusCode::CONFLICT, "conflict")
+            }
+        };
+        ApiError::new(status, kind, e.to_string())
+    })?;
     Ok(Json(DecisionResponse {
         approval_id: id,
         decision: body.decision,
+        remembered,
     }))
 }
 

@@ -1,6 +1,7 @@
 //! Pending approvals of the daemon: an `ask` call waits on a oneshot until someone
 //! answers through the control API, or `daemon.approval_timeout_secs` passes and
-//! silence becomes a denial.
+//! silence becomes a denial. An approval with `remember` first writes the call's
+//! allow rules; if that fails the approval stays pending, so nothing is half done.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -9,7 +10,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::tasks::{Registry, TaskStatus};
-use crate::approval::{AnswerFuture, ApprovalAnswer, ApprovalRequest, Approver};
+use crate::approval::{AnswerFuture, ApprovalAnswer, ApprovalRequest, Approver, Remember};
 use crate::config::ConfigSource;
 use crate::control::Approval;
 
@@ -26,6 +27,21 @@ pub struct Approvals {
     waiting: Arc<Mutex<HashMap<String, Waiting>>>,
     registry: Registry,
     config: Arc<dyn ConfigSource>,
+    /// Writes the rules of `approve --remember`.
+    remember: Arc<dyn Remember>,
+}
+
+/// One answer to a pending approval, as the control API received it.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    /// Approve (true) or deny.
+    pub approved: bool,
+    /// Who answered: `uid:N`.
+    pub by: String,
+    /// A reason for the model.
+    pub reason: Option<String>,
+    /// Also add the narrowest allow rule for the call to settings.json.
+    pub remember: bool,
 }
 
 /// Why an answer could not be given.
@@ -34,15 +50,29 @@ pub enum ResolveError {
     /// No pending approval has that id (answered, timed out, or never existed).
     #[error("no pending approval {0}")]
     Unknown(String),
+    /// `remember` with a denial: only an approval can be remembered.
+    #[error("--remember goes with approve only")]
+    RememberDenial,
+    /// The rule could not be remembered; the approval is still pending.
+    #[error("{0}; the approval is still pending")]
+    Remember(String),
+    /// The rules were written, but someone answered the approval meanwhile.
+    #[error("the allow rules {0:?} were added, but approval {1} was answered meanwhile")]
+    AnsweredMeanwhile(Vec<String>, String),
 }
 
 impl Approvals {
     /// An empty set of approvals.
-    pub fn new(registry: Registry, config: Arc<dyn ConfigSource>) -> Approvals {
+    pub fn new(
+        registry: Registry,
+        config: Arc<dyn ConfigSource>,
+        remember: Arc<dyn Remember>,
+    ) -> Approvals {
         Approvals {
             waiting: Arc::new(Mutex::new(HashMap::new())),
             registry,
             config,
+            remember,
         }
     }
 
@@ -56,27 +86,52 @@ impl Approvals {
         v
     }
 
-    /// Answers one approval.
-    pub fn resolve(
+    /// Answers one approval; returns the rules remembered, if asked to.
+    pub async fn resolve(
         &self,
         id: &str,
-        approved: bool,
-        by: String,
-        reason: Option<String>,
-    ) -> Result<(), ResolveError> {
+        answer: Answer,
+    ) -> Result<Option<Vec<String>>, ResolveError> {
+        let remembered = if answer.remember {
+            if !answer.approved {
+                return Err(ResolveError::RememberDenial);
+            }
+            let request = self
+                .waiting
+                .lock()
+                .ok()
+                .and_then(|w| w.get(id).map(|w| w.info.request.clone()))
+                .ok_or_else(|| ResolveError::Unknown(id.to_string()))?;
+            let rules = self
+                .remember
+                .remember(&request, &answer.by)
+                .await
+                .map_err(ResolveError::Remember)?;
+            Some(rules)
+        } else {
+            None
+        };
         let waiting = self
             .waiting
             .lock()
             .ok()
             .and_then(|mut w| w.remove(id))
-            .ok_or_else(|| ResolveError::Unknown(id.to_string()))?;
+            .ok_or_else(|| match &remembered {
+                Some(rules) => ResolveError::AnsweredMeanwhile(rules.clone(), id.to_string()),
+                None => ResolveError::Unknown(id.to_string()),
+            })?;
         let _ = waiting.answer.send(ApprovalAnswer {
-            approved,
-            decision: if approved { "approved" } else { "denied" },
-            by,
-            reason,
+            approved: answer.approved,
+            decision: if answer.approved {
+                "approved"
+            } else {
+                "denied"
+            },
+            by: answer.by,
+            reason: answer.reason,
+            remembered: remembered.clone(),
         });
-        Ok(())
+        Ok(remembered)
     }
 }
 
@@ -110,6 +165,7 @@ impl Approver for Approvals {
                             "nobody answered within {} s (daemon.approval_timeout_secs)",
                             timeout.as_secs()
                         )),
+                        remembered: None,
                     }
                 }
             };

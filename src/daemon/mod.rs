@@ -9,6 +9,7 @@ pub mod api;
 pub mod approvals;
 pub mod index;
 pub mod metrics;
+pub mod remember;
 pub mod serve;
 pub mod socket;
 pub mod tasks;

@@ -174,6 +174,7 @@ async fn recover_tasks(
             status,
             stop_reason: t.stop_reason,
             usage: t.usage,
+            prompt: None,
             answer: None,
             error: t.error,
             updated: t.created.clone(),
@@ -181,6 +182,19 @@ async fn recover_tasks(
         });
     }
     failed.map_or(Ok(queued), Err)
+}
+
+/// A `model_response` adds its tokens to its task, so listings are live.
+fn live_usage(registry: &Registry, ev: &Value) {
+    if ev["type"] != "model_response" {
+        return;
+    }
+    if let (Some(id), Ok(usage)) = (
+        ev["task_id"].as_str(),
+        serde_json::from_value::<crate::usage::Usage>(ev["usage"].clone()),
+    ) {
+        registry.add_usage(id, &usage);
+    }
 }
 
 /// Reads every transcript in `dir` (unreadable ones are skipped) and saves those
@@ -386,18 +400,21 @@ async fn wire(
 ) -> Result<(AppState, Scheduler), ServeError> {
     let (live_tx, _) = broadcast::channel::<Value>(1024);
     let metrics = Metrics::new();
+    let registry = Registry::default();
     {
-        let (live_tx, metrics) = (live_tx.clone(), metrics.clone());
+        let (live_tx, metrics, registry) = (live_tx.clone(), metrics.clone(), registry.clone());
         tokio::spawn(async move {
             while let Some(ev) = tap_rx.recv().await {
                 metrics.observe(&ev);
+                live_usage(&registry, &ev);
                 let _ = live_tx.send(ev);
             }
         });
     }
-    let registry = Registry::default();
     let queued = recover_tasks(&services.loaded, &registry, &services.events).await?;
-    let approvals = Approvals::new(registry.clone(), services.live.clone());
+    let remember =
+        super::remember::LiveRemember::new(services.live.clone(), services.events.clone());
+    let approvals = Approvals::new(registry.clone(), services.live.clone(), Arc::new(remember));
     let scheduler = Scheduler::new(SchedulerParts {
         services: services.task_services(Arc::new(approvals.clone())),
         registry,

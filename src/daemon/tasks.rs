@@ -215,6 +215,16 @@ impl Registry {
         });
     }
 
+    /// Adds one model response's tokens to an active task, so listings show
+    /// the tokens used so far while it runs.
+    pub fn add_usage(&self, id: &str, usage: &Usage) {
+        self.with(|m| {
+            if let Some(e) = m.active.get_mut(id) {
+                e.info.usage.add(usage);
+            }
+        });
+    }
+
     /// Moves a task to the index of ended ones; its answer is left to the
     /// transcript, where the run saved it.
     fn finish(&self, id: &str, outcome: &TaskOutcome) {
@@ -408,7 +418,8 @@ impl Scheduler {
         }
     }
 
-    /// Queues a new task; returns its id once the task is on disk: `task_queued`
+    /// Queues a new task (with `model`, `api.model` is overridden for it alone);
+    /// returns its id once the task is on disk: `task_queued`
     /// recorded and its `queued` transcript saved, so it survives a crash (the next
     /// start queues it again, [`Scheduler::requeue`]). `Err`: one of the two could
     /// not be written, and nothing was queued.
@@ -416,6 +427,7 @@ impl Scheduler {
         &self,
         prompt: String,
         max_turns: Option<u32>,
+        model: Option<String>,
         by: String,
     ) -> Result<String, SubmitError> {
         let mut spec = TaskSpec {
@@ -439,7 +451,8 @@ impl Scheduler {
             )
             .await?;
         let loaded = self.services.config.current();
-        let transcript = queued_transcript(&spec, loaded.config.api.model.clone(), by);
+        let model = model.unwrap_or_else(|| loaded.config.api.model.clone());
+        let transcript = queued_transcript(&spec, model, by);
         if let Err(e) = transcript
             .save_async(loaded.paths.transcripts.clone())
             .await
@@ -563,6 +576,11 @@ impl Scheduler {
                 status: TaskStatus::Queued,
                 stop_reason: None,
                 usage: spec.resume.as_ref().map(|t| t.usage).unwrap_or_default(),
+                prompt: Task::prompt_start(&spec.prompt).or_else(|| {
+                    // A resumed or queued task: its prompt is its first message.
+                    let t = spec.resume.as_ref()?;
+                    Task::prompt_start(&t.messages.first()?.text())
+                }),
                 answer: None,
                 error: None,
                 created,
@@ -648,6 +666,7 @@ mod tests {
             status,
             stop_reason: None,
             usage: Usage::default(),
+            prompt: None,
             answer: Some("a long answer".into()),
             error: Some("e".repeat(10_000)),
             created: created.into(),

@@ -185,6 +185,10 @@ pub enum Event {
         by: String,
         /// Reason given, if any.
         reason: Option<String>,
+        /// The allow rules added to settings.json so that the same call runs
+        /// without asking (`approve --remember`); absent otherwise.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        remembered: Option<Vec<String>>,
     },
     /// A tool call ended (ran, or was answered without running).
     ToolFinished {

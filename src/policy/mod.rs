@@ -18,9 +18,11 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+mod literal;
 mod rules;
 pub mod shell;
 
+pub use literal::{literal_pattern, literal_rule};
 pub use rules::{Rule, RuleSet};
 
 use crate::tool_name::ToolName;

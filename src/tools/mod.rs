@@ -12,6 +12,7 @@ mod output;
 mod paths;
 #[cfg(test)]
 mod props;
+mod remember;
 mod run;
 
 /// Re-exported so that the tool runner's users name tools from one place.
@@ -22,6 +23,7 @@ pub use input::{
 };
 pub use output::{ToolResult, render_result};
 pub use paths::{JudgedPath, MAX_LINKS, PathError, Walk, WalkError, resolve_in_workspace, walk};
+pub use remember::{RememberCallError, narrowest_rules, remember_call};
 pub use run::{Judged, RunContext, Verdict, decide, judge, run};
 
 use serde_json::{Value, json};

@@ -494,7 +494,14 @@ fn submit_wait_exits_like_run_and_the_clients_show_the_task() {
         tasks.contains("finished") && tasks.contains("max_turns"),
         "{tasks}"
     );
-    let id = tasks.split_whitespace().next().unwrap().to_string();
+    // Under the header, the newest task first.
+    assert!(tasks.starts_with("TASK "), "{tasks}");
+    let id = tasks
+        .lines()
+        .nth(1)
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap()
+        .to_string();
     let shown = stdout(&root.run(&["show", &id]));
     assert!(
         shown.contains(&id) && shown.contains("summary of the work"),

@@ -19,6 +19,7 @@ mod escape;
 mod function_length;
 mod guard;
 mod inprocess;
+mod operator;
 mod paths;
 mod policy_cli;
 mod protocol;

