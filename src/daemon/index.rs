@@ -76,6 +76,9 @@ pub struct Ended {
     pub usage: Usage,
     /// The start of its error, if it stopped with one.
     pub error: Option<Box<str>>,
+    /// The start of its prompt, for listings (none for a task found on disk at
+    /// start: start reads each transcript's head only).
+    pub prompt: Option<Box<str>>,
     /// When it was created.
     pub created: Stamp,
     /// When it last changed.
@@ -90,6 +93,7 @@ impl Ended {
             stop_reason: info.stop_reason,
             usage: info.usage,
             error: info.error.as_deref().map(short_error),
+            prompt: info.prompt.as_deref().map(Box::from),
             created: Stamp::parse(&info.created),
             updated: Stamp::parse(&info.updated),
         }
@@ -104,6 +108,7 @@ impl Ended {
             usage: self.usage,
             answer: None,
             error: self.error.as_deref().map(str::to_string),
+            prompt: self.prompt.as_deref().map(str::to_string),
             created: self.created.render(),
             updated: self.updated.render(),
         }
@@ -142,7 +147,7 @@ mod tests {
         // The index's whole point: one entry (key aside) stays well under the
         // ~450 bytes an ended `Task` took.
         assert!(
-            std::mem::size_of::<Ended>() <= 96,
+            std::mem::size_of::<Ended>() <= 112,
             "{}",
             std::mem::size_of::<Ended>()
         );
