@@ -4,12 +4,13 @@
 //! [`Config::validate`] for what types cannot say (limits above zero, known provider).
 //! This module owns the shape of the file; it does not read environment variables.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::error::{ConfigError, find_key};
 
 /// The whole of `config/config.toml`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// The model endpoint and request parameters.
@@ -28,7 +29,7 @@ pub struct Config {
 }
 
 /// `[audit]`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuditConfig {
     /// When events.jsonl is synced to disk.
@@ -37,7 +38,7 @@ pub struct AuditConfig {
 
 /// `audit.sync`: whether a line that gates an action is on disk before the action.
 /// Any other value is rejected by serde with the key's location.
-#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AuditSync {
     /// events.jsonl is synced (fdatasync) before a tool runs, an approval takes
@@ -49,7 +50,7 @@ pub enum AuditSync {
 }
 
 /// `[api]`.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ApiConfig {
     /// Wire protocol of the endpoint; only `anthropic` exists.
@@ -95,7 +96,7 @@ impl Default for ApiConfig {
 }
 
 /// `[loop]`.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct LoopConfig {
     /// Model requests per task.
@@ -120,7 +121,7 @@ impl Default for LoopConfig {
 }
 
 /// `[tools]`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ToolsConfig {
     /// Tools advertised to the model; `None` means every built-in tool.
@@ -128,7 +129,7 @@ pub struct ToolsConfig {
 }
 
 /// `[paths]`, each relative to the root unless absolute.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct PathsConfig {
     /// The policy file.
@@ -153,7 +154,7 @@ impl Default for PathsConfig {
 }
 
 /// `[daemon]`.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct DaemonConfig {
     /// Control API socket.
@@ -362,13 +363,6 @@ fn toml_error(text: &str, file: &str, key: &str, e: &toml::de::Error) -> ConfigE
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn shipped_file_parses_to_the_defaults() {
-        let text = include_str!("../../config/config.toml");
-        let parsed = Config::parse(text, "config/config.toml").expect("shipped config parses");
-        assert_eq!(parsed, Config::default());
-    }
 
     #[test]
     fn unknown_key_names_key_line_and_column() {

@@ -270,17 +270,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn shipped_file_parses_to_the_defaults() {
-        let text = include_str!("../../policies/settings.json");
-        let policy = Settings::parse(text, "policies/settings.json").expect("parses");
-        let expected = Settings {
-            schema: policy.settings.schema.clone(),
-            ..Default::default()
-        };
-        assert_eq!(policy.settings, expected);
-    }
-
-    #[test]
     fn unknown_key_names_key_and_line() {
         let text = "{\n  \"output\": { \"max_chars\": 10, \"maxchars\": 3 }\n}";
         let s = Settings::parse(text, "s.json")

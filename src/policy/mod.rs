@@ -298,7 +298,7 @@ mod tests {
     }
 
     fn shipped() -> Policy {
-        policy(include_str!("../../policies/settings.json"))
+        policy(&crate::config::default_settings())
     }
 
     fn tier(p: &Policy, tool: ToolName, arg: Option<&str>) -> Tier {

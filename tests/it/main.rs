@@ -14,6 +14,7 @@ mod cgroup_cleanup;
 mod check;
 mod connections;
 mod daemon;
+mod defaults;
 mod disk_full;
 mod escape;
 mod function_length;
