@@ -195,23 +195,8 @@ impl Settings {
     /// Parses and validates the text of a settings file; `file` names it in errors.
     pub fn parse(text: &str, file: &str) -> Result<CompiledSettings, ConfigError> {
         let mut de = serde_json::Deserializer::from_str(text);
-        let settings: Settings = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-            let key = e.path().to_string();
-            let inner = e.inner();
-            let location = (inner.line() > 0).then(|| super::error::Location {
-                line: inner.line(),
-                column: inner.column(),
-            });
-            // serde_json appends " at line L column C"; we report those separately.
-            let message = inner.to_string();
-            let message = message
-                .split(" at line ")
-                .next()
-                .unwrap_or(&message)
-                .to_string();
-            let key = if key == "." { String::new() } else { key };
-            ConfigError::invalid(file, location, key, message)
-        })?;
+        let settings: Settings = serde_path_to_error::deserialize(&mut de)
+            .map_err(|e| super::error::json_error(text, file, &e.path().to_string(), e.inner()))?;
         settings.compile(text, file)
     }
 
