@@ -32,8 +32,8 @@ pub enum Event {
         file: String,
         /// sha256 of its bytes.
         sha256: String,
-        /// On a reload: what changed, key by key (rules added and removed, limits).
-        #[serde(skip_serializing_if = "Vec::is_empty")]
+        /// What changed, key by key (rules added and removed, limits); empty at
+        /// start and on a reload that changed nothing (a SIGHUP, an undone edit).
         changes: Vec<String>,
         /// On a reload: changed keys that only take effect after a restart.
         #[serde(skip_serializing_if = "Vec::is_empty")]
