@@ -20,6 +20,7 @@ mod escape;
 mod function_length;
 mod guard;
 mod inprocess;
+mod operators;
 mod paths;
 mod policy_cli;
 mod protocol;
