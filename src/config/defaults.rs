@@ -14,6 +14,9 @@ use super::{Config, Settings};
 /// Where `settings.json` points editors for validation, next to it.
 pub const SCHEMA_REF: &str = "./settings.schema.json";
 
+/// `systemd/harnessd.service`, the unit for running a root as a service.
+pub const SYSTEMD_UNIT: &str = include_str!("harnessd.service");
+
 /// The sample data file `init` puts in the workspace.
 pub const SAMPLE_SCORES: &str = include_str!("scores.csv");
 

@@ -32,7 +32,9 @@ use sha2::{Digest, Sha256};
 /// Path of the config file inside a root.
 pub const CONFIG_FILE: &str = "config/config.toml";
 
-pub use defaults::{SAMPLE_SCORES, default_config, default_settings, settings_schema};
+pub use defaults::{
+    SAMPLE_SCORES, SYSTEMD_UNIT, default_config, default_settings, settings_schema,
+};
 
 /// Absolute paths derived from a root and its config.
 #[derive(Debug, Clone, PartialEq)]
@@ -194,8 +196,21 @@ pub fn load(root: &Path) -> Result<Loaded, ConfigError> {
 /// Returns the files written.
 pub fn init(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut written = Vec::new();
-    for sub in ["config", "policies", "workspace", "transcripts"] {
-        std::fs::create_dir_all(dir.join(sub))?;
+    // `run/` too: the systemd unit names it in ReadWritePaths=, and a path missing
+    // there fails the service's start.
+    for sub in [
+        "config",
+        "policies",
+        "workspace",
+        "transcripts",
+        "run",
+        "systemd",
+    ] {
+        // The socket's directory is closed to others from the start (serve would
+        // make it so anyway).
+        let mode = if sub == "run" { 0o700 } else { 0o777 };
+        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), mode)
+            .create(dir.join(sub))?;
     }
     let files = [
         (CONFIG_FILE, default_config()),
@@ -203,6 +218,7 @@ pub fn init(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
         ("policies/settings.schema.json", settings_schema()),
         ("transcripts/.gitignore", "*\n!.gitignore\n".to_string()),
         ("workspace/scores.csv", SAMPLE_SCORES.to_string()),
+        ("systemd/harnessd.service", SYSTEMD_UNIT.to_string()),
     ];
     for (rel, content) in files {
         let path = dir.join(rel);

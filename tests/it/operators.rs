@@ -11,7 +11,11 @@ use crate::common::{TestRoot, stderr};
 const STRANGER: u32 = 4242;
 
 fn tasks_as_stranger(root: &TestRoot) -> std::process::Output {
-    root.command(&["tasks"]).uid(STRANGER).gid(STRANGER).output().unwrap()
+    root.command(&["tasks"])
+        .uid(STRANGER)
+        .gid(STRANGER)
+        .output()
+        .unwrap()
 }
 
 fn is_root() -> bool {
@@ -21,7 +25,10 @@ fn is_root() -> bool {
 
 #[test]
 fn a_client_outside_the_operators_group_is_told_so_not_asked_if_serve_runs() {
-    assert!(is_root(), "this test starts the daemon as root and a client as another uid");
+    assert!(
+        is_root(),
+        "this test starts the daemon as root and a client as another uid"
+    );
     let root = TestRoot::new("http://127.0.0.1:9");
     // `adm` exists on every Debian-like host and the stranger is not in it.
     root.set_config("daemon", "operators_group", "\"adm\"");
@@ -39,7 +46,10 @@ fn a_client_outside_the_operators_group_is_told_so_not_asked_if_serve_runs() {
 
 #[test]
 fn without_an_operators_group_the_client_is_told_who_may_connect() {
-    assert!(is_root(), "this test starts the daemon as root and a client as another uid");
+    assert!(
+        is_root(),
+        "this test starts the daemon as root and a client as another uid"
+    );
     let root = TestRoot::new("http://127.0.0.1:9");
     let _d = Daemon::start(&root);
     let out = tasks_as_stranger(&root);
