@@ -8,12 +8,13 @@ use std::path::{Path, PathBuf};
 use crate::common::{TestRoot, bin, rust_files, src_dir, stderr};
 
 /// Every file `init` writes, relative to the root.
-const INIT_FILES: [&str; 5] = [
+const INIT_FILES: [&str; 6] = [
     "config/config.toml",
     "policies/settings.json",
     "policies/settings.schema.json",
     "transcripts/.gitignore",
     "workspace/scores.csv",
+    "systemd/harnessd.service",
 ];
 
 fn init_into(cwd: &Path, dir: &Path) {
