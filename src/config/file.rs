@@ -32,7 +32,9 @@ pub struct Config {
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuditConfig {
-    /// When events.jsonl is synced to disk.
+    /// When events.jsonl is synced to disk: `"before_action"` syncs it before a tool
+    /// runs, an approval takes effect and a task is acknowledged; `"off"` only writes
+    /// (a power loss may lose the last lines).
     pub sync: AuditSync,
 }
 
@@ -59,7 +61,8 @@ pub struct ApiConfig {
     pub base_url: String,
     /// Name of the environment variable holding the key.
     pub api_key_env: String,
-    /// A file holding the key instead of the environment variable.
+    /// A file holding the key instead of the environment variable (mode 0600, outside
+    /// every allowed path), e.g. a systemd credential.
     pub api_key_file: Option<String>,
     /// Model id for new requests.
     pub model: String,
@@ -67,11 +70,14 @@ pub struct ApiConfig {
     pub max_tokens: u32,
     /// Timeout of one HTTP request.
     pub timeout_secs: u64,
-    /// Retries after the first attempt.
+    /// Retries after the first attempt, on 408/429/500/502/503/504/529, connection
+    /// errors and timeouts: 500 ms × 2ⁿ with full jitter, capped at 30 s, or the
+    /// `retry-after` header (capped at 60 s).
     pub max_retries: u32,
-    /// Replaces the built-in system prompt.
+    /// A file whose text replaces the built-in system prompt.
     pub system_prompt_file: Option<String>,
-    /// Enables extended thinking with this budget.
+    /// Enables extended thinking with this budget: at least 1024 and below
+    /// `api.max_tokens`.
     pub thinking_budget_tokens: Option<u32>,
     /// Largest model response read, in MiB: a larger one is an error, not retried.
     pub max_response_mb: u64,
@@ -124,7 +130,7 @@ impl Default for LoopConfig {
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ToolsConfig {
-    /// Tools advertised to the model; `None` means every built-in tool.
+    /// Tools advertised to the model; unset means every built-in tool.
     pub enabled: Option<Vec<String>>,
 }
 

@@ -26,7 +26,8 @@ pub enum Event {
         /// What stopped it (`SIGTERM`, `SIGINT`, …).
         reason: String,
     },
-    /// A config file was loaded (at start, or a reload whose content changed).
+    /// A config file was loaded: at start, on a reload whose content changed, on
+    /// every SIGHUP, and when a valid file follows a rejected one.
     ConfigLoaded {
         /// File, relative to the root.
         file: String,

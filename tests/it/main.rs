@@ -16,6 +16,7 @@ mod connections;
 mod daemon;
 mod defaults;
 mod disk_full;
+mod docs;
 mod escape;
 mod function_length;
 mod guard;
