@@ -283,8 +283,10 @@ mod tests {
     #[test]
     fn generated_settings_parse_to_the_defaults() {
         let parsed = Settings::parse(&default_settings(), "settings.json").expect("parses");
-        let mut expected = Settings::default();
-        expected.schema = Some(SCHEMA_REF.into());
+        let expected = Settings {
+            schema: Some(SCHEMA_REF.into()),
+            ..Settings::default()
+        };
         assert_eq!(parsed.settings, expected);
     }
 
