@@ -83,15 +83,9 @@ impl Default for ToolTiers {
         let v = |items: &[&str]| items.iter().map(|s| s.to_string()).collect();
         ToolTiers {
             default: Tier::Ask,
-            allow: v(&[
-                "read_file",
-                "list_dir",
-                "get_time",
-                "run_bash(ls *)",
-                "run_bash(git status*)",
-            ]),
-            ask: v(&["write_file", "edit_file", "run_bash", "run_python"]),
-            deny: v(&["run_bash(rm -rf *)", "read_file(workspace/secrets/*)"]),
+            allow: v(policy::DEFAULT_ALLOW),
+            ask: v(policy::DEFAULT_ASK),
+            deny: v(policy::DEFAULT_DENY),
         }
     }
 }
