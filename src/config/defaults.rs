@@ -39,9 +39,9 @@ const EXAMPLES: &[(&str, &str)] = &[
 
 const HEADER: &str = "\
 # harnessd configuration, as `harnessd init` writes it from the built-in defaults.
-# Every key is listed with its default; a commented-out key is unset. Each key is
-# described in docs/config.md. Relative paths are relative to the root (the
-# directory holding config/). Unknown keys are an error.
+# Every key is listed with its default; a commented-out key is unset. The keys are
+# described in docs/config.md of the harnessd repository. Relative paths are
+# relative to the root (the directory holding config/). Unknown keys are an error.
 ";
 
 /// Width the generated comments are wrapped to.
