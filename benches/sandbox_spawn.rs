@@ -54,7 +54,7 @@ fn init_root(tag: &str) -> PathBuf {
 
 fn spawn_figures() {
     let root = init_root("spawn");
-    let settings = Settings::parse(harnessd::config::DEFAULT_SETTINGS, "settings.json")
+    let settings = Settings::parse(&harnessd::config::default_settings(), "settings.json")
         .unwrap()
         .settings;
     let workspace = root.join("workspace");

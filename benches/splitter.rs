@@ -11,7 +11,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use harnessd::config::{DEFAULT_SETTINGS, Settings};
+use harnessd::config::{Settings, default_settings};
 use harnessd::policy::{Subject, decide, shell};
 use harnessd::tools::ToolName;
 
@@ -62,7 +62,7 @@ fn measure(f: impl Fn()) -> (Duration, usize) {
 }
 
 fn main() {
-    let policy = Settings::parse(DEFAULT_SETTINGS, "settings.json").unwrap();
+    let policy = Settings::parse(&default_settings(), "settings.json").unwrap();
     let inputs = [
         ("plain commands `ls -la /tmp; `", repeat("ls -la /tmp; ")),
         (

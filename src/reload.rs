@@ -89,8 +89,14 @@ async fn reload_off_runtime(live: &Arc<LiveConfig>) -> ReloadOutcome {
     }
 }
 
-/// Reloads once and records the outcome; a rejection equal to `last_rejection` is
-/// not recorded again.
+/// The trigger of a reload asked for by SIGHUP.
+const SIGHUP: &str = "sighup";
+
+/// Reloads once and records the outcome. A rejection equal to `last_rejection`
+/// is not recorded again, except on SIGHUP: an operator who asks for a reload
+/// always gets a line and an event, `config_loaded` with `changes: []` when
+/// nothing changed. The first valid version after a rejection is "accepted",
+/// even when it is the version already in force (the bad edit was undone).
 pub async fn reload_and_record(
     live: &Arc<LiveConfig>,
     events: &EventLog,
@@ -100,47 +106,103 @@ pub async fn reload_and_record(
     let outcome = reload_off_runtime(live).await;
     // `audit.sync` applies from the next line on, like any other live setting.
     events.set_sync(live.current().config.audit.sync);
-    if matches!(outcome, ReloadOutcome::Rejected { .. })
-        && last_rejection.as_ref() == Some(&outcome)
-    {
-        return Ok(outcome);
-    }
-    *last_rejection = match &outcome {
-        ReloadOutcome::Rejected { .. } => Some(outcome.clone()),
-        _ => None,
+    let previous = last_rejection.take();
+    let verb = if previous.is_some() {
+        "accepted"
+    } else {
+        "reloaded"
     };
     match &outcome {
+        ReloadOutcome::Unchanged if trigger == SIGHUP || previous.is_some() => {
+            record_unchanged(live, events, trigger, verb).await?;
+        }
         ReloadOutcome::Unchanged => {}
         ReloadOutcome::Loaded {
             files,
             changes,
             restart_needed,
-        } => record_loaded(events, trigger, files, changes, restart_needed).await?,
+        } => record_loaded(events, trigger, verb, files, changes, restart_needed).await?,
         ReloadOutcome::Rejected { file, error } => {
-            events
-                .record(
-                    None,
-                    Event::ConfigRejected {
-                        file: file.clone(),
-                        error: error.clone(),
-                        trigger: trigger.into(),
-                    },
-                )
-                .await?;
-            let _ = writeln!(
-                std::io::stderr(),
-                "config rejected ({trigger}), the previous version stays in force: {}",
-                escape_text(error)
-            );
+            let repeated = previous.as_ref() == Some(&outcome);
+            *last_rejection = Some(outcome.clone());
+            if !repeated || trigger == SIGHUP {
+                record_rejected(events, trigger, file, error).await?;
+            }
         }
     }
     Ok(outcome)
+}
+
+/// Records `config_rejected` and says on stderr that the old version stays.
+async fn record_rejected(
+    events: &EventLog,
+    trigger: &str,
+    file: &str,
+    error: &str,
+) -> Result<(), EventError> {
+    events
+        .record(
+            None,
+            Event::ConfigRejected {
+                file: file.to_string(),
+                error: error.to_string(),
+                trigger: trigger.into(),
+            },
+        )
+        .await?;
+    let _ = writeln!(
+        std::io::stderr(),
+        "config rejected ({trigger}), the previous version stays in force: {}",
+        escape_text(error)
+    );
+    Ok(())
+}
+
+/// Records `config_loaded` with no changes for both files, as they are in
+/// force: a SIGHUP, or an undone bad edit, that left everything as it was.
+async fn record_unchanged(
+    live: &Arc<LiveConfig>,
+    events: &EventLog,
+    trigger: &str,
+    verb: &str,
+) -> Result<(), EventError> {
+    let current = live.current();
+    let files = [
+        (
+            crate::config::CONFIG_FILE.to_string(),
+            current.config_sha256.clone(),
+        ),
+        (
+            current.paths.display(&current.paths.settings),
+            current.settings_sha256.clone(),
+        ),
+    ];
+    for (file, sha256) in files {
+        events
+            .record(
+                None,
+                Event::ConfigLoaded {
+                    file,
+                    sha256,
+                    changes: Vec::new(),
+                    restart_needed: Vec::new(),
+                    trigger: trigger.into(),
+                },
+            )
+            .await?;
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "config {verb} ({trigger}): no change, the version in force stays"
+    );
+    Ok(())
 }
 
 /// Records `config_loaded` for each changed file and says on stderr what changed.
 async fn record_loaded(
     events: &EventLog,
     trigger: &str,
+    verb: &str,
     files: &[(String, String)],
     changes: &[String],
     restart_needed: &[String],
@@ -162,7 +224,7 @@ async fn record_loaded(
     // Rules can hold model text (`approve --remember`): escaped for the terminal.
     let _ = writeln!(
         std::io::stderr(),
-        "config reloaded ({trigger}): {}",
+        "config {verb} ({trigger}): {}",
         if changes.is_empty() {
             "no effective change".to_string()
         } else {
@@ -230,8 +292,7 @@ pub async fn watch(
                 }
             }
             Some(()) = hangups.next() => {
-                last_rejection = None;
-                reload_and_record(&live, &events, "sighup", &mut last_rejection).await?;
+                reload_and_record(&live, &events, SIGHUP, &mut last_rejection).await?;
             }
             () = async { match deadline { Some(d) => tokio::time::sleep_until(d.into()).await, None => std::future::pending().await } } => {
                 if debounce.take_due(Instant::now()) {

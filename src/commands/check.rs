@@ -7,8 +7,9 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
+use super::EXIT_CONFIG;
 use crate::agent::advertised;
-use crate::config::{ApiKey, Loaded, SandboxRequire};
+use crate::config::{ApiKey, Loaded, SandboxRequire, find_key};
 use crate::exec::Executor;
 use crate::policy::{self, Subject};
 use crate::sandbox::{Confinement, Layer};
@@ -50,6 +51,53 @@ fn enforcement(loaded: &Loaded, helper: &Path) -> (u32, Vec<Layer>, Option<Strin
     }
 }
 
+/// One entry per layer name, in probe order. The helper reports a layer twice
+/// when it falls back (`privilege_drop` to `nobody`'s uid after `sandbox.user`
+/// failed); shown as two lines that contradicted each other. The merged layer is
+/// enforced only if every attempt was, and its detail tells the whole story.
+fn one_per_layer(layers: Vec<Layer>) -> Vec<Layer> {
+    let mut merged: Vec<Layer> = Vec::new();
+    for layer in layers {
+        match merged.iter_mut().find(|l| l.name == layer.name) {
+            Some(first) => {
+                first.detail = format!(
+                    "{}; with sandbox.require \"best_effort\": {}",
+                    first.detail, layer.detail
+                );
+                first.enforced &= layer.enforced;
+                first.optional &= layer.optional;
+            }
+            None => merged.push(layer),
+        }
+    }
+    merged
+}
+
+/// The error of a `full` sandbox this host cannot give, naming the first layer
+/// that cannot be had and the key to fix: `sandbox.user` for the privilege drop,
+/// `sandbox.require` otherwise. `None` when tools can run.
+fn refusal(loaded: &Loaded, f: &Findings) -> Option<String> {
+    if !f.refused {
+        return None;
+    }
+    let (layer, why) = match &f.probe_error {
+        Some(e) => ("probe".to_string(), e.clone()),
+        None => f.first_missing.clone()?,
+    };
+    let key = if layer == "privilege_drop" {
+        "sandbox.user"
+    } else {
+        "sandbox.require"
+    };
+    let file = loaded.paths.display(&loaded.paths.settings);
+    let text = std::fs::read_to_string(&loaded.paths.settings).unwrap_or_default();
+    let message = format!(
+        "sandbox.require is \"full\" but layer {layer} cannot be enforced here: {why}; tools \
+         would be refused. Fix that, or set sandbox.require to \"best_effort\""
+    );
+    Some(crate::config::ConfigError::invalid(&file, find_key(&text, key), key, message).to_string())
+}
+
 /// What `check` found beyond the files themselves: the key, the probe of the
 /// sandbox and the boundary warnings. Gathered once, then printed as JSON or
 /// text.
@@ -61,6 +109,8 @@ struct Findings {
     probe_error: Option<String>,
     /// Required (non-optional) layers the probe found not enforced.
     missing: usize,
+    /// The first of them as the probe reported it: name and why.
+    first_missing: Option<(String, String)>,
     /// `sandbox.require = "full"` and the sandbox is incomplete here.
     refused: bool,
     boundary: Vec<String>,
@@ -70,6 +120,11 @@ impl Findings {
     fn gather(loaded: &Loaded, helper: &Path, env: impl Fn(&str) -> Option<String>) -> Self {
         let key_warning = ApiKey::load(loaded, env).err().map(|e| e.to_string());
         let (landlock_abi, layers, probe_error) = enforcement(loaded, helper);
+        let first_missing = layers
+            .iter()
+            .find(|l| !l.enforced && !l.optional)
+            .map(|l| (l.name.clone(), l.detail.clone()));
+        let layers = one_per_layer(layers);
         let missing = layers.iter().filter(|l| !l.enforced && !l.optional).count();
         let refused = loaded.policy.settings.sandbox.require == SandboxRequire::Full
             && (probe_error.is_some() || missing > 0);
@@ -82,6 +137,7 @@ impl Findings {
             layers,
             probe_error,
             missing,
+            first_missing,
             refused,
             boundary,
         }
@@ -114,7 +170,17 @@ fn report_json(loaded: &Loaded, f: &Findings) -> Value {
         },
         "warnings": f.boundary,
         "documented_gap": super::boundary::HARD_LINK_GAP,
+        "error": refusal(loaded, f),
     })
+}
+
+/// A value as the file spells it (`"full"` → `full`), not Rust's `Debug`.
+fn as_written(value: &impl serde::Serialize) -> String {
+    match serde_json::to_value(value) {
+        Ok(Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => String::new(),
+    }
 }
 
 /// Rules can hold model text (`approve --remember` writes the literal command),
@@ -125,11 +191,17 @@ fn field(v: &Value) -> String {
 
 /// The text output's first part: the files, the API, the loop and the tiers.
 fn print_config(out: &mut impl Write, loaded: &Loaded, report: &Value) -> std::io::Result<()> {
+    let verdict = if report["error"].is_null() {
+        "ok: {config} and {settings} are valid"
+    } else {
+        "NOT OK: {config} and {settings} parse, but tools cannot run as configured (see the error)"
+    };
     writeln!(
         out,
-        "ok: {} and {} are valid",
-        field(&report["config"]["file"]),
-        field(&report["settings"]["file"])
+        "{}",
+        verdict
+            .replace("{config}", &field(&report["config"]["file"]))
+            .replace("{settings}", &field(&report["settings"]["file"]))
     )?;
     writeln!(
         out,
@@ -183,7 +255,7 @@ fn print_sandbox(out: &mut impl Write, loaded: &Loaded, f: &Findings) -> std::io
     let sb = &s.sandbox;
     writeln!(
         out,
-        "sandbox    network {} · timeout {} s · cpu {} s · memory {} MiB · processes {} · file {} MiB · open files {} · user {} · require {:?}",
+        "sandbox    network {} · timeout {} s · cpu {} s · memory {} MiB · processes {} · file {} MiB · open files {} · user {} · require {}",
         sb.network,
         sb.timeout_secs,
         sb.cpu_secs,
@@ -192,7 +264,7 @@ fn print_sandbox(out: &mut impl Write, loaded: &Loaded, f: &Findings) -> std::io
         sb.max_file_mb,
         sb.max_open_files,
         escape_line(&sb.user),
-        sb.require
+        as_written(&sb.require)
     )?;
     writeln!(
         out,
@@ -220,12 +292,7 @@ fn print_warnings(f: &Findings) {
     for w in &f.boundary {
         eprintln!("warning: {w}");
     }
-    if f.refused {
-        eprintln!(
-            "warning: sandbox.require is \"full\" and the sandbox is incomplete here: \
-             tools will be refused"
-        );
-    } else if f.missing > 0 {
+    if f.missing > 0 && !f.refused {
         eprintln!(
             "warning: best_effort sandbox: {} layer(s) not enforced",
             f.missing
@@ -246,6 +313,9 @@ pub fn run(
     };
     let findings = Findings::gather(&loaded, helper, env);
     let report = report_json(&loaded, &findings);
+    // SPEC §4: a full sandbox that cannot be had is a configuration this host
+    // cannot run, so it fails like any config error, not with an "ok".
+    let code = if findings.refused { EXIT_CONFIG } else { 0 };
     let mut out = std::io::stdout().lock();
     if json_out {
         writeln!(
@@ -253,7 +323,7 @@ pub fn run(
             "{}",
             escape_json(&serde_json::to_string_pretty(&report)?)
         )?;
-        return Ok(0);
+        return Ok(code);
     }
     if let Some(w) = &findings.key_warning {
         eprintln!(
@@ -264,5 +334,8 @@ pub fn run(
     print_config(&mut out, &loaded, &report)?;
     print_sandbox(&mut out, &loaded, &findings)?;
     print_warnings(&findings);
-    Ok(0)
+    if let Some(e) = report["error"].as_str() {
+        eprintln!("error: {}", escape_text(e));
+    }
+    Ok(code)
 }

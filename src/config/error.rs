@@ -92,6 +92,53 @@ impl ConfigError {
     }
 }
 
+/// A serde_json error in `text` as a located [`ConfigError`]. serde_json reports
+/// a missing or extra comma where it noticed it — at the next token, often on
+/// the next line — so those point back at the value the comma belongs after;
+/// a syntax error names the object it is in, not serde's `?` placeholder.
+pub fn json_error(text: &str, file: &str, path: &str, e: &serde_json::Error) -> ConfigError {
+    // serde_json appends " at line L column C"; the location is reported apart.
+    let full = e.to_string();
+    let message = full.split(" at line ").next().unwrap_or(&full).to_string();
+    let mut location = (e.line() > 0).then(|| Location {
+        line: e.line(),
+        column: e.column(),
+    });
+    let comma = message.starts_with("expected `,`") || message == "trailing comma";
+    if let (true, Some(at)) = (comma, location) {
+        let offset = offset_of(text, at);
+        let before = text[..offset].trim_end_matches(char::is_whitespace);
+        let culprit = if message == "trailing comma" {
+            before.len().saturating_sub(1)
+        } else {
+            before.len()
+        };
+        location = Some(Location::of_offset(text, culprit));
+    }
+    let key = path
+        .split('.')
+        .filter(|s| !s.is_empty() && *s != "?")
+        .collect::<Vec<_>>()
+        .join(".");
+    ConfigError::invalid(file, location, key, message)
+}
+
+/// The byte offset of a 1-based line and column (a column counts characters;
+/// serde_json's points at the character it stopped on).
+fn offset_of(text: &str, at: Location) -> usize {
+    let line_start: usize = text
+        .split_inclusive('\n')
+        .take(at.line.saturating_sub(1))
+        .map(str::len)
+        .sum();
+    let line = &text[line_start.min(text.len())..];
+    let column = line
+        .char_indices()
+        .nth(at.column.saturating_sub(1))
+        .map_or(line.len(), |(i, _)| i);
+    line_start + column
+}
+
 /// Finds where `key_path` (dotted) is written in a TOML or JSON text, for semantic
 /// errors found after parsing. A best effort: it walks the path's segments in order,
 /// so `loop.max_turns` finds `max_turns` after `[loop]`.
@@ -139,6 +186,23 @@ mod tests {
             Location::of_offset(text, 9),
             Location { line: 2, column: 3 }
         );
+    }
+
+    fn json(text: &str) -> String {
+        let mut de = serde_json::Deserializer::from_str(text);
+        let err = serde_path_to_error::deserialize::<_, serde_json::Value>(&mut de)
+            .expect_err("bad json");
+        json_error(text, "s.json", &err.path().to_string(), err.inner()).to_string()
+    }
+
+    #[test]
+    fn json_comma_errors_point_at_the_value_they_follow() {
+        let missing = "{\n  \"a\": {\n    \"b\": false\n    \"c\": 1\n  }\n}\n";
+        assert_eq!(json(missing), "s.json:3:15: key `a`: expected `,` or `}`");
+        let trailing = "{\n  \"a\": { \"b\": 1,\n  }\n}\n";
+        assert_eq!(json(trailing), "s.json:2:16: key `a`: trailing comma");
+        let doubled = "{\n  \"a\": 1,,\n}";
+        assert_eq!(json(doubled), "s.json:2:10: key must be a string");
     }
 
     #[test]

@@ -4,12 +4,13 @@
 //! [`Config::validate`] for what types cannot say (limits above zero, known provider).
 //! This module owns the shape of the file; it does not read environment variables.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::error::{ConfigError, find_key};
 
 /// The whole of `config/config.toml`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// The model endpoint and request parameters.
@@ -28,16 +29,18 @@ pub struct Config {
 }
 
 /// `[audit]`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuditConfig {
-    /// When events.jsonl is synced to disk.
+    /// When events.jsonl is synced to disk: `"before_action"` syncs it before a tool
+    /// runs, an approval takes effect and a task is acknowledged; `"off"` only writes
+    /// (a power loss may lose the last lines).
     pub sync: AuditSync,
 }
 
 /// `audit.sync`: whether a line that gates an action is on disk before the action.
 /// Any other value is rejected by serde with the key's location.
-#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AuditSync {
     /// events.jsonl is synced (fdatasync) before a tool runs, an approval takes
@@ -49,7 +52,7 @@ pub enum AuditSync {
 }
 
 /// `[api]`.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ApiConfig {
     /// Wire protocol of the endpoint; only `anthropic` exists.
@@ -58,7 +61,8 @@ pub struct ApiConfig {
     pub base_url: String,
     /// Name of the environment variable holding the key.
     pub api_key_env: String,
-    /// A file holding the key instead of the environment variable.
+    /// A file holding the key instead of the environment variable (mode 0600, outside
+    /// every allowed path), e.g. a systemd credential.
     pub api_key_file: Option<String>,
     /// Model id for new requests.
     pub model: String,
@@ -66,11 +70,14 @@ pub struct ApiConfig {
     pub max_tokens: u32,
     /// Timeout of one HTTP request.
     pub timeout_secs: u64,
-    /// Retries after the first attempt.
+    /// Retries after the first attempt, on 408/429/500/502/503/504/529, connection
+    /// errors and timeouts: 500 ms × 2ⁿ with full jitter, capped at 30 s, or the
+    /// `retry-after` header (capped at 60 s).
     pub max_retries: u32,
-    /// Replaces the built-in system prompt.
+    /// A file whose text replaces the built-in system prompt.
     pub system_prompt_file: Option<String>,
-    /// Enables extended thinking with this budget.
+    /// Enables extended thinking with this budget: at least 1024 and below
+    /// `api.max_tokens`.
     pub thinking_budget_tokens: Option<u32>,
     /// Largest model response read, in MiB: a larger one is an error, not retried.
     pub max_response_mb: u64,
@@ -95,7 +102,7 @@ impl Default for ApiConfig {
 }
 
 /// `[loop]`.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct LoopConfig {
     /// Model requests per task.
@@ -120,15 +127,15 @@ impl Default for LoopConfig {
 }
 
 /// `[tools]`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ToolsConfig {
-    /// Tools advertised to the model; `None` means every built-in tool.
+    /// Tools advertised to the model; unset means every built-in tool.
     pub enabled: Option<Vec<String>>,
 }
 
 /// `[paths]`, each relative to the root unless absolute.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct PathsConfig {
     /// The policy file.
@@ -153,7 +160,7 @@ impl Default for PathsConfig {
 }
 
 /// `[daemon]`.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct DaemonConfig {
     /// Control API socket.
@@ -362,13 +369,6 @@ fn toml_error(text: &str, file: &str, key: &str, e: &toml::de::Error) -> ConfigE
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn shipped_file_parses_to_the_defaults() {
-        let text = include_str!("../../config/config.toml");
-        let parsed = Config::parse(text, "config/config.toml").expect("shipped config parses");
-        assert_eq!(parsed, Config::default());
-    }
 
     #[test]
     fn unknown_key_names_key_line_and_column() {

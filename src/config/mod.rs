@@ -6,6 +6,7 @@
 
 mod changes;
 mod debounce;
+pub mod defaults;
 mod error;
 mod file;
 mod key;
@@ -33,16 +34,9 @@ use sha2::{Digest, Sha256};
 /// Path of the config file inside a root.
 pub const CONFIG_FILE: &str = "config/config.toml";
 
-/// The shipped `config/config.toml`, written by `harnessd init`.
-pub const DEFAULT_CONFIG: &str = include_str!("../../config/config.toml");
-/// The shipped `policies/settings.json`, written by `harnessd init`.
-pub const DEFAULT_SETTINGS: &str = include_str!("../../policies/settings.json");
-
-/// The JSON Schema of settings.json that the default file points editors at.
-pub const SETTINGS_SCHEMA: &str = include_str!("../../policies/settings.schema.json");
-
-/// The sample data file `harnessd init` puts in the workspace.
-pub const SAMPLE_SCORES: &str = include_str!("../../workspace/scores.csv");
+pub use defaults::{
+    SAMPLE_SCORES, SYSTEMD_UNIT, default_config, default_settings, settings_schema,
+};
 
 /// Absolute paths derived from a root and its config.
 #[derive(Debug, Clone, PartialEq)]
@@ -204,15 +198,29 @@ pub fn load(root: &Path) -> Result<Loaded, ConfigError> {
 /// Returns the files written.
 pub fn init(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut written = Vec::new();
-    for sub in ["config", "policies", "workspace", "transcripts"] {
-        std::fs::create_dir_all(dir.join(sub))?;
+    // `run/` too: the systemd unit names it in ReadWritePaths=, and a path missing
+    // there fails the service's start.
+    for sub in [
+        "config",
+        "policies",
+        "workspace",
+        "transcripts",
+        "run",
+        "systemd",
+    ] {
+        // The socket's directory is closed to others from the start (serve would
+        // make it so anyway).
+        let mode = if sub == "run" { 0o700 } else { 0o777 };
+        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), mode)
+            .create(dir.join(sub))?;
     }
     let files = [
-        (CONFIG_FILE, DEFAULT_CONFIG),
-        ("policies/settings.json", DEFAULT_SETTINGS),
-        ("policies/settings.schema.json", SETTINGS_SCHEMA),
-        ("transcripts/.gitignore", "*\n!.gitignore\n"),
-        ("workspace/scores.csv", SAMPLE_SCORES),
+        (CONFIG_FILE, default_config()),
+        ("policies/settings.json", default_settings()),
+        ("policies/settings.schema.json", settings_schema()),
+        ("transcripts/.gitignore", "*\n!.gitignore\n".to_string()),
+        ("workspace/scores.csv", SAMPLE_SCORES.to_string()),
+        ("systemd/harnessd.service", SYSTEMD_UNIT.to_string()),
     ];
     for (rel, content) in files {
         let path = dir.join(rel);

@@ -185,8 +185,6 @@ fn write_temp(tmp: &Path, bytes: &[u8], like: &std::fs::Metadata) -> Result<(), 
 mod tests {
     use super::*;
 
-    const SHIPPED: &str = include_str!("../../policies/settings.json");
-
     fn scratch(text: &str) -> (PathBuf, PathBuf) {
         let dir = std::env::temp_dir().join(format!(
             "harnessd-remember-{}-{:08x}",
@@ -201,7 +199,8 @@ mod tests {
 
     #[test]
     fn a_rule_is_appended_and_everything_else_is_kept_as_written() {
-        let (dir, path) = scratch(SHIPPED);
+        let shipped = crate::config::defaults::default_settings();
+        let (dir, path) = scratch(&shipped);
         let rule = "run_python(print(\"hi\")\n\\[x])".to_string();
         let added = add_allow_rules(&path, "settings.json", std::slice::from_ref(&rule), |_| {
             Ok(())
@@ -211,14 +210,22 @@ mod tests {
         let text = std::fs::read_to_string(&path).unwrap();
         let parsed = Settings::parse(&text, "settings.json").unwrap();
         assert_eq!(parsed.settings.tools.allow.last(), Some(&rule));
-        // Only the allow line changed.
-        let changed: Vec<(&str, &str)> = SHIPPED
+        // Only the allow list changed: its last entry gained a comma, and the new
+        // rule's line follows it; every other line is as written.
+        let mut lines: Vec<&str> = text.lines().collect();
+        let at = lines
+            .iter()
+            .position(|l| l.contains("run_python(print("))
+            .unwrap();
+        lines.remove(at);
+        let changed: Vec<(&str, &str)> = shipped
             .lines()
-            .zip(text.lines())
+            .zip(lines.iter().copied())
             .filter(|(a, b)| a != b)
             .collect();
+        assert_eq!(shipped.lines().count(), lines.len());
         assert_eq!(changed.len(), 1, "{changed:?}");
-        assert!(changed[0].0.contains("\"allow\""));
+        assert_eq!(format!("{},", changed[0].0), changed[0].1);
         // A second time adds nothing.
         let again = add_allow_rules(&path, "settings.json", &[rule], |_| Ok(())).unwrap();
         assert!(again.is_empty());
@@ -228,18 +235,19 @@ mod tests {
 
     #[test]
     fn a_refused_check_or_a_broken_file_writes_nothing() {
-        let (dir, path) = scratch(SHIPPED);
+        let shipped = crate::config::defaults::default_settings();
+        let (dir, path) = scratch(&shipped);
         let err = add_allow_rules(&path, "settings.json", &["read_file(x)".into()], |_| {
             Err("still ask".into())
         })
         .unwrap_err();
         assert!(err.to_string().contains("still ask"), "{err}");
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), SHIPPED);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), shipped);
         // A rule naming no tool would make the file invalid: refused, not written.
         let err =
             add_allow_rules(&path, "settings.json", &["nosuch(x)".into()], |_| Ok(())).unwrap_err();
         assert!(matches!(err, RememberError::Refused(_)), "{err}");
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), SHIPPED);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), shipped);
         std::fs::write(&path, "{ \"tools\": ").unwrap();
         let err = add_allow_rules(&path, "settings.json", &["read_file(x)".into()], |_| Ok(()))
             .unwrap_err();
@@ -252,8 +260,9 @@ mod tests {
 
     #[test]
     fn an_edit_saved_meanwhile_is_kept() {
-        let (dir, path) = scratch(SHIPPED);
-        let edited = SHIPPED.replace("\"max_chars\": 8000", "\"max_chars\": 1234");
+        let shipped = crate::config::defaults::default_settings();
+        let (dir, path) = scratch(&shipped);
+        let edited = shipped.replace("\"max_chars\": 8000", "\"max_chars\": 1234");
         // The operator saves while the check runs (after the read, before the
         // rename): the rule is added to their version, not to the old one.
         let saved = std::cell::Cell::new(false);

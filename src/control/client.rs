@@ -27,6 +27,13 @@ pub enum ClientError {
         /// Why the connection failed (absent socket, permission).
         source: std::io::Error,
     },
+    /// The socket (or its directory) does not let this user in: not an operator.
+    #[error("permission denied: {hint}")]
+    PermissionDenied {
+        /// Who may connect and how to become one of them, from the socket's owner,
+        /// group and mode.
+        hint: String,
+    },
     /// The HTTP exchange failed.
     #[error("control API request failed: {0}")]
     Http(String),
@@ -56,9 +63,14 @@ async fn send(
 ) -> Result<hyper::Response<hyper::body::Incoming>, ClientError> {
     let stream = UnixStream::connect(socket)
         .await
-        .map_err(|source| ClientError::Connect {
-            path: socket.display().to_string(),
-            source,
+        .map_err(|source| match source.kind() {
+            std::io::ErrorKind::PermissionDenied => ClientError::PermissionDenied {
+                hint: access_hint(socket),
+            },
+            _ => ClientError::Connect {
+                path: socket.display().to_string(),
+                source,
+            },
         })?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
@@ -78,6 +90,52 @@ async fn send(
         .send_request(req)
         .await
         .map_err(|e| ClientError::Http(e.to_string()))
+}
+
+/// Who may use `socket`, for a caller the kernel refused: the daemon's user and
+/// root, and the group of the socket when its mode lets the group in (that is
+/// `daemon.operators_group`, SPEC §9). Read from the socket, or from its
+/// directory when the caller cannot even look inside it.
+fn access_hint(socket: &Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let shown = socket.display();
+    let meta = std::fs::metadata(socket).or_else(|_| {
+        let dir = socket.parent().unwrap_or(socket);
+        std::fs::metadata(dir)
+    });
+    let Ok(meta) = meta else {
+        return format!(
+            "you are not in the operators group of the harnessd serving {shown}, nor its user \
+             or root"
+        );
+    };
+    let owner = nix::unistd::User::from_uid(meta.uid().into())
+        .ok()
+        .flatten()
+        .map_or_else(|| format!("uid {}", meta.uid()), |u| u.name);
+    let who = if meta.uid() == 0 {
+        "root".to_string()
+    } else {
+        format!("its user {owner} and root")
+    };
+    let group = nix::unistd::Group::from_gid(meta.gid().into())
+        .ok()
+        .flatten()
+        .map_or_else(|| format!("gid {}", meta.gid()), |g| g.name);
+    // The socket is 0660 and its directory 0710 when an operators group is set.
+    if meta.mode() & 0o070 != 0 {
+        format!(
+            "you are not in the operators group {group:?} of the harnessd serving {shown} \
+             (only {who} and members of {group} may connect); ask an administrator to add \
+             you (usermod -aG {group} YOUR_USER, then log in again)"
+        )
+    } else {
+        format!(
+            "you are not in the operators group of the harnessd serving {shown}: none is set, \
+             so only {who} may connect; run as {owner}, or have daemon.operators_group set \
+             in its config.toml (and the daemon restarted)"
+        )
+    }
 }
 
 /// One request with an optional JSON `body`; returns the answer decoded as `T`, or

@@ -26,14 +26,15 @@ pub enum Event {
         /// What stopped it (`SIGTERM`, `SIGINT`, …).
         reason: String,
     },
-    /// A config file was loaded (at start, or a reload whose content changed).
+    /// A config file was loaded: at start, on a reload whose content changed, on
+    /// every SIGHUP, and when a valid file follows a rejected one.
     ConfigLoaded {
         /// File, relative to the root.
         file: String,
         /// sha256 of its bytes.
         sha256: String,
-        /// On a reload: what changed, key by key (rules added and removed, limits).
-        #[serde(skip_serializing_if = "Vec::is_empty")]
+        /// What changed, key by key (rules added and removed, limits); empty at
+        /// start and on a reload that changed nothing (a SIGHUP, an undone edit).
         changes: Vec<String>,
         /// On a reload: changed keys that only take effect after a restart.
         #[serde(skip_serializing_if = "Vec::is_empty")]

@@ -276,6 +276,19 @@ pub fn denied_outright(policy: &Policy, tool: ToolName) -> bool {
     policy.deny.whole_tool(tool).is_some()
 }
 
+/// The shipped `tools.allow` rules: what settings.json's defaults hold.
+pub const DEFAULT_ALLOW: &[&str] = &[
+    "read_file",
+    "list_dir",
+    "get_time",
+    "run_bash(ls *)",
+    "run_bash(git status*)",
+];
+/// The shipped `tools.ask` rules.
+pub const DEFAULT_ASK: &[&str] = &["write_file", "edit_file", "run_bash", "run_python"];
+/// The shipped `tools.deny` rules.
+pub const DEFAULT_DENY: &[&str] = &["run_bash(rm -rf *)", "read_file(workspace/secrets/*)"];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -300,7 +313,19 @@ mod tests {
     }
 
     fn shipped() -> Policy {
-        policy(include_str!("../../policies/settings.json"))
+        let owned = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let (allow, ask, deny) = (
+            owned(DEFAULT_ALLOW),
+            owned(DEFAULT_ASK),
+            owned(DEFAULT_DENY),
+        );
+        Policy::compile(RuleLists {
+            default: Tier::Ask,
+            allow: &allow,
+            ask: &ask,
+            deny: &deny,
+        })
+        .expect("valid rules")
     }
 
     fn tier(p: &Policy, tool: ToolName, arg: Option<&str>) -> Tier {

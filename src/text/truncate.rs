@@ -1,36 +1,73 @@
 //! Cutting long text in the middle, so head and tail survive: the model's view of a
 //! tool result (`output.max_chars`) and event string fields (4096 characters).
 
-/// Keeps the first and last characters of `text` so that at most `max_chars`
-/// remain, around a marker `[… N chars omitted …]`; `extra` is added to N for
-/// bytes the caller already dropped. Returns the text and whether it was cut.
+/// Keeps the first and last characters of `text` around a marker
+/// `[… N chars omitted …]` on a line of its own; `extra` is added to N for bytes
+/// the caller already dropped. Returns the text and whether it was cut.
+///
+/// The cap is exact: every character of the result except the marker itself —
+/// the newlines that put the marker on its own line included — counts, and there
+/// are at most `max_chars` of them (SPEC §4).
 pub fn truncate_middle(text: &str, max_chars: usize, extra: u64) -> (String, bool) {
     let count = text.chars().count();
     if count <= max_chars && extra == 0 {
         return (text.to_string(), false);
     }
-    let keep = count.min(max_chars);
-    let head = keep / 2;
-    let tail = keep - head;
-    let omitted = (count - keep) as u64 + extra;
-    let head_end = text.char_indices().nth(head).map_or(text.len(), |(i, _)| i);
-    let tail_start = text
-        .char_indices()
-        .nth(count - tail)
-        .map_or(text.len(), |(i, _)| i);
+    let (head, tail) = split_budget(text, count, max_chars);
+    let omitted = (count - head - tail) as u64 + extra;
+    let head_end = byte_index(text, head);
+    let tail_start = byte_index(text, count - tail);
     let mut out = String::with_capacity(head_end + (text.len() - tail_start) + 40);
     out.push_str(&text[..head_end]);
-    if !out.ends_with('\n') && !out.is_empty() {
+    if needs_newline(&out) {
         out.push('\n');
     }
-    out.push_str(&format!("[… {omitted} chars omitted …]\n"));
-    out.push_str(&text[tail_start..]);
+    out.push_str(&format!("[… {omitted} chars omitted …]"));
+    if tail > 0 {
+        out.push('\n');
+        out.push_str(&text[tail_start..]);
+    }
     (out, true)
+}
+
+/// How many characters of head and of tail fit in `max_chars` once the
+/// newlines around the marker are paid for: one after it when there is a tail,
+/// one before it when the head does not already end a line. At most three sizes
+/// are tried: the newlines cost two characters at most.
+fn split_budget(text: &str, count: usize, max_chars: usize) -> (usize, usize) {
+    let mut keep = count.min(max_chars);
+    loop {
+        let head = keep / 2;
+        let tail = keep - head;
+        let head_newline = usize::from(needs_newline(&text[..byte_index(text, head)]));
+        if keep + head_newline + usize::from(tail > 0) <= max_chars || keep == 0 {
+            return (head, tail);
+        }
+        keep -= 1;
+    }
+}
+
+fn needs_newline(head: &str) -> bool {
+    !head.is_empty() && !head.ends_with('\n')
+}
+
+/// The byte offset of character `n` (the end of the text when `n` is past it).
+fn byte_index(text: &str, n: usize) -> usize {
+    text.char_indices().nth(n).map_or(text.len(), |(i, _)| i)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const MARKER_PREFIX: &str = "[… ";
+
+    /// Characters of `out` that are not the marker.
+    fn counted(out: &str) -> usize {
+        let start = out.find(MARKER_PREFIX).unwrap();
+        let end = start + out[start..].find(" …]").unwrap() + " …]".len();
+        out[..start].chars().count() + out[end..].chars().count()
+    }
 
     #[test]
     fn short_text_is_untouched() {
@@ -40,7 +77,7 @@ mod tests {
     #[test]
     fn long_text_keeps_head_and_tail_in_chars() {
         let text = "é".repeat(10) + &"x".repeat(10);
-        let (out, cut) = truncate_middle(&text, 6, 0);
+        let (out, cut) = truncate_middle(&text, 8, 0);
         assert!(cut);
         assert_eq!(out, "ééé\n[… 14 chars omitted …]\nxxx");
     }
@@ -50,5 +87,49 @@ mod tests {
         let (out, cut) = truncate_middle("abcd", 10, 100);
         assert!(cut);
         assert!(out.contains("[… 100 chars omitted …]"), "{out}");
+    }
+
+    #[test]
+    fn cap_is_exact_at_the_boundary_for_command_output() {
+        // The shape of a `run_bash` result: header and section lines count.
+        let text = format!("exit_code: 0\nstdout:\n{}\n", "y".repeat(5000));
+        for max in [1000, 1001, 999, 30] {
+            let (out, cut) = truncate_middle(&text, max, 0);
+            assert!(cut);
+            assert_eq!(counted(&out), max, "max_chars {max}: {out:?}");
+        }
+        let (out, _) = truncate_middle(&text, 1000, 0);
+        assert!(out.starts_with("exit_code: 0\nstdout:\nyyy"), "{out:?}");
+        assert!(out.ends_with("yyy\n"), "{out:?}");
+    }
+
+    #[test]
+    fn a_head_ending_a_line_needs_no_extra_newline() {
+        let text = "ab\ncd\nefghijklmnop";
+        let (out, _) = truncate_middle(text, 7, 0);
+        assert_eq!(out, "ab\n[… 12 chars omitted …]\nnop");
+        assert_eq!(counted(&out), 7);
+    }
+
+    #[test]
+    fn never_more_than_the_cap_whatever_the_text() {
+        let texts = [
+            "\n\n\n\n\n\n\n\n\n\n\n\n",
+            "a\nb\nc\nd\ne\nf\ng\nh",
+            "ééééééééééé",
+        ];
+        for text in texts {
+            for max in 0..text.chars().count() {
+                let (out, cut) = truncate_middle(text, max, 0);
+                assert!(cut);
+                assert!(counted(&out) <= max, "{text:?} at {max}: {out:?}");
+                assert!(counted(&out) + 1 >= max, "{text:?} at {max}: {out:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn zero_cap_leaves_only_the_marker() {
+        assert_eq!(truncate_middle("abc", 0, 0).0, "[… 3 chars omitted …]");
     }
 }

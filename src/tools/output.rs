@@ -121,7 +121,9 @@ pub fn render_result(
     for n in &outcome.notes {
         notes.push_str(&format!("[note: {n}]\n"));
     }
-    let (mut content, truncated) = truncate_middle(&view, max_chars, omitted);
+    // Notes always reach the model, so they are paid for out of the cap.
+    let budget = max_chars.saturating_sub(notes.chars().count());
+    let (mut content, truncated) = truncate_middle(&view, budget, omitted);
     content.push_str(&notes);
     if let Some(path) = out_file
         && let Err(e) = write_full(path, &header, is_command, outcome)

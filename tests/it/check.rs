@@ -6,10 +6,14 @@ fn root() -> TestRoot {
     TestRoot::new("http://127.0.0.1:9")
 }
 
+/// A fresh root passes `check`. The repository's own files are not read here: they
+/// are a working root an operator may edit; `.ci/run` checks that the committed
+/// ones are what `init` writes.
 #[test]
-fn repository_root_and_fresh_init_pass_check() {
-    let out = std::process::Command::new(crate::common::bin())
-        .args(["check", "--root", env!("CARGO_MANIFEST_DIR")])
+fn fresh_init_passes_check() {
+    let r = root();
+    let out = r
+        .command(&["check"])
         .env_remove("ANTHROPIC_API_KEY")
         .output()
         .unwrap();
@@ -19,7 +23,6 @@ fn repository_root_and_fresh_init_pass_check() {
         stderr(&out).contains("warning"),
         "absent key is warned about"
     );
-    let r = root();
     let out = r.run(&["check", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -89,7 +92,35 @@ fn malformed_json_names_file_line_and_column() {
     let out = r.run(&["check"]);
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
-    assert!(err.contains("policies/settings.json:4:3"), "{err}");
+    // At the comma itself (line 3), not where serde_json noticed it (the `}`).
+    assert!(
+        err.contains("policies/settings.json:3:20: key `output`: trailing comma"),
+        "{err}"
+    );
+}
+
+#[test]
+fn missing_comma_in_json_points_after_the_value_not_at_the_next_line() {
+    let r = root();
+    let path = r.dir.join("policies/settings.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let line = text
+        .lines()
+        .position(|l| l.contains("\"network\""))
+        .unwrap()
+        + 1;
+    let column = text.lines().nth(line - 1).unwrap().len();
+    std::fs::write(
+        &path,
+        text.replace("\"network\": false,", "\"network\": false"),
+    )
+    .unwrap();
+    let out = r.run(&["check"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    let expected = format!("policies/settings.json:{line}:{column}: key `sandbox`: expected `,`");
+    assert!(err.contains(&expected), "want {expected}: {err}");
+    assert!(!err.contains('?'), "no placeholder key: {err}");
 }
 
 #[test]
@@ -249,4 +280,73 @@ fn shipped_settings_raise_no_boundary_warning_but_state_the_hard_link_gap() {
         all.contains("a hard link placed inside an allowed tree"),
         "{all}"
     );
+}
+
+/// Issue 12: a bad `sandbox.user` under `require: full` printed `ok … valid` and
+/// exited 0, while every tool would then be refused.
+#[test]
+fn check_on_a_bad_sandbox_user_with_require_full_exits_2_naming_it() {
+    let r = root();
+    r.edit_settings(|s| s["sandbox"]["user"] = serde_json::json!("no-such-user-hd"));
+    let out = r.run(&["check"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let (text, err) = (stdout(&out), stderr(&out));
+    assert!(!text.contains("ok:"), "{text}");
+    let settings = std::fs::read_to_string(r.dir.join("policies/settings.json")).unwrap();
+    let line = settings
+        .lines()
+        .position(|l| l.contains("no-such-user-hd"))
+        .unwrap()
+        + 1;
+    assert!(
+        err.contains(&format!("error: policies/settings.json:{line}:"))
+            && err.contains("key `sandbox.user`")
+            && err.contains("layer privilege_drop cannot be enforced")
+            && err.contains("\"no-such-user-hd\" does not exist"),
+        "{err}"
+    );
+    let json = r.run(&["check", "--json"]);
+    assert_eq!(json.status.code(), Some(2));
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(report["enforced"]["tools_refused"], true);
+    assert!(report["error"].as_str().unwrap().contains("sandbox.user"));
+}
+
+/// One line per layer, and no line that contradicts another: the fallback of a
+/// best_effort sandbox is part of the privilege_drop line, which says NO.
+#[test]
+fn check_prints_one_line_per_layer_and_values_as_written() {
+    let r = root();
+    r.edit_settings(|s| {
+        s["sandbox"]["user"] = serde_json::json!("no-such-user-hd");
+        s["sandbox"]["require"] = serde_json::json!("best_effort");
+    });
+    let out = r.run(&["check"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    let mut names = Vec::new();
+    for line in text
+        .lines()
+        .skip_while(|l| !l.starts_with("enforced"))
+        .skip(1)
+    {
+        let Some(rest) = line.strip_prefix("  ") else {
+            break;
+        };
+        names.push(rest[4..].split_whitespace().next().unwrap().to_string());
+    }
+    let mut unique = names.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(names.len(), unique.len(), "a layer on two lines: {text}");
+    let drop = text.lines().find(|l| l.contains("privilege_drop")).unwrap();
+    if nix_is_root() {
+        assert!(drop.starts_with("  NO  privilege_drop"), "{drop}");
+    }
+    assert!(text.contains("require best_effort"), "as written: {text}");
+}
+
+fn nix_is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
 }

@@ -167,7 +167,7 @@ fn long_fields_are_capped_in_events_but_whole_in_the_transcript() {
     let started = &root.events_of("task_started")[0];
     let prompt = started["prompt"].as_str().unwrap();
     assert!(prompt.chars().count() < 4200);
-    assert!(prompt.contains("[… 5904 chars omitted …]"));
+    assert!(prompt.contains("[… 5906 chars omitted …]"));
     assert_eq!(
         root.transcript()["messages"][0]["content"][0]["text"]
             .as_str()
@@ -216,7 +216,7 @@ fn a_long_command_is_cut_in_its_event_and_tied_to_the_whole_input_by_input_sha25
     let requested = &root.events_of("tool_requested")[0];
     let cut = requested["input"]["command"].as_str().unwrap();
     assert!(cut.chars().count() <= 4200, "{}", cut.len());
-    assert!(cut.contains("[… 7904 chars omitted …]"), "{cut}");
+    assert!(cut.contains("[… 7906 chars omitted …]"), "{cut}");
     assert!(!cut.contains(hidden), "the middle is cut from the event");
     let sha = requested["input_sha256"].as_str().unwrap();
     assert!(

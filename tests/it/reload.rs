@@ -345,3 +345,85 @@ fn continuous_rewrites_do_not_starve_the_reload() {
         "every rewrite was valid"
     );
 }
+
+/// Starts `run` on a task whose only model reply waits `secs`, so reloads happen
+/// while it runs; returns the root and the child.
+fn slow_run(secs: u64) -> (TestRoot, std::process::Child, FakeApi) {
+    let mut slow = Reply::text("done");
+    slow.delay = Duration::from_secs(secs);
+    let api = FakeApi::start(vec![slow]);
+    let root = TestRoot::new(&api.url);
+    let child = root
+        .command(&["run", "x"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("the run to start", || {
+        !root.events_of("model_request").is_empty()
+    });
+    (root, child, api)
+}
+
+fn loaded_by(root: &TestRoot, trigger: &str) -> Vec<Value> {
+    root.events_of("config_loaded")
+        .into_iter()
+        .filter(|e| e["trigger"] == trigger)
+        .collect()
+}
+
+/// Issue 12 item 7: `systemctl reload` with nothing changed used to leave no line
+/// and no event, so the operator could not tell it had happened.
+#[test]
+fn sighup_with_unchanged_files_records_config_loaded_with_no_changes_and_logs_a_line() {
+    let (root, child, _api) = slow_run(4);
+    unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
+    wait_until("config_loaded by sighup", || {
+        loaded_by(&root, "sighup").len() == 2
+    });
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let loaded = loaded_by(&root, "sighup");
+    let files: Vec<&str> = loaded.iter().map(|e| e["file"].as_str().unwrap()).collect();
+    assert_eq!(files, ["config/config.toml", "policies/settings.json"]);
+    for e in &loaded {
+        assert_eq!(e["changes"], json!([]), "{e}");
+        assert_eq!(e["sha256"].as_str().unwrap().len(), 64);
+    }
+    let err = stderr(&out);
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains("(sighup)")).collect();
+    assert_eq!(
+        lines,
+        ["config reloaded (sighup): no change, the version in force stays"]
+    );
+}
+
+/// Issue 12 item 7: restoring a good file after a rejected edit logged nothing, so
+/// the operator was left with the rejection as the last word.
+#[test]
+fn a_valid_file_after_a_rejected_one_is_logged_as_accepted() {
+    let (root, child, _api) = slow_run(6);
+    let path = root.dir.join("policies/settings.json");
+    let good = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, "{\n  \"tools\": {\"deny\": [\"run_bsh\"]}\n}\n").unwrap();
+    wait_until("the rejection", || {
+        !root.events_of("config_rejected").is_empty()
+    });
+    std::fs::write(&path, &good).unwrap();
+    wait_until("config_loaded after the rejection", || {
+        !loaded_by(&root, "watch").is_empty()
+    });
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let loaded = loaded_by(&root, "watch");
+    assert!(
+        loaded.iter().all(|e| e["changes"] == json!([])),
+        "{loaded:?}"
+    );
+    let err = stderr(&out);
+    assert!(err.contains("config rejected (watch)"), "{err}");
+    assert!(
+        err.contains("config accepted (watch): no change, the version in force stays"),
+        "{err}"
+    );
+}

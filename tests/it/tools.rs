@@ -229,6 +229,38 @@ fn huge_output_is_capped_for_the_model_and_kept_in_full_on_disk() {
     );
 }
 
+/// SPEC §4: with `output.max_chars = N`, the text the model sees for a long result,
+/// the marker not counted, is N characters exactly; the `exit_code:` and section
+/// lines and the newlines around the marker count (it used to be N + 2).
+#[test]
+fn output_cap_is_exact_to_the_character_at_the_boundary() {
+    // 21 header characters + 196 lines of 5 = 1001: one past the cap.
+    for (max_chars, lines) in [(1000, 3000), (1000, 196)] {
+        let (_root, results, _) = one_turn(
+            |r| r.edit_settings(|s| s["output"]["max_chars"] = json!(max_chars)),
+            &["run", "--yes", "x"],
+            &[(
+                "c",
+                "run_bash",
+                json!({"command": format!("seq 1000 {}", 999 + lines)}),
+            )],
+        );
+        let content = text(&results[0]);
+        let start = content.find("[… ").expect("a marker");
+        let end = start + content[start..].find(" …]").unwrap() + " …]".len();
+        let seen = content[..start].chars().count() + content[end..].chars().count();
+        assert_eq!(seen, max_chars, "{content}");
+        assert!(
+            content.starts_with("exit_code: 0\nstdout:\n1000\n"),
+            "{content}"
+        );
+        assert!(
+            content.ends_with(&format!("{}\n", 999 + lines)),
+            "{content}"
+        );
+    }
+}
+
 #[test]
 fn output_flood_is_cut_and_the_tree_killed() {
     let api = FakeApi::start(vec![

@@ -619,6 +619,8 @@ fn a_symlinked_run_dir_is_refused_and_its_target_left_alone() {
     let target = Scratch::new("runtarget");
     std::os::unix::fs::lchown(&target.0, Some(NOBODY), Some(NOBODY)).unwrap();
     std::fs::set_permissions(&target.0, std::fs::Permissions::from_mode(0o777)).unwrap();
+    // `init` makes run/; the attack replaces it.
+    std::fs::remove_dir(root.dir.join("run")).unwrap();
     std::os::unix::fs::symlink(&target.0, root.dir.join("run")).unwrap();
     let (code, err) = serve_must_refuse(&root);
     assert_eq!(code, Some(1), "{err}");
@@ -639,8 +641,8 @@ fn a_run_dir_left_to_another_uid_is_taken_back_through_its_descriptor() {
     let victim = elsewhere.0.join("created-by-root");
     // What the takeover of issue 8 left: run/ owned by nobody, open to all, and a
     // lock file that is a link out of it.
+    // `init` makes run/ (0700, root's); the takeover left it as below.
     let run = root.dir.join("run");
-    std::fs::create_dir(&run).unwrap();
     std::os::unix::fs::symlink(&victim, run.join("harnessd.lock")).unwrap();
     chown_tree(&run, NOBODY);
     std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o777)).unwrap();
