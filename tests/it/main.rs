@@ -19,6 +19,7 @@ mod escape;
 mod function_length;
 mod guard;
 mod inprocess;
+mod kill_loop;
 mod paths;
 mod policy_cli;
 mod protocol;

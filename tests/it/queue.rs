@@ -12,7 +12,7 @@ use crate::common::fake_api::check_pairing;
 use crate::common::{FakeApi, Reply, TestRoot, last_results, wait_until};
 
 /// Kills the daemon with SIGKILL and reaps it.
-fn kill9(mut d: Daemon) {
+pub(crate) fn kill9(mut d: Daemon) {
     d.child.kill().unwrap();
     d.child.wait().unwrap();
 }
@@ -101,7 +101,7 @@ fn loop_model(body: &Value) -> Reply {
 
 /// Every line of events.jsonl parses (`events` panics otherwise) and seq strictly
 /// increases.
-fn check_log(root: &TestRoot) {
+pub(crate) fn check_log(root: &TestRoot) {
     let seqs: Vec<u64> = root
         .events()
         .iter()
