@@ -7,6 +7,7 @@
 pub mod access;
 pub mod api;
 pub mod approvals;
+pub mod loose_ends;
 pub mod metrics;
 pub mod serve;
 pub mod socket;

@@ -31,6 +31,7 @@ use tokio::sync::Semaphore;
 
 use super::api::{AppState, Peer, router};
 use super::approvals::Approvals;
+use super::loose_ends::close_at_start;
 use super::metrics::Metrics;
 use super::socket::{SocketDir, SocketError};
 use super::tasks::{Registry, Scheduler, SchedulerParts, TaskStatus};
@@ -63,6 +64,9 @@ pub enum ServeError {
         /// The write's error.
         error: std::io::Error,
     },
+    /// Tasks left open on the record could not be closed.
+    #[error(transparent)]
+    LooseEnds(#[from] super::loose_ends::LooseEndsError),
     /// The start-up scan of the transcripts ended abnormally (it panicked).
     #[error("the scan of the transcripts at start-up failed: {0}")]
     Scan(tokio::task::JoinError),
@@ -402,6 +406,20 @@ async fn wire(
         services: services.task_services(Arc::new(approvals.clone())),
         registry,
     });
+    let paths = &services.loaded.paths;
+    let closed = close_at_start(
+        paths.transcripts.clone(),
+        paths.events.clone(),
+        &services.events,
+    )
+    .await?;
+    if closed > 0 {
+        let _ = writeln!(
+            std::io::stderr(),
+            "harnessd: recorded task_finished for {closed} task(s) the log left open \
+             (see their events)"
+        );
+    }
     let requeued = scheduler.requeue(queued).await?;
     if requeued > 0 {
         let _ = writeln!(

@@ -16,6 +16,7 @@ use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::loose_ends::Owed;
 pub use crate::agent::TaskStatus;
 use crate::agent::{
     LockError, RunLock, StopReason, TaskOutcome, TaskServices, TaskSpec, Transcript, new_task_id,
@@ -364,6 +365,8 @@ pub struct Scheduler {
     pub tracker: TaskTracker,
     /// Parent of every task's cancellation token: cancelling it stops them all.
     pub shutdown: CancellationToken,
+    /// Tasks whose `task_finished` the log could not take, written once it can.
+    owed: Owed,
 }
 
 /// Everything a scheduler needs.
@@ -390,6 +393,7 @@ impl Scheduler {
             slots: Arc::new(Semaphore::new(slots)),
             tracker: TaskTracker::new(),
             shutdown: CancellationToken::new(),
+            owed: Owed::default(),
         }
     }
 
@@ -432,6 +436,11 @@ impl Scheduler {
             self.not_accepted(&spec.task_id, &e).await;
             return Err(SubmitError::Transcript(e));
         }
+        // The log takes lines again: tasks that ended while it could not get their
+        // `task_finished` now.
+        self.owed
+            .settle(&loaded.paths.transcripts, &self.services.events)
+            .await;
         // Started from the transcript just saved, so the registry, the file and the
         // run agree on `created`; a `queued` transcript starts as a new task.
         spec.resume = Some(transcript);
@@ -599,6 +608,7 @@ impl Scheduler {
             Ok(outcome) => self.registry.finish(&id, &outcome),
             Err(e) => {
                 tracing::error!("task {id}: the audit log failed: {e}");
+                self.owed.push(&id, e.to_string());
                 self.fail(&id, e.to_string());
             }
         }

@@ -15,10 +15,12 @@
 
 mod file;
 mod kinds;
+mod open_tasks;
 mod trail;
 
 pub use file::{EventError, Repair};
 pub use kinds::Event;
+pub use open_tasks::open_tasks;
 pub use trail::{CallTrail, TrailError, call_trails};
 
 use std::path::Path;

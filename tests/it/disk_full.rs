@@ -165,6 +165,13 @@ fn a_full_disk_stops_the_action_and_refuses_tasks_until_space_returns() {
             .count(),
         1
     );
+    // The task the full disk stopped got its `task_finished` once space returned.
+    let finished: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "task_finished" && e["task_id"] == id.as_str())
+        .collect();
+    assert_eq!(finished.len(), 1, "{finished:?}");
+    assert_eq!(finished[0]["stop_reason"], "error");
     drop(d);
     drop(mount);
 }

@@ -20,6 +20,7 @@ mod function_length;
 mod guard;
 mod inprocess;
 mod kill_loop;
+mod loose_ends;
 mod paths;
 mod policy_cli;
 mod protocol;
