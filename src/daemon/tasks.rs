@@ -413,27 +413,39 @@ impl Scheduler {
             max_turns,
             source: "api".into(),
             resume: None,
+            resume_recorded: false,
         };
         // Recorded (and synced) before the task exists anywhere: a task the log
         // cannot hold is refused, never accepted and lost.
-        self.services
+        let queued = Event::TaskQueued {
+            prompt: spec.prompt.clone(),
+            source: spec.source.clone(),
+            by: by.clone(),
+        };
+        if let Err(e) = self
+            .services
             .events
-            .record(
-                Some(&spec.task_id),
-                Event::TaskQueued {
-                    prompt: spec.prompt.clone(),
-                    source: spec.source.clone(),
-                    by: by.clone(),
-                },
-            )
-            .await?;
+            .record(Some(&spec.task_id), queued)
+            .await
+        {
+            // The line may be in the file all the same (written, then its sync
+            // failed): it is closed too, now if the log takes it, else at the start's
+            // check of open tasks.
+            self.not_accepted(&spec.task_id, format!("the audit log failed: {e}"))
+                .await;
+            return Err(e.into());
+        }
         let loaded = self.services.config.current();
         let transcript = queued_transcript(&spec, loaded.config.api.model.clone(), by);
         if let Err(e) = transcript
             .save_async(loaded.paths.transcripts.clone())
             .await
         {
-            self.not_accepted(&spec.task_id, &e).await;
+            self.not_accepted(
+                &spec.task_id,
+                format!("the task's transcript cannot be saved: {e}"),
+            )
+            .await;
             return Err(SubmitError::Transcript(e));
         }
         // The log takes lines again: tasks that ended while it could not get their
@@ -447,19 +459,18 @@ impl Scheduler {
         Ok(self.start(spec))
     }
 
-    /// Closes the record of a task whose `task_queued` is on the log but whose
-    /// transcript could not be saved: the log says it ended (with `error`) rather
-    /// than leaving it open forever. A failure here is the log's own, already
-    /// reported by its health.
-    async fn not_accepted(&self, task_id: &str, error: &std::io::Error) {
+    /// Closes the record of a task whose `task_queued` may be on the log although
+    /// the task was not accepted (its transcript could not be saved, or the line's
+    /// sync failed): the log says it ended (with `error`, naming `why`) rather than
+    /// leaving it open forever. A failure here is the log's own, already reported
+    /// by its health.
+    async fn not_accepted(&self, task_id: &str, why: String) {
         let event = Event::TaskFinished {
             stop_reason: StopReason::Error.as_str().into(),
             turns: 0,
             usage: Usage::default(),
             duration_ms: 0,
-            error: Some(format!(
-                "not accepted: the task's transcript cannot be saved: {error}"
-            )),
+            error: Some(format!("not accepted: {why}")),
         };
         let _ = self.services.events.record(Some(task_id), event).await;
     }
@@ -487,6 +498,7 @@ impl Scheduler {
                 max_turns: t.max_turns,
                 source: t.source.clone().unwrap_or_else(|| "api".into()),
                 resume: Some(t),
+                resume_recorded: false,
             };
             self.start(spec);
         }
@@ -511,21 +523,42 @@ impl Scheduler {
     }
 
     /// Continues a claimed task from its transcript, under its run lock (held until
-    /// the run ends).
-    pub fn resume(&self, claim: Claim, transcript: Transcript, lock: RunLock) -> String {
+    /// the run ends), once its `task_resumed` is on the record (synced, with
+    /// `audit.sync = "before_action"`). `Err`: the line could not be written; the
+    /// claim is given up and nothing runs.
+    pub async fn resume(
+        &self,
+        claim: Claim,
+        transcript: Transcript,
+        lock: RunLock,
+    ) -> Result<String, EventError> {
+        let event = Event::TaskResumed {
+            turns_so_far: transcript.turns.len() as u32,
+            source: "api".into(),
+        };
+        if let Err(e) = self
+            .services
+            .events
+            .record(Some(&transcript.task_id), event)
+            .await
+        {
+            self.release(claim);
+            return Err(e);
+        }
         let spec = TaskSpec {
             task_id: transcript.task_id.clone(),
             prompt: String::new(),
             max_turns: None,
             source: "api".into(),
             resume: Some(transcript),
+            resume_recorded: true,
         };
         let id = spec.task_id.clone();
         let this = self.clone();
         let slot = self.join_queue();
         self.tracker
             .spawn(async move { this.run(spec, claim.cancel, Some(lock), slot).await });
-        id
+        Ok(id)
     }
 
     /// Joins the slot queue now, in the caller's order: the semaphore serves its

@@ -16,6 +16,7 @@ mod connections;
 mod daemon;
 mod disk_full;
 mod escape;
+mod failpoints;
 mod function_length;
 mod guard;
 mod inprocess;
