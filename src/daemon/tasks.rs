@@ -430,9 +430,11 @@ impl Scheduler {
         {
             // The line may be in the file all the same (written, then its sync
             // failed): it is closed too, now if the log takes it, else at the start's
-            // check of open tasks.
-            self.not_accepted(&spec.task_id, format!("the audit log failed: {e}"))
-                .await;
+            // check of open tasks. A failed write left no line to close.
+            if e.line_may_remain() {
+                self.not_accepted(&spec.task_id, format!("the audit log failed: {e}"))
+                    .await;
+            }
             return Err(e.into());
         }
         let loaded = self.services.config.current();

@@ -171,6 +171,15 @@ impl EventLog {
     }
 }
 
+impl EventError {
+    /// Whether the line may be in the file despite the error: its write succeeded
+    /// and the sync after it failed. A failed write is cut back, so its line is not.
+    pub fn line_may_remain(&self) -> bool {
+        // `LogFile::sync` names its operation "sync".
+        matches!(self, EventError::Io { op: "sync", .. })
+    }
+}
+
 /// Whether `event` is the last line before an action (a tool run, an approval
 /// taking effect, a 202 to a new task or a resume), and so must be on disk before
 /// it proceeds.
