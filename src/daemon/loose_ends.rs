@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use crate::agent::{LockError, RunLock, StopReason, TaskStatus, Transcript};
-use crate::events::{Event, EventError, EventLog, TrailError, open_tasks};
+use crate::events::{Event, EventError, EventLog, TrailError, ended_cleanly, open_tasks};
 use crate::llm::Usage;
 
 /// Why the loose ends could not be closed.
@@ -41,13 +41,18 @@ pub const NEVER_SAVED: &str = "not accepted: the daemon stopped after recording 
 
 /// Closes every open task of the log at `log` whose transcript in `dir` is
 /// missing or `finished` (queued, running and interrupted ones are the
-/// scheduler's); returns how many got a `task_finished`.
+/// scheduler's); returns how many got a `task_finished`. The whole log is read
+/// only when its last line is not `daemon_stopping`: a clean stop leaves nothing
+/// open ([`Owed::settle`] runs before it), so an ordinary start stays fast.
 pub async fn close_at_start(
     dir: PathBuf,
     log: PathBuf,
     events: &EventLog,
 ) -> Result<usize, LooseEndsError> {
     let owed = tokio::task::spawn_blocking(move || -> Result<_, TrailError> {
+        if ended_cleanly(&log)? {
+            return Ok(Vec::new());
+        }
         let open = open_tasks(&log)?;
         Ok(open
             .into_iter()

@@ -370,6 +370,8 @@ pub async fn serve(
     socket.dir.remove_socket();
     let grace = Duration::from_secs(services.live.current().config.daemon.shutdown_grace_secs);
     drain(&scheduler, grace).await;
+    // Nothing left open behind `daemon_stopping`: the next start trusts it.
+    scheduler.settle_owed().await;
     let events = services.events.clone();
     services.shutdown().await;
     events

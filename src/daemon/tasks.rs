@@ -507,6 +507,13 @@ impl Scheduler {
         Ok(n)
     }
 
+    /// Writes the `task_finished` lines the log refused earlier, if it takes them
+    /// now.
+    pub async fn settle_owed(&self) {
+        let dir = self.services.config.current().paths.transcripts.clone();
+        self.owed.settle(&dir, &self.services.events).await;
+    }
+
     /// The audit log the tasks write to.
     pub fn events(&self) -> &EventLog {
         &self.services.events

@@ -21,7 +21,7 @@ mod trail;
 
 pub use file::{EventError, Repair};
 pub use kinds::Event;
-pub use open_tasks::open_tasks;
+pub use open_tasks::{ended_cleanly, open_tasks};
 pub use trail::{CallTrail, TrailError, call_trails};
 
 use std::path::Path;

@@ -21,6 +21,38 @@ struct Line {
     task_id: Option<String>,
 }
 
+/// Whether the log's last line is `daemon_stopping`: the daemon that wrote it
+/// stopped cleanly, with every task it began closed, so a start need not read the
+/// whole log for open tasks. Only the last 64 KiB are read; a missing or empty log
+/// counts as clean (nothing is open in it), anything else as not.
+pub fn ended_cleanly(log: &Path) -> Result<bool, TrailError> {
+    use std::io::{Read, Seek, SeekFrom};
+    let io = |source| TrailError::Io {
+        path: log.to_path_buf(),
+        source,
+    };
+    let mut file = match std::fs::File::open(log) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(true),
+        Err(e) => return Err(io(e)),
+    };
+    let len = file.metadata().map_err(io)?.len();
+    if len == 0 {
+        return Ok(true);
+    }
+    file.seek(SeekFrom::Start(len.saturating_sub(64 * 1024)))
+        .map_err(io)?;
+    let mut tail = Vec::new();
+    file.read_to_end(&mut tail).map_err(io)?;
+    let last = tail
+        .strip_suffix(b"\n")
+        .unwrap_or(&tail)
+        .rsplit(|&b| b == b'\n')
+        .next()
+        .unwrap_or_default();
+    Ok(serde_json::from_slice::<Line>(last).is_ok_and(|l| l.kind == "daemon_stopping"))
+}
+
 /// The tasks whose last lifecycle line (`task_queued`, `task_requeued`,
 /// `task_started`, `task_resumed`) has no `task_finished` after it, in the order
 /// they were first seen. A missing log is an empty one; a line that does not parse
@@ -103,5 +135,24 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
+        assert!(ended_cleanly(Path::new("/nonexistent/events.jsonl")).unwrap());
+    }
+
+    #[test]
+    fn a_log_ended_cleanly_when_its_last_line_is_daemon_stopping() {
+        let path = std::env::temp_dir().join(format!(
+            "harnessd-clean-{}-{}.jsonl",
+            std::process::id(),
+            fastrand::u64(..)
+        ));
+        let stopped = json!({"type": "daemon_stopping", "reason": "SIGTERM"});
+        let queued = json!({"type": "task_queued", "task_id": "t"});
+        std::fs::write(&path, format!("{queued}\n{stopped}\n")).unwrap();
+        assert!(ended_cleanly(&path).unwrap());
+        std::fs::write(&path, format!("{stopped}\n{queued}\n")).unwrap();
+        assert!(!ended_cleanly(&path).unwrap());
+        std::fs::write(&path, format!("{stopped}\n{{\"type\": \"daemon_sto")).unwrap();
+        assert!(!ended_cleanly(&path).unwrap(), "a torn last line");
+        std::fs::remove_file(&path).unwrap();
     }
 }
