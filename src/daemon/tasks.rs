@@ -461,20 +461,30 @@ impl Scheduler {
         Ok(self.start(spec))
     }
 
-    /// Closes the record of a task whose `task_queued` may be on the log although
-    /// the task was not accepted (its transcript could not be saved, or the line's
-    /// sync failed): the log says it ended (with `error`, naming `why`) rather than
-    /// leaving it open forever. A failure here is the log's own, already reported
-    /// by its health.
+    /// Closes the record of a task whose `task_queued` (or a resume's
+    /// `task_resumed`) may be on the log although it was not accepted (its
+    /// transcript could not be saved, or the line's sync failed): the log says it
+    /// ended (with `error`, naming `why`) rather than leaving it open forever.
     async fn not_accepted(&self, task_id: &str, why: String) {
+        let error = format!("not accepted: {why}");
         let event = Event::TaskFinished {
             stop_reason: StopReason::Error.as_str().into(),
             turns: 0,
             usage: Usage::default(),
             duration_ms: 0,
-            error: Some(format!("not accepted: {why}")),
+            error: Some(error.clone()),
         };
-        let _ = self.services.events.record(Some(task_id), event).await;
+        if self
+            .services
+            .events
+            .record(Some(task_id), event)
+            .await
+            .is_err()
+        {
+            // Written once the log takes lines again, so a clean stop still leaves
+            // nothing open behind it.
+            self.owed.push(task_id, error);
+        }
     }
 
     /// Queues again the tasks a previous daemon accepted and never started (their
@@ -552,6 +562,11 @@ impl Scheduler {
             .await
         {
             self.release(claim);
+            // A line written but not synced may stay: the refused resume is closed.
+            if e.line_may_remain() {
+                let why = format!("the resume was refused: the audit log failed: {e}");
+                self.not_accepted(&transcript.task_id, why).await;
+            }
             return Err(e);
         }
         let spec = TaskSpec {

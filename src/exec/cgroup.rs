@@ -86,7 +86,8 @@ fn layout() -> Option<&'static Layout> {
 /// pid is gone), killing first whatever still runs in them: after a kill -9 the
 /// dead daemon's tool processes may still be dying (or, had one escaped its
 /// parent-death signal, running), and a cgroup with a process in it cannot be
-/// removed. Each removal and each failure is logged, naming the directory.
+/// removed. Each removal is logged (a warning when processes had to be killed)
+/// and so is each failure, naming the directory.
 fn remove_stale(layout: &Layout) {
     let dirs: Vec<&PathBuf> = match layout {
         Layout::V2(base) => vec![base],
@@ -108,9 +109,15 @@ fn remove_stale(layout: &Layout) {
             let path = entry.path();
             let killed = kill_listed(&path);
             match remove_dir_retrying(&path) {
-                Ok(()) => tracing::warn!(
-                    "removed call cgroup {} left by harnessd pid {pid}, which is gone \
-                     ({killed} process(es) still in it killed)",
+                // Processes outliving their daemon are worth a warning; an empty
+                // directory is housekeeping.
+                Ok(()) if killed > 0 => tracing::warn!(
+                    "removed call cgroup {} left by harnessd pid {pid}, which is gone, \
+                     after killing {killed} process(es) still in it",
+                    path.display()
+                ),
+                Ok(()) => tracing::info!(
+                    "removed call cgroup {} left by harnessd pid {pid}, which is gone",
                     path.display()
                 ),
                 Err(e) => tracing::warn!(

@@ -127,14 +127,16 @@ fn fails_closed_and_recovers(fault: &str) {
             .all(|e| e["is_error"] == true),
         "no tool ran"
     );
-    // One task_finished for the stopped run, one for the resumed one.
-    assert_eq!(of_task(&events, "task_finished", &id).len(), 2);
     // The resume's line is written before the 202. A failed write leaves no line of
     // the refused resume; after a failed sync its line may stay (written, never
-    // confirmed on disk), so the refused one may be there too.
-    let resumed = of_task(&events, "task_resumed", &id).len();
+    // confirmed on disk), and is then closed with its own task_finished.
     let refused_left = usize::from(fault.starts_with("events.sync"));
+    let resumed = of_task(&events, "task_resumed", &id).len();
     assert_eq!(resumed, 1 + refused_left, "{fault}");
+    // One task_finished for the stopped run, one for the resumed one, and one for
+    // the refused resume whose line stayed.
+    let finished = of_task(&events, "task_finished", &id);
+    assert_eq!(finished.len(), 2 + refused_left, "{finished:?}");
     // The refused new task is closed on the record either way: no line at all, or
     // its task_queued followed by a task_finished saying it was not accepted.
     for queued in events.iter().filter(|e| e["type"] == "task_queued") {
