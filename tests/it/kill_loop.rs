@@ -3,11 +3,14 @@
 //! mid-tool. After every restart: every line of events.jsonl parses and seq
 //! strictly increases, nothing the killed daemon started is still running, and none
 //! of its call cgroups is left. At the end every accepted task has finished with its
-//! answer and every `tool_use` in every transcript is answered exactly once.
+//! answer, every `tool_use` in every transcript is answered exactly once, and no
+//! task is left open on the record (kills also land inside submissions).
 //!
 //! The kill points come from a seeded RNG; the seed is printed when the test fails
 //! and `HARNESSD_KILL_SEED=<n>` replays it.
 
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -16,7 +19,7 @@ use serde_json::{Value, json};
 use crate::cgroup_cleanup::{call_cgroup_parents, cgroups_of};
 use crate::common::daemon::Daemon;
 use crate::common::fake_api::check_pairing;
-use crate::common::{FakeApi, Reply, TestRoot};
+use crate::common::{FakeApi, Reply, TestRoot, wait_until};
 use crate::queue::{check_log, kill9};
 
 const KILLS: usize = 20;
@@ -117,15 +120,71 @@ fn check_restart(root: &TestRoot, d: &Daemon, killed: &[u32], parents: &[PathBuf
     );
 }
 
-/// Every accepted task is known; the interrupted ones are resumed.
+/// Submits `prompts` one after the other on `socket` until the daemon dies; the
+/// ids answered 202. A kill may land inside a submission: its task was never
+/// accepted, and the record must say so (see [`check_no_open_task`]).
+fn submit_until_killed(socket: &Path, prompts: Vec<String>) -> Vec<String> {
+    let mut ids = Vec::new();
+    for prompt in prompts {
+        let body = json!({ "prompt": prompt }).to_string();
+        let Ok(mut s) = UnixStream::connect(socket) else {
+            break;
+        };
+        let sent = write!(
+            s,
+            "POST /v1/tasks HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let mut raw = String::new();
+        if sent.is_err() || s.read_to_string(&mut raw).is_err() {
+            break;
+        }
+        let Some((head, text)) = raw.split_once("\r\n\r\n") else {
+            break;
+        };
+        if !head.starts_with("HTTP/1.1 202") {
+            break;
+        }
+        let v: Value = serde_json::from_str(text).unwrap();
+        ids.push(v["task_id"].as_str().unwrap().to_string());
+    }
+    ids
+}
+
+/// Every task the log shows begun has a `task_finished` after its last
+/// `task_queued`, `task_requeued`, `task_started` or `task_resumed`: none is left
+/// recorded as accepted and never ended, whether or not its submission was
+/// answered before a kill.
+fn check_no_open_task(root: &TestRoot) {
+    let mut open = std::collections::BTreeSet::new();
+    for e in root.events() {
+        let id = e["task_id"].as_str().unwrap_or("").to_string();
+        match e["type"].as_str().unwrap_or("") {
+            "task_queued" | "task_requeued" | "task_started" | "task_resumed" => {
+                open.insert(id);
+            }
+            "task_finished" => {
+                open.remove(&id);
+            }
+            _ => {}
+        }
+    }
+    assert!(open.is_empty(), "tasks left open on the record: {open:?}");
+}
+
+/// Every accepted task is known; every interrupted task is resumed (also one
+/// whose submission a kill cut short after it was on disk: it was queued again).
 fn resume_interrupted(d: &Daemon, accepted: &[String]) {
     for id in accepted {
         let (code, t) = d.request("GET", &format!("/v1/tasks/{id}"), None);
         assert_eq!(code, 200, "accepted task {id} lost: {t}");
-        if t["status"] == "interrupted" {
-            let (code, body) = d.request("POST", &format!("/v1/tasks/{id}/resume"), None);
-            assert_eq!(code, 202, "{body}");
-        }
+    }
+    let (_, page) = d.request("GET", "/v1/tasks?status=interrupted&limit=500", None);
+    for t in page["tasks"].as_array().unwrap() {
+        let id = t["task_id"].as_str().unwrap();
+        let (code, body) = d.request("POST", &format!("/v1/tasks/{id}/resume"), None);
+        assert_eq!(code, 202, "{body}");
     }
 }
 
@@ -151,18 +210,25 @@ fn twenty_kills_lose_no_task_and_leave_nothing_behind() {
         let d = Daemon::start(&root);
         check_restart(&root, &d, &killed, &parents);
         resume_interrupted(&d, &accepted);
-        // 14 at first (10 running, 4 queued), then a few more in early rounds.
-        let new = match round {
-            0 => 14,
-            r if r < KILLS / 2 => rng.usize(0..3),
-            _ => 0,
-        };
-        for i in 0..new {
-            accepted.push(d.submit(&format!("round {round} task {i}")));
+        // 14 at first (10 running, 4 queued); then, in early rounds, a few more
+        // submitted while the kill comes, so it may land inside a submission.
+        if round == 0 {
+            for i in 0..14 {
+                accepted.push(d.submit(&format!("round 0 task {i}")));
+            }
         }
+        let late: Vec<String> = match round {
+            r if r > 0 && r < KILLS / 2 => (0..rng.usize(1..4))
+                .map(|i| format!("round {round} task {i}"))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let socket = d.socket.clone();
+        let submitter = std::thread::spawn(move || submit_until_killed(&socket, late));
         std::thread::sleep(Duration::from_millis(rng.u64(20..700)));
         killed.push(d.child.id());
         kill9(d);
+        accepted.extend(submitter.join().unwrap());
     }
     let d = Daemon::start(&root);
     check_restart(&root, &d, &killed, &parents);
@@ -182,4 +248,15 @@ fn twenty_kills_lose_no_task_and_leave_nothing_behind() {
     // The loop is only worth something if kills hit running tools.
     assert!(mid_tool > 0, "no kill landed while a tool ran");
     check_log(&root);
+    // A submission the kill cut short and whose task the start queued again
+    // finishes too; one cut before its transcript was saved is closed.
+    wait_until("every task on the record to end", || {
+        d.request("GET", "/v1/tasks?status=running", None).1["tasks"]
+            .as_array()
+            .is_some_and(|t| t.is_empty())
+            && d.request("GET", "/v1/tasks?status=queued", None).1["tasks"]
+                .as_array()
+                .is_some_and(|t| t.is_empty())
+    });
+    check_no_open_task(&root);
 }
