@@ -178,3 +178,34 @@ fn a_write_cut_short_leaves_only_whole_lines() {
     d.wait_finished(&d.submit("q"));
     check_log(&root);
 }
+
+/// A task stopped by the failing log whose `task_finished` is still owed when the
+/// daemon is stopped gets it before `daemon_stopping`: a clean stop leaves nothing
+/// open, which is why the next start need not read the whole log.
+#[test]
+fn a_clean_stop_writes_the_owed_task_finished_first() {
+    let (asked, go) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let api = held_model(asked.clone(), go.clone());
+    let root = TestRoot::new(&api.url);
+    root.edit_settings(|s| {
+        s["tools"]["allow"] = json!(["write_file", "get_time"]);
+        s["tools"]["ask"] = json!([]);
+    });
+    let faults = Faults::new(&root);
+    let mut d = Daemon::start_with_env(&root, &[("HARNESSD_FAILPOINTS", &faults.env())]);
+    let id = d.submit("write the marker");
+    wait_until("the model request", || asked.load(Ordering::SeqCst));
+    faults.raise("events.append=enospc");
+    go.store(true, Ordering::SeqCst);
+    assert_eq!(d.wait_finished(&id)["stop_reason"], "error");
+    faults.clear();
+    unsafe { libc::kill(d.pid(), libc::SIGTERM) };
+    assert_eq!(d.child.wait().unwrap().code(), Some(0));
+    let events = root.events();
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "daemon_stopping", "{last}");
+    assert_eq!(of_task(&events, "task_finished", &id).len(), 1);
+}
