@@ -16,7 +16,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use crate::agent::{LockError, RunLock, StopReason, TaskStatus, Transcript};
+use crate::agent::{LockError, RunLock, StopReason, TaskStatus, Transcript, TranscriptHead};
 use crate::events::{Event, EventError, EventLog, TrailError, ended_cleanly, open_tasks};
 use crate::llm::Usage;
 
@@ -84,7 +84,13 @@ fn owed_event(dir: &Path, id: &str) -> Option<Event> {
             Some(NEVER_SAVED.into()),
         ));
     }
-    let t = Transcript::read(&path).ok()?;
+    // The head first: most open tasks are interrupted ones, left as they are.
+    let text = std::fs::read_to_string(&path).ok()?;
+    let head: TranscriptHead = serde_json::from_str(&text).ok()?;
+    if head.status != TaskStatus::Finished {
+        return None;
+    }
+    let t: Transcript = serde_json::from_str(&text).ok()?;
     (t.status == TaskStatus::Finished).then(|| {
         finished(
             t.stop_reason.unwrap_or(StopReason::Error),
