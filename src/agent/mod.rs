@@ -86,6 +86,9 @@ pub struct TaskSpec {
     /// Continue this transcript instead of starting from `prompt`; a transcript
     /// still `queued` (see [`queued_transcript`]) is started as a new task instead.
     pub resume: Option<Transcript>,
+    /// A resume whose `task_resumed` is already on the record: the daemon writes
+    /// (and syncs) it before answering 202, so the run does not write it again.
+    pub resume_recorded: bool,
 }
 
 /// How a task ended.
@@ -568,11 +571,13 @@ impl TaskRun<'_> {
     /// (the audit log failed).
     async fn drive(&mut self) -> Result<Ended, EventError> {
         if !starts_fresh(self.spec) {
-            self.record(Event::TaskResumed {
-                turns_so_far: self.turn,
-                source: self.spec.source.clone(),
-            })
-            .await?;
+            if !self.spec.resume_recorded {
+                self.record(Event::TaskResumed {
+                    turns_so_far: self.turn,
+                    source: self.spec.source.clone(),
+                })
+                .await?;
+            }
             self.prepare_resume().await?;
         } else {
             let loaded = self.env.services.config.current();

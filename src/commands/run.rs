@@ -80,6 +80,7 @@ async fn run_async(
         max_turns: opts.max_turns,
         source: "cli".into(),
         resume: None,
+        resume_recorded: false,
     };
     // Held for the whole run, so a daemon on the same root neither marks this task
     // interrupted nor resumes it while it runs.

@@ -462,7 +462,18 @@ async fn resume_task(
             ));
         }
     };
-    s.scheduler.resume(claim, transcript, lock);
+    // Answered only once `task_resumed` is on the record, like a new task: 507
+    // while the log cannot take it.
+    s.scheduler
+        .resume(claim, transcript, lock)
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INSUFFICIENT_STORAGE,
+                "insufficient_storage",
+                format!("the audit log cannot be written, so the task is not resumed: {e}"),
+            )
+        })?;
     let t = task(&s, &id)?;
     Ok((StatusCode::ACCEPTED, Json(t)).into_response())
 }

@@ -8,6 +8,7 @@ pub mod access;
 pub mod api;
 pub mod approvals;
 pub mod index;
+pub mod loose_ends;
 pub mod metrics;
 pub mod remember;
 pub mod serve;

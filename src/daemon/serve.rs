@@ -31,6 +31,7 @@ use tokio::sync::Semaphore;
 
 use super::api::{AppState, Peer, router};
 use super::approvals::Approvals;
+use super::loose_ends::close_at_start;
 use super::metrics::Metrics;
 use super::socket::{SocketDir, SocketError};
 use super::tasks::{Registry, Scheduler, SchedulerParts, TaskStatus};
@@ -63,6 +64,9 @@ pub enum ServeError {
         /// The write's error.
         error: std::io::Error,
     },
+    /// Tasks left open on the record could not be closed.
+    #[error(transparent)]
+    LooseEnds(#[from] super::loose_ends::LooseEndsError),
     /// The start-up scan of the transcripts ended abnormally (it panicked).
     #[error("the scan of the transcripts at start-up failed: {0}")]
     Scan(tokio::task::JoinError),
@@ -138,9 +142,21 @@ async fn recover_tasks(
     events: &EventLog,
 ) -> Result<Vec<Transcript>, ServeError> {
     let dir = loaded.paths.transcripts.clone();
-    let (found, failed) = tokio::task::spawn_blocking(move || scan_transcripts(&dir))
+    let Scan {
+        found,
+        refused,
+        failed,
+    } = tokio::task::spawn_blocking(move || scan_transcripts(&dir))
         .await
         .map_err(ServeError::Scan)?;
+    for r in refused {
+        let event = Event::TranscriptRefused {
+            file: r.file.display().to_string(),
+            moved_to: r.moved_to.display().to_string(),
+            error: r.error,
+        };
+        events.record(None, event).await?;
+    }
     let mut queued = Vec::new();
     for Found {
         head: t,
@@ -197,34 +213,85 @@ fn live_usage(registry: &Registry, ev: &Value) {
     }
 }
 
-/// Reads every transcript in `dir` (unreadable ones are skipped) and saves those
-/// still `running` as `interrupted`. Stops at the first save that fails: what was
-/// found before it is returned with the error, so it is still recorded.
-fn scan_transcripts(dir: &Path) -> (Vec<Found>, Option<ServeError>) {
-    let mut found = Vec::new();
+/// What the start-up scan of the transcripts found.
+#[derive(Default)]
+struct Scan {
+    found: Vec<Found>,
+    refused: Vec<Refused>,
+    failed: Option<ServeError>,
+}
+
+/// A transcript moved aside at start instead of being acted on.
+struct Refused {
+    file: PathBuf,
+    moved_to: PathBuf,
+    error: String,
+}
+
+/// Reads every transcript in `dir` (unreadable ones are skipped, misnamed ones
+/// refused) and saves those still `running` as `interrupted`. Stops at the first
+/// save that fails: what was found before it is returned with the error, so it is
+/// still recorded.
+fn scan_transcripts(dir: &Path) -> Scan {
+    let mut scan = Scan::default();
     let Ok(entries) = std::fs::read_dir(dir) else {
-        return (found, None);
+        return scan;
     };
     for entry in entries.flatten() {
         let path = entry.path();
         if path.extension().is_none_or(|e| e != "json") {
             continue;
         }
-        let Some(found_here) = read_found(dir, &path) else {
+        let Some(found_here) = read_found(dir, &path, &mut scan.refused) else {
             continue;
         };
         match found_here {
-            Ok(f) => found.push(f),
-            Err(e) => return (found, Some(e)),
+            Ok(f) => scan.found.push(f),
+            Err(e) => {
+                scan.failed = Some(e);
+                return scan;
+            }
         }
     }
-    (found, None)
+    scan
+}
+
+/// For a transcript the start would act on (queued or running): refuses it when
+/// its file is not named after its `task_id` (the run would save under the id's
+/// name and leave this file as it is, to be acted on again at every start). It is
+/// moved aside to `<file>.refused-<ts>`, out of the next scans. `None`: it is
+/// fine.
+fn misnamed(path: &Path, task_id: &str) -> Option<Refused> {
+    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+    if stem.as_deref() == Some(task_id) {
+        return None;
+    }
+    let ts = chrono::Utc::now().format("%Y%m%dT%H%M%S%.3fZ");
+    let moved_to = PathBuf::from(format!("{}.refused-{ts}", path.display()));
+    let why = format!(
+        "{}: its task_id is {task_id:?}, so it must be named {task_id}.json; not acted on",
+        path.display()
+    );
+    let error = match std::fs::rename(path, &moved_to) {
+        Ok(()) => format!("{why}, moved to {}", moved_to.display()),
+        Err(e) => format!("{why}, and it cannot be moved aside: {e}"),
+    };
+    tracing::error!("{error}");
+    Some(Refused {
+        file: path.to_path_buf(),
+        moved_to,
+        error,
+    })
 }
 
 /// One transcript at start: its head, and for a task still `queued` or `running`
 /// the whole transcript (a running one is saved as `interrupted` here). `None` for
 /// a file that cannot be read or parsed (skipped).
-fn read_found(dir: &Path, path: &Path) -> Option<Result<Found, ServeError>> {
+fn read_found(
+    dir: &Path,
+    path: &Path,
+    refused: &mut Vec<Refused>,
+) -> Option<Result<Found, ServeError>> {
     // An unreadable transcript is skipped, but never silently: its task would vanish
     // from the API, so the operator is told which file and why.
     let skipped = |why: String| {
@@ -242,6 +309,10 @@ fn read_found(dir: &Path, path: &Path) -> Option<Result<Found, ServeError>> {
             queued: None,
             was_running: false,
         }));
+    }
+    if let Some(r) = misnamed(path, &head.task_id) {
+        refused.push(r);
+        return None;
     }
     let mut transcript: Transcript = serde_json::from_str(&text)
         .map_err(|e| skipped(e.to_string()))
@@ -313,6 +384,8 @@ pub async fn serve(
     socket.dir.remove_socket();
     let grace = Duration::from_secs(services.live.current().config.daemon.shutdown_grace_secs);
     drain(&scheduler, grace).await;
+    // Nothing left open behind `daemon_stopping`: the next start trusts it.
+    scheduler.settle_owed().await;
     let events = services.events.clone();
     services.shutdown().await;
     events
@@ -419,6 +492,20 @@ async fn wire(
         services: services.task_services(Arc::new(approvals.clone())),
         registry,
     });
+    let paths = &services.loaded.paths;
+    let closed = close_at_start(
+        paths.transcripts.clone(),
+        paths.events.clone(),
+        &services.events,
+    )
+    .await?;
+    if closed > 0 {
+        let _ = writeln!(
+            std::io::stderr(),
+            "harnessd: recorded task_finished for {closed} task(s) the log left open \
+             (see their events)"
+        );
+    }
     let requeued = scheduler.requeue(queued).await?;
     if requeued > 0 {
         let _ = writeln!(

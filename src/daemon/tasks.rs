@@ -16,6 +16,7 @@ use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::loose_ends::Owed;
 pub use crate::agent::TaskStatus;
 use crate::agent::{
     LockError, RunLock, StopReason, TaskOutcome, TaskServices, TaskSpec, Transcript, new_task_id,
@@ -389,6 +390,8 @@ pub struct Scheduler {
     pub tracker: TaskTracker,
     /// Parent of every task's cancellation token: cancelling it stops them all.
     pub shutdown: CancellationToken,
+    /// Tasks whose `task_finished` the log could not take, written once it can.
+    owed: Owed,
 }
 
 /// Everything a scheduler needs.
@@ -415,6 +418,7 @@ impl Scheduler {
             slots: Arc::new(Semaphore::new(slots)),
             tracker: TaskTracker::new(),
             shutdown: CancellationToken::new(),
+            owed: Owed::default(),
         }
     }
 
@@ -436,20 +440,30 @@ impl Scheduler {
             max_turns,
             source: "api".into(),
             resume: None,
+            resume_recorded: false,
         };
         // Recorded (and synced) before the task exists anywhere: a task the log
         // cannot hold is refused, never accepted and lost.
-        self.services
+        let queued = Event::TaskQueued {
+            prompt: spec.prompt.clone(),
+            source: spec.source.clone(),
+            by: by.clone(),
+        };
+        if let Err(e) = self
+            .services
             .events
-            .record(
-                Some(&spec.task_id),
-                Event::TaskQueued {
-                    prompt: spec.prompt.clone(),
-                    source: spec.source.clone(),
-                    by: by.clone(),
-                },
-            )
-            .await?;
+            .record(Some(&spec.task_id), queued)
+            .await
+        {
+            // The line may be in the file all the same (written, then its sync
+            // failed): it is closed too, now if the log takes it, else at the start's
+            // check of open tasks. A failed write left no line to close.
+            if e.line_may_remain() {
+                self.not_accepted(&spec.task_id, format!("the audit log failed: {e}"))
+                    .await;
+            }
+            return Err(e.into());
+        }
         let loaded = self.services.config.current();
         let model = model.unwrap_or_else(|| loaded.config.api.model.clone());
         let transcript = queued_transcript(&spec, model, by);
@@ -457,30 +471,48 @@ impl Scheduler {
             .save_async(loaded.paths.transcripts.clone())
             .await
         {
-            self.not_accepted(&spec.task_id, &e).await;
+            self.not_accepted(
+                &spec.task_id,
+                format!("the task's transcript cannot be saved: {e}"),
+            )
+            .await;
             return Err(SubmitError::Transcript(e));
         }
+        // The log takes lines again: tasks that ended while it could not get their
+        // `task_finished` now.
+        self.owed
+            .settle(&loaded.paths.transcripts, &self.services.events)
+            .await;
         // Started from the transcript just saved, so the registry, the file and the
         // run agree on `created`; a `queued` transcript starts as a new task.
         spec.resume = Some(transcript);
         Ok(self.start(spec))
     }
 
-    /// Closes the record of a task whose `task_queued` is on the log but whose
-    /// transcript could not be saved: the log says it ended (with `error`) rather
-    /// than leaving it open forever. A failure here is the log's own, already
-    /// reported by its health.
-    async fn not_accepted(&self, task_id: &str, error: &std::io::Error) {
+    /// Closes the record of a task whose `task_queued` (or a resume's
+    /// `task_resumed`) may be on the log although it was not accepted (its
+    /// transcript could not be saved, or the line's sync failed): the log says it
+    /// ended (with `error`, naming `why`) rather than leaving it open forever.
+    async fn not_accepted(&self, task_id: &str, why: String) {
+        let error = format!("not accepted: {why}");
         let event = Event::TaskFinished {
             stop_reason: StopReason::Error.as_str().into(),
             turns: 0,
             usage: Usage::default(),
             duration_ms: 0,
-            error: Some(format!(
-                "not accepted: the task's transcript cannot be saved: {error}"
-            )),
+            error: Some(error.clone()),
         };
-        let _ = self.services.events.record(Some(task_id), event).await;
+        if self
+            .services
+            .events
+            .record(Some(task_id), event)
+            .await
+            .is_err()
+        {
+            // Written once the log takes lines again, so a clean stop still leaves
+            // nothing open behind it.
+            self.owed.push(task_id, error);
+        }
     }
 
     /// Queues again the tasks a previous daemon accepted and never started (their
@@ -506,10 +538,18 @@ impl Scheduler {
                 max_turns: t.max_turns,
                 source: t.source.clone().unwrap_or_else(|| "api".into()),
                 resume: Some(t),
+                resume_recorded: false,
             };
             self.start(spec);
         }
         Ok(n)
+    }
+
+    /// Writes the `task_finished` lines the log refused earlier, if it takes them
+    /// now.
+    pub async fn settle_owed(&self) {
+        let dir = self.services.config.current().paths.transcripts.clone();
+        self.owed.settle(&dir, &self.services.events).await;
     }
 
     /// The audit log the tasks write to.
@@ -530,21 +570,47 @@ impl Scheduler {
     }
 
     /// Continues a claimed task from its transcript, under its run lock (held until
-    /// the run ends).
-    pub fn resume(&self, claim: Claim, transcript: Transcript, lock: RunLock) -> String {
+    /// the run ends), once its `task_resumed` is on the record (synced, with
+    /// `audit.sync = "before_action"`). `Err`: the line could not be written; the
+    /// claim is given up and nothing runs.
+    pub async fn resume(
+        &self,
+        claim: Claim,
+        transcript: Transcript,
+        lock: RunLock,
+    ) -> Result<String, EventError> {
+        let event = Event::TaskResumed {
+            turns_so_far: transcript.turns.len() as u32,
+            source: "api".into(),
+        };
+        if let Err(e) = self
+            .services
+            .events
+            .record(Some(&transcript.task_id), event)
+            .await
+        {
+            self.release(claim);
+            // A line written but not synced may stay: the refused resume is closed.
+            if e.line_may_remain() {
+                let why = format!("the resume was refused: the audit log failed: {e}");
+                self.not_accepted(&transcript.task_id, why).await;
+            }
+            return Err(e);
+        }
         let spec = TaskSpec {
             task_id: transcript.task_id.clone(),
             prompt: String::new(),
             max_turns: None,
             source: "api".into(),
             resume: Some(transcript),
+            resume_recorded: true,
         };
         let id = spec.task_id.clone();
         let this = self.clone();
         let slot = self.join_queue();
         self.tracker
             .spawn(async move { this.run(spec, claim.cancel, Some(lock), slot).await });
-        id
+        Ok(id)
     }
 
     /// Joins the slot queue now, in the caller's order: the semaphore serves its
@@ -632,6 +698,7 @@ impl Scheduler {
             Ok(outcome) => self.registry.finish(&id, &outcome),
             Err(e) => {
                 tracing::error!("task {id}: the audit log failed: {e}");
+                self.owed.push(&id, e.to_string());
                 self.fail(&id, e.to_string());
             }
         }

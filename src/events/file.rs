@@ -145,7 +145,19 @@ impl LogFile {
             let mut bytes = serde_json::to_vec(&Value::Object(line))
                 .map_err(|e| io("serialise event for", path)(std::io::Error::other(e)))?;
             bytes.push(b'\n');
-            match append_line(file, len, &bytes) {
+            let written = match super::failpoint::check("events.append") {
+                Ok(()) => append_line(file, len, &bytes),
+                Err(e) => append_line(
+                    &mut super::failpoint::HalfThenFail {
+                        inner: file,
+                        error: Some(e),
+                        wrote_half: false,
+                    },
+                    len,
+                    &bytes,
+                ),
+            };
+            match written {
                 Ok(()) => Ok((next_seq, len + bytes.len() as u64)),
                 Err(AppendFailure { write, cut }) => {
                     if cut.is_err() {
@@ -165,7 +177,9 @@ impl LogFile {
     /// Forces every line written so far to the disk (`fdatasync`).
     pub(crate) fn sync(&mut self) -> Result<(), EventError> {
         let file = self.file.as_ref().ok_or(EventError::Closed)?;
-        file.sync_data().map_err(io("sync", &self.path))
+        super::failpoint::check("events.sync")
+            .and_then(|()| file.sync_data())
+            .map_err(io("sync", &self.path))
     }
 }
 

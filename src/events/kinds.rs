@@ -58,6 +58,17 @@ pub enum Event {
         /// Its length.
         bytes: u64,
     },
+    /// A transcript found at start was refused and moved aside rather than acted
+    /// on (e.g. its file name does not match its `task_id`, so a queued one would
+    /// be queued again at every start).
+    TranscriptRefused {
+        /// The file, as found.
+        file: String,
+        /// Where it was moved.
+        moved_to: String,
+        /// Why, naming the file and the id.
+        error: String,
+    },
     /// A task was accepted (the control API answers 202 only after this line is
     /// written and, with `audit.sync = "before_action"`, synced).
     TaskQueued {

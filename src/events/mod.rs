@@ -13,12 +13,15 @@
 //! String fields longer than [`MAX_FIELD_CHARS`] are cut in the middle. Diagnostics
 //! never go here; they go through `tracing`.
 
+mod failpoint;
 mod file;
 mod kinds;
+mod open_tasks;
 mod trail;
 
 pub use file::{EventError, Repair};
 pub use kinds::Event;
+pub use open_tasks::{ended_cleanly, open_tasks};
 pub use trail::{CallTrail, TrailError, call_trails};
 
 use std::path::Path;
@@ -55,15 +58,24 @@ enum Command {
 /// write and sync) and everyone who must refuse work while it cannot.
 #[derive(Default)]
 struct Health {
-    /// Why the last write or sync failed; `None` once one succeeds.
-    failing: Mutex<Option<String>>,
+    /// Why the last write failed; `None` once one succeeds.
+    write: Mutex<Option<String>>,
+    /// Why the last sync failed; `None` once one succeeds. Kept apart from writes:
+    /// after a failed `fdatasync` the lines may not be on the disk, and a later
+    /// write that lands in the page cache proves nothing until a sync succeeds.
+    sync: Mutex<Option<String>>,
 }
 
 impl Health {
-    fn note<T>(&self, result: &Result<T, EventError>) {
-        if let Ok(mut failing) = self.failing.lock() {
+    fn note<T>(slot: &Mutex<Option<String>>, result: &Result<T, EventError>) {
+        if let Ok(mut failing) = slot.lock() {
             *failing = result.as_ref().err().map(ToString::to_string);
         }
+    }
+
+    fn failing(&self) -> Option<String> {
+        let get = |slot: &Mutex<Option<String>>| slot.lock().ok().and_then(|f| f.clone());
+        get(&self.sync).or_else(|| get(&self.write))
     }
 }
 
@@ -147,10 +159,10 @@ impl EventLog {
         done.await.map_err(|_| EventError::Closed)?
     }
 
-    /// Why the log cannot be written, while the last write (or sync) failed; `None`
-    /// once a write succeeds again.
+    /// Why the log cannot be written, while the last write or the last sync failed;
+    /// `None` once a write, and after a failed sync a sync, succeeds again.
     pub fn failing(&self) -> Option<String> {
-        self.health.failing.lock().ok().and_then(|f| f.clone())
+        self.health.failing()
     }
 
     /// Whether a tap is attached.
@@ -159,12 +171,25 @@ impl EventLog {
     }
 }
 
+impl EventError {
+    /// Whether the line may be in the file despite the error: its write succeeded
+    /// and the sync after it failed. A failed write is cut back, so its line is not.
+    pub fn line_may_remain(&self) -> bool {
+        // `LogFile::sync` names its operation "sync".
+        matches!(self, EventError::Io { op: "sync", .. })
+    }
+}
+
 /// Whether `event` is the last line before an action (a tool run, an approval
-/// taking effect, a 202), and so must be on disk before it proceeds.
+/// taking effect, a 202 to a new task or a resume), and so must be on disk before
+/// it proceeds.
 pub fn gates_action(event: &Event) -> bool {
     matches!(
         event,
-        Event::PolicyDecision { .. } | Event::ApprovalResolved { .. } | Event::TaskQueued { .. }
+        Event::PolicyDecision { .. }
+            | Event::ApprovalResolved { .. }
+            | Event::TaskQueued { .. }
+            | Event::TaskResumed { .. }
     )
 }
 
@@ -209,7 +234,7 @@ impl Writer {
     fn append(&mut self, body: Map<String, Value>) -> Result<u64, EventError> {
         let ts = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
         let result = self.log.append(ts.clone(), body.clone());
-        self.health.note(&result);
+        Health::note(&self.health.write, &result);
         if let (Ok(seq), Some(tap)) = (&result, &self.tap) {
             let mut line = Map::new();
             line.insert("seq".into(), (*seq).into());
@@ -224,7 +249,7 @@ impl Writer {
     /// actions they gate must not proceed on lines that may not be on disk.
     fn sync_for(&mut self, held: Vec<Held>) {
         let synced = self.log.sync();
-        self.health.note(&synced);
+        Health::note(&self.health.sync, &synced);
         for h in held {
             let failed = synced.as_ref().err().map(copy_error);
             match h {

@@ -83,7 +83,11 @@ fn layout() -> Option<&'static Layout> {
 }
 
 /// Removes call cgroups left by a harnessd that died (`harnessd-<pid>-<n>` whose
-/// pid is gone); a cgroup whose processes are all gone is just an empty directory.
+/// pid is gone), killing first whatever still runs in them: after a kill -9 the
+/// dead daemon's tool processes may still be dying (or, had one escaped its
+/// parent-death signal, running), and a cgroup with a process in it cannot be
+/// removed. Each removal is logged (a warning when processes had to be killed)
+/// and so is each failure, naming the directory.
 fn remove_stale(layout: &Layout) {
     let dirs: Vec<&PathBuf> = match layout {
         Layout::V2(base) => vec![base],
@@ -99,11 +103,54 @@ fn remove_stale(layout: &Layout) {
             else {
                 continue;
             };
-            if kill(Pid::from_raw(pid), None).is_err() {
-                let _ = std::fs::remove_dir(entry.path());
+            if kill(Pid::from_raw(pid), None).is_ok() {
+                continue;
+            }
+            let path = entry.path();
+            let killed = kill_listed(&path);
+            match remove_dir_retrying(&path) {
+                // Processes outliving their daemon are worth a warning; an empty
+                // directory is housekeeping.
+                Ok(()) if killed > 0 => tracing::warn!(
+                    "removed call cgroup {} left by harnessd pid {pid}, which is gone, \
+                     after killing {killed} process(es) still in it",
+                    path.display()
+                ),
+                Ok(()) => tracing::info!(
+                    "removed call cgroup {} left by harnessd pid {pid}, which is gone",
+                    path.display()
+                ),
+                Err(e) => tracing::warn!(
+                    "cannot remove call cgroup {} left by harnessd pid {pid}: {e}",
+                    path.display()
+                ),
             }
         }
     }
+}
+
+/// SIGKILLs every process listed in `dir`'s `cgroup.procs` until none is left (a
+/// fork in flight may add one more); how many kills were sent. For cgroup v1,
+/// which has no `cgroup.kill`, and for stale cgroups of either kind.
+fn kill_listed(dir: &std::path::Path) -> usize {
+    let procs = dir.join("cgroup.procs");
+    let mut sent = 0;
+    for _ in 0..50 {
+        let Ok(list) = std::fs::read_to_string(&procs) else {
+            return sent;
+        };
+        let pids: Vec<i32> = list.lines().filter_map(|l| l.trim().parse().ok()).collect();
+        if pids.is_empty() {
+            return sent;
+        }
+        for pid in pids {
+            if kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok() {
+                sent += 1;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    sent
 }
 
 /// Whether a call cgroup could be made (unknown until the first attempt).
@@ -207,21 +254,9 @@ impl CallCgroup {
             let _ = std::fs::write(self.dirs[0].join("cgroup.kill"), "1");
             return;
         }
-        // v1 has no cgroup.kill: kill what is listed until nothing is (a fork in
-        // flight may add one more).
-        let procs = self.dirs.last().map(|d| d.join("cgroup.procs"));
-        for _ in 0..50 {
-            let Some(list) = procs.as_ref().and_then(|p| std::fs::read_to_string(p).ok()) else {
-                return;
-            };
-            let pids: Vec<i32> = list.lines().filter_map(|l| l.trim().parse().ok()).collect();
-            if pids.is_empty() {
-                return;
-            }
-            for pid in pids {
-                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-            }
-            std::thread::sleep(std::time::Duration::from_millis(2));
+        // v1 has no cgroup.kill: kill what is listed until nothing is.
+        if let Some(dir) = self.dirs.last() {
+            kill_listed(dir);
         }
     }
 }

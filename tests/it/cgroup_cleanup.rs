@@ -11,7 +11,7 @@ use crate::common::{FakeApi, Reply, TestRoot, stderr, wait_until};
 /// The directories call cgroups are made in, found the way `exec/cgroup.rs` finds
 /// them: this process's own cgroups (a child inherits them), v2 when the unified
 /// hierarchy delegates memory and pids, otherwise the v1 memory and pids trees.
-fn call_cgroup_parents() -> Vec<PathBuf> {
+pub(crate) fn call_cgroup_parents() -> Vec<PathBuf> {
     let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
     let path_of = |want: &str| {
         own.lines().find_map(|l| {
@@ -40,7 +40,7 @@ fn call_cgroup_parents() -> Vec<PathBuf> {
 }
 
 /// The call cgroups of the harnessd with `pid` under `parents`.
-fn cgroups_of(parents: &[PathBuf], pid: u32) -> Vec<PathBuf> {
+pub(crate) fn cgroups_of(parents: &[PathBuf], pid: u32) -> Vec<PathBuf> {
     let prefix = format!("harnessd-{pid}-");
     parents
         .iter()

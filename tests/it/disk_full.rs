@@ -3,17 +3,22 @@
 //! CI does), filled while a task waits on the model. The line that cannot be written
 //! is cut back, the tool it would have run does not run, the task stops with
 //! `error`, `/healthz` is 503 and new tasks are refused with 507 until space returns.
+//!
+//! Where a tmpfs cannot be mounted (not root, no CAP_SYS_ADMIN), the same test runs
+//! with the event writer's failpoint (`events.append=enospc`, debug builds) as the
+//! full disk, and says so on stderr: never a silent skip.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::{Value, json};
 
 use crate::common::daemon::Daemon;
-use crate::common::{FakeApi, Reply, TestRoot, wait_until};
+use crate::common::{TestRoot, wait_until};
+use crate::failpoints::{Faults, held_model};
 
 /// A tmpfs mounted on a directory, unmounted on drop.
 struct Mount {
@@ -21,20 +26,73 @@ struct Mount {
 }
 
 impl Mount {
-    fn tmpfs(dir: &Path, size: &str) -> Mount {
+    /// Mounts a tmpfs of `size` on `dir`; `Err` says why it could not be.
+    fn tmpfs(dir: &Path, size: &str) -> Result<Mount, String> {
         std::fs::create_dir_all(dir).unwrap();
         let out = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
             .arg(dir)
             .output()
-            .expect("run mount");
-        assert!(
-            out.status.success(),
-            "this test needs to mount a tmpfs (run it as root, as CI does): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Mount {
+            .map_err(|e| format!("cannot run mount: {e}"))?;
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
+        }
+        Ok(Mount {
             dir: dir.to_path_buf(),
+        })
+    }
+}
+
+/// What makes the disk full: a real small filesystem, or the failpoint.
+enum Full {
+    /// The tmpfs and the file that fills it.
+    Tmpfs { _mount: Mount, filler: PathBuf },
+    /// The failpoint file (`HARNESSD_FAILPOINTS=@<file>`).
+    Failpoint(Faults),
+}
+
+impl Full {
+    fn set_up(root: &TestRoot) -> Full {
+        let transcripts = root.dir.join("transcripts");
+        let _ = std::fs::remove_dir_all(&transcripts);
+        // HARNESSD_TEST_NO_MOUNT=1 runs the fallback on a machine that can mount.
+        let mount = match std::env::var_os("HARNESSD_TEST_NO_MOUNT") {
+            Some(_) => Err("HARNESSD_TEST_NO_MOUNT is set".to_string()),
+            None => Mount::tmpfs(&transcripts, "256k"),
+        };
+        match mount {
+            Ok(mount) => Full::Tmpfs {
+                _mount: mount,
+                filler: transcripts.join("filler"),
+            },
+            Err(why) => {
+                eprintln!(
+                    "disk_full: cannot mount a tmpfs ({why}); the full disk is the \
+                     events.append=enospc failpoint instead"
+                );
+                Full::Failpoint(Faults::new(root))
+            }
+        }
+    }
+
+    fn env(&self) -> Vec<(&'static str, String)> {
+        match self {
+            Full::Tmpfs { .. } => Vec::new(),
+            Full::Failpoint(f) => vec![("HARNESSD_FAILPOINTS", f.env())],
+        }
+    }
+
+    fn fill(&self) {
+        match self {
+            Full::Tmpfs { filler, .. } => fill(filler),
+            Full::Failpoint(f) => f.raise("events.append=enospc"),
+        }
+    }
+
+    fn free(&self) {
+        match self {
+            Full::Tmpfs { filler, .. } => std::fs::remove_file(filler).unwrap(),
+            Full::Failpoint(f) => f.clear(),
         }
     }
 }
@@ -82,26 +140,6 @@ fn check_log(path: &Path) -> Vec<Value> {
     events
 }
 
-/// A fake model whose first answer (a `write_file` of `marker.txt`) waits until
-/// `go` is set; every later request gets a plain answer.
-fn held_model(asked: Arc<AtomicBool>, go: Arc<AtomicBool>) -> FakeApi {
-    let count = AtomicUsize::new(0);
-    FakeApi::with_responder(Box::new(move |_| {
-        if count.fetch_add(1, Ordering::SeqCst) > 0 {
-            return Reply::text("done");
-        }
-        asked.store(true, Ordering::SeqCst);
-        while !go.load(Ordering::SeqCst) {
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        Reply::tool(
-            "w",
-            "write_file",
-            json!({"path": "marker.txt", "content": "ran"}),
-        )
-    }))
-}
-
 #[test]
 fn a_full_disk_stops_the_action_and_refuses_tasks_until_space_returns() {
     let (asked, go) = (
@@ -115,16 +153,15 @@ fn a_full_disk_stops_the_action_and_refuses_tasks_until_space_returns() {
         s["tools"]["allow"] = json!(["write_file", "get_time"]);
         s["tools"]["ask"] = json!([]);
     });
-    let transcripts = root.dir.join("transcripts");
-    let _ = std::fs::remove_dir_all(&transcripts);
-    let mount = Mount::tmpfs(&transcripts, "256k");
-    let log = transcripts.join("events.jsonl");
-    let filler = transcripts.join("filler");
-    let d = Daemon::start(&root);
+    let full = Full::set_up(&root);
+    let log = root.dir.join("transcripts/events.jsonl");
+    let env = full.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let d = Daemon::start_with_env(&root, &env);
 
     let id = d.submit("write the marker");
     wait_until("the model request", || asked.load(Ordering::SeqCst));
-    fill(&filler);
+    full.fill();
     go.store(true, Ordering::SeqCst);
 
     let t = d.wait_finished(&id);
@@ -146,7 +183,7 @@ fn a_full_disk_stops_the_action_and_refuses_tasks_until_space_returns() {
     );
     check_log(&log);
 
-    std::fs::remove_file(&filler).unwrap();
+    full.free();
     let id2 = d.submit("again");
     let (status, health) = d.request("GET", "/healthz", None);
     assert_eq!(status, 200, "{health}");
@@ -165,6 +202,13 @@ fn a_full_disk_stops_the_action_and_refuses_tasks_until_space_returns() {
             .count(),
         1
     );
+    // The task the full disk stopped got its `task_finished` once space returned.
+    let finished: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "task_finished" && e["task_id"] == id.as_str())
+        .collect();
+    assert_eq!(finished.len(), 1, "{finished:?}");
+    assert_eq!(finished[0]["stop_reason"], "error");
     drop(d);
-    drop(mount);
+    drop(full);
 }

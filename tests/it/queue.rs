@@ -12,7 +12,7 @@ use crate::common::fake_api::check_pairing;
 use crate::common::{FakeApi, Reply, TestRoot, last_results, wait_until};
 
 /// Kills the daemon with SIGKILL and reaps it.
-fn kill9(mut d: Daemon) {
+pub(crate) fn kill9(mut d: Daemon) {
     d.child.kill().unwrap();
     d.child.wait().unwrap();
 }
@@ -101,7 +101,7 @@ fn loop_model(body: &Value) -> Reply {
 
 /// Every line of events.jsonl parses (`events` panics otherwise) and seq strictly
 /// increases.
-fn check_log(root: &TestRoot) {
+pub(crate) fn check_log(root: &TestRoot) {
     let seqs: Vec<u64> = root
         .events()
         .iter()
@@ -162,4 +162,48 @@ fn kill_loop_loses_no_accepted_task() {
         assert_eq!(last["role"], "assistant", "{id}: ends with the answer");
     }
     check_log(&root);
+}
+
+#[test]
+fn a_queued_transcript_named_after_another_id_is_refused_once() {
+    let api = FakeApi::start(vec![Reply::text("done")]);
+    let root = TestRoot::new(&api.url);
+    let d = Daemon::start(&root);
+    let id = d.submit("x");
+    d.wait_finished(&id);
+    kill9(d);
+    // A queued transcript under a name that is not its id (a copy, a rename).
+    let dir = root.dir.join("transcripts");
+    let mut t: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join(format!("{id}.json"))).unwrap())
+            .unwrap();
+    t["task_id"] = "t-20260101T000000Z-0000aa".into();
+    t["status"] = "queued".into();
+    t["stop_reason"] = Value::Null;
+    t["answer"] = Value::Null;
+    let misnamed = dir.join("t-20260101T000000Z-0000bb.json");
+    std::fs::write(&misnamed, t.to_string()).unwrap();
+    for start in 0..2 {
+        let d = Daemon::start(&root);
+        let refused = root.events_of("transcript_refused");
+        assert_eq!(refused.len(), 1, "start {start}: {refused:?}");
+        let error = refused[0]["error"].as_str().unwrap();
+        assert!(
+            error.contains("t-20260101T000000Z-0000bb.json")
+                && error.contains("t-20260101T000000Z-0000aa"),
+            "{error}"
+        );
+        assert!(root.events_of("task_requeued").is_empty());
+        assert!(!misnamed.exists(), "moved aside");
+        let (code, _) = d.request("GET", "/v1/tasks/t-20260101T000000Z-0000aa", None);
+        assert_eq!(code, 404);
+        kill9(d);
+    }
+    let aside: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("t-20260101T000000Z-0000bb.json.refused-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
 }
