@@ -159,7 +159,11 @@ fn init_logging() -> Option<tracing_appender::non_blocking::WorkerGuard> {
         tracing_subscriber::EnvFilter::try_from_env("HARNESSD_LOG")
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"))
     };
-    let stderr = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colour only for a person at a terminal: journald and log files keep the
+    // escape codes as text otherwise.
+    let stderr = tracing_subscriber::fmt::layer()
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
     let (file, guard) = match std::env::var_os("HARNESSD_LOG_DIR") {
         Some(dir) => {
             let appender = tracing_appender::rolling::daily(dir, "harnessd.log");

@@ -435,3 +435,19 @@ fn submit_wait_shows_each_approval_it_waits_for() {
     assert!(unwrap_blocks(&err).contains(&command), "{err}");
     assert!(err.contains("[done] end_turn"), "{err}");
 }
+
+/// Diagnostics written to a pipe (journald, a log collector) carry no colour
+/// codes: the escape sequences would reach the journal as text.
+#[test]
+fn diagnostics_to_a_pipe_carry_no_escape_codes() {
+    let api = FakeApi::start(Vec::new());
+    let root = TestRoot::new(&api.url);
+    let out = root
+        .command(&["check"])
+        .env("HARNESSD_LOG", "debug")
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert!(err.contains("DEBUG"), "no diagnostics to look at: {err}");
+    assert!(!err.contains('\x1b'), "escape codes on a pipe: {err:?}");
+}
