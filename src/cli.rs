@@ -114,6 +114,12 @@ pub enum Command {
         #[arg(long)]
         follow: bool,
     },
+    /// Audit-log tools.
+    Audit {
+        /// Which.
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
     /// Validate both files and print the effective settings.
     Check {
         /// Print JSON instead of text.
@@ -146,6 +152,18 @@ pub enum Command {
         /// The command and its arguments (after `--`).
         #[arg(required = true, last = true)]
         command: Vec<String>,
+    },
+}
+
+/// `harnessd audit …`.
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Check every line's `seq` and `prev` across all files of the log: exit 0
+    /// with the chain head, or 1 naming the first bad file, line and seq.
+    Verify {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 

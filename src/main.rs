@@ -5,7 +5,7 @@
 use clap::Parser;
 use std::io::Write as _;
 
-use harnessd::cli::{Cli, Command, PolicyCommand};
+use harnessd::cli::{AuditCommand, Cli, Command, PolicyCommand};
 use harnessd::commands;
 use harnessd::commands::clients::ClientCommand;
 use harnessd::services::StartError;
@@ -84,6 +84,9 @@ fn dispatch(cli: Cli, helper: std::path::PathBuf) -> anyhow::Result<i32> {
             }
             PolicyCommand::Schema => commands::policy::schema(),
         },
+        Command::Audit {
+            command: AuditCommand::Verify { json },
+        } => commands::audit::verify(&root, json),
         Command::Replay { path, json } => commands::replay::run(&root, &path, json),
         Command::Submit {
             wait,

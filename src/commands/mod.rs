@@ -2,6 +2,7 @@
 //! exits. `run` and `serve` install their signal handlers here ([`signals`]) and
 //! start through [`crate::services`].
 
+pub mod audit;
 pub mod boundary;
 pub mod check;
 pub mod clients;

@@ -75,6 +75,7 @@ async fn run_async(
         prompt: opts.task,
         max_turns: opts.max_turns,
         source: "cli".into(),
+        by: "cli".into(),
         resume: None,
     };
     // Held for the whole run, so a daemon on the same root neither marks this task

@@ -25,6 +25,7 @@ use super::approvals::Approvals;
 use super::metrics::Metrics;
 use super::tasks::{ClaimError, Cursor, ListQuery, Scheduler, TaskStatus, lock_run};
 use crate::agent::Transcript;
+use crate::events::Event;
 use crate::config::{ConfigSource, LiveConfig};
 use crate::control::{
     ApprovalList, DecisionRequest, DecisionResponse, ErrorBody, ErrorDetail, SubmitRequest,
@@ -66,6 +67,20 @@ pub struct AppState {
 pub struct Peer {
     /// The peer's uid, if the kernel told.
     pub uid: Option<u32>,
+}
+
+impl Peer {
+    /// Who acted, for the audit log's `by`: `uid:N (name)`, the name from the
+    /// user database when it has one (SPEC §7).
+    pub fn by(&self) -> String {
+        let Some(uid) = self.uid else {
+            return "uid:unknown".to_string();
+        };
+        match nix::unistd::User::from_uid(uid.into()) {
+            Ok(Some(user)) => format!("uid:{uid} ({})", user.name),
+            _ => format!("uid:{uid}"),
+        }
+    }
 }
 
 /// An API error.
@@ -294,9 +309,7 @@ async fn submit(
             "max_turns must be at least 1",
         ));
     }
-    let by = peer
-        .uid
-        .map_or("uid:unknown".to_string(), |u| format!("uid:{u}"));
+    let by = peer.by();
     let id = s
         .scheduler
         .submit(body.prompt, body.max_turns, by)
@@ -408,9 +421,23 @@ async fn show_task(
 
 async fn cancel_task(
     State(s): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let Path(id) = id?;
+    task(&s, &id)?;
+    // Who cancelled is on the log before the cancel takes effect.
+    s.scheduler
+        .events()
+        .record(Some(&id), Event::TaskCancelled { by: peer.by() })
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INSUFFICIENT_STORAGE,
+                "insufficient_storage",
+                e.to_string(),
+            )
+        })?;
     let t = s
         .scheduler
         .registry
@@ -421,6 +448,7 @@ async fn cancel_task(
 
 async fn resume_task(
     State(s): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let Path(id) = id?;
@@ -455,7 +483,7 @@ async fn resume_task(
             ));
         }
     };
-    s.scheduler.resume(claim, transcript, lock);
+    s.scheduler.resume(claim, transcript, lock, peer.by());
     let t = task(&s, &id)?;
     Ok((StatusCode::ACCEPTED, Json(t)).into_response())
 }
@@ -484,9 +512,7 @@ async fn answer_approval(
             ),
         )
     })?;
-    let by = peer
-        .uid
-        .map_or("uid:unknown".to_string(), |u| format!("uid:{u}"));
+    let by = peer.by();
     s.approvals
         .resolve(&id, approved, by, body.reason)
         .map_err(|e| ApiError::new(StatusCode::NOT_FOUND, "not_found", e.to_string()))?;

@@ -408,6 +408,7 @@ impl Scheduler {
             prompt,
             max_turns,
             source: "api".into(),
+            by: by.clone(),
             resume: None,
         };
         // Recorded (and synced) before the task exists anywhere: a task the log
@@ -477,6 +478,7 @@ impl Scheduler {
                 prompt: t.messages.first().map(|m| m.text()).unwrap_or_default(),
                 max_turns: t.max_turns,
                 source: t.source.clone().unwrap_or_else(|| "api".into()),
+                by: t.by.clone().unwrap_or_else(|| "unknown".into()),
                 resume: Some(t),
             };
             self.start(spec);
@@ -503,12 +505,14 @@ impl Scheduler {
 
     /// Continues a claimed task from its transcript, under its run lock (held until
     /// the run ends).
-    pub fn resume(&self, claim: Claim, transcript: Transcript, lock: RunLock) -> String {
+    /// `by` is who asked, recorded in `task_resumed`.
+    pub fn resume(&self, claim: Claim, transcript: Transcript, lock: RunLock, by: String) -> String {
         let spec = TaskSpec {
             task_id: transcript.task_id.clone(),
             prompt: String::new(),
             max_turns: None,
             source: "api".into(),
+            by,
             resume: Some(transcript),
         };
         let id = spec.task_id.clone();

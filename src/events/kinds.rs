@@ -57,6 +57,16 @@ pub enum Event {
         /// Its length.
         bytes: u64,
     },
+    /// events.jsonl passed `audit.rotate_mb` and was closed; this is the first
+    /// line of the new file.
+    LogRotated {
+        /// The closed file's name, next to events.jsonl.
+        file: String,
+        /// Its first seq.
+        first_seq: u64,
+        /// Its last seq.
+        last_seq: u64,
+    },
     /// A task was accepted (the control API answers 202 only after this line is
     /// written and, with `audit.sync = "before_action"`, synced).
     TaskQueued {
@@ -64,7 +74,8 @@ pub enum Event {
         prompt: String,
         /// `cli` or `api`.
         source: String,
-        /// Who submitted it: `uid:N` from the socket's peer credentials.
+        /// Who submitted it: `uid:N (name)` from the socket's peer credentials,
+        /// or `cli`.
         by: String,
     },
     /// A task accepted by a previous daemon and still queued when it stopped (its
@@ -89,6 +100,13 @@ pub enum Event {
         turns_so_far: u32,
         /// `cli` or `api`.
         source: String,
+        /// Who resumed it: `uid:N (name)` or `cli`.
+        by: String,
+    },
+    /// A task was cancelled on request.
+    TaskCancelled {
+        /// Who cancelled it: `uid:N (name)` or `cli`.
+        by: String,
     },
     /// A task was found running or awaiting approval at start: the previous daemon
     /// died. `resume` continues it.
@@ -181,7 +199,7 @@ pub enum Event {
         approval_id: String,
         /// `approved`, `denied` or `timeout`.
         decision: String,
-        /// `tty`, `flag`, `uid:N` or `timeout`.
+        /// `tty`, `flag`, `uid:N (name)` or `timeout`.
         by: String,
         /// Reason given, if any.
         reason: Option<String>,

@@ -8,6 +8,7 @@ mod allow_rules;
 mod api;
 mod architecture;
 mod attack_durability;
+mod audit;
 mod attack_regressions;
 mod bounded;
 mod cgroup_cleanup;
