@@ -102,18 +102,9 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Read the audit log through the daemon.
-    Events {
-        /// Only this task's events.
-        #[arg(long)]
-        task: Option<String>,
-        /// Only events of this type.
-        #[arg(long = "type")]
-        kind: Option<String>,
-        /// Keep streaming new events.
-        #[arg(long)]
-        follow: bool,
-    },
+    /// Query the audit log, across rotated files: through the daemon when it
+    /// runs, from the files otherwise.
+    Events(EventsArgs),
     /// Audit-log tools.
     Audit {
         /// Which.
@@ -155,6 +146,35 @@ pub enum Command {
     },
 }
 
+/// `harnessd events` filters (the same as `/v1/events` query parameters).
+#[derive(Debug, clap::Args)]
+pub struct EventsArgs {
+    /// Only this task's events.
+    #[arg(long)]
+    pub task: Option<String>,
+    /// Only events of this type (an unknown type is a usage error).
+    #[arg(long = "type")]
+    pub kind: Option<String>,
+    /// Only events about this tool (tool_requested, policy_decision, …).
+    #[arg(long)]
+    pub tool: Option<String>,
+    /// From this time: RFC 3339, a date (2026-11-30) or a duration back (7d, 12h).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Up to this time: RFC 3339, a date or a duration back.
+    #[arg(long)]
+    pub until: Option<String>,
+    /// Only lines whose JSON text matches this regular expression.
+    #[arg(long)]
+    pub grep: Option<String>,
+    /// Keep streaming new events (needs the daemon).
+    #[arg(long)]
+    pub follow: bool,
+    /// Print the log's JSON lines instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// `harnessd audit …`.
 #[derive(Debug, Subcommand)]
 pub enum AuditCommand {
@@ -165,6 +185,9 @@ pub enum AuditCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Print the JSON Schema of an events.jsonl line (shipped as
+    /// docs/events.schema.json).
+    Schema,
 }
 
 /// `harnessd policy …`.

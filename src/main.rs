@@ -87,6 +87,9 @@ fn dispatch(cli: Cli, helper: std::path::PathBuf) -> anyhow::Result<i32> {
         Command::Audit {
             command: AuditCommand::Verify { json },
         } => commands::audit::verify(&root, json),
+        Command::Audit {
+            command: AuditCommand::Schema,
+        } => commands::audit::schema(),
         Command::Replay { path, json } => commands::replay::run(&root, &path, json),
         Command::Submit {
             wait,
@@ -108,9 +111,7 @@ fn dispatch(cli: Cli, helper: std::path::PathBuf) -> anyhow::Result<i32> {
         Command::Approvals { json } => client(&root, ClientCommand::Approvals, json),
         Command::Approve { id, json } => client(&root, answer(id, true, None), json),
         Command::Deny { id, reason, json } => client(&root, answer(id, false, reason), json),
-        Command::Events { task, kind, follow } => {
-            client(&root, ClientCommand::Events { task, kind, follow }, false)
-        }
+        Command::Events(args) => commands::events::run(&root, args),
     }
 }
 

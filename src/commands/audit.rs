@@ -53,9 +53,12 @@ pub fn verify(root: &Path, json_out: bool) -> anyhow::Result<i32> {
                 r.lines, r.files
             )?;
             if r.unchained > 0 {
-                let at = r.chain_begins.as_ref().map_or("nowhere yet".to_string(), |(p, l, s)| {
-                    format!("{}:{l} (seq {s})", p.display())
-                });
+                let at = r
+                    .chain_begins
+                    .as_ref()
+                    .map_or("nowhere yet".to_string(), |(p, l, s)| {
+                        format!("{}:{l} (seq {s})", p.display())
+                    });
                 writeln!(
                     out,
                     "note: the first {} lines were written without prev (an earlier version); the chain begins at {}",
@@ -79,4 +82,12 @@ pub fn verify(root: &Path, json_out: bool) -> anyhow::Result<i32> {
             Ok(1)
         }
     }
+}
+
+/// `audit schema`: the JSON Schema of a line of events.jsonl.
+pub fn schema() -> anyhow::Result<i32> {
+    std::io::stdout()
+        .lock()
+        .write_all(crate::events::events_schema().as_bytes())?;
+    Ok(0)
 }

@@ -1,5 +1,5 @@
 //! The daemon's clients: `submit`, `tasks`, `show`, `cancel`, `resume`,
-//! `approvals`, `approve`, `deny`, `events`. Human-readable by default, `--json`
+//! `approvals`, `approve`, `deny` (`events` is [`super::events`]). Human-readable by default, `--json`
 //! for scripts.
 //!
 //! Everything printed passes through [`crate::text::escape`]: fields as one-line
@@ -18,7 +18,7 @@ use serde_json::Value;
 use super::EXIT_CONFIG;
 use crate::agent::{StopReason, TaskStatus};
 use crate::config::resolve;
-use crate::control::client::{self, request, request_empty, stream_lines};
+use crate::control::client::{self, request, request_empty};
 use crate::control::{
     Approval, ApprovalList, ClientError, DecisionRequest, DecisionResponse, SubmitRequest,
     SubmitResponse, Task, TaskList,
@@ -56,18 +56,10 @@ pub enum ClientCommand {
         /// Reason for the model.
         reason: Option<String>,
     },
-    /// Read the audit log.
-    Events {
-        /// Only this task.
-        task: Option<String>,
-        /// Only this type.
-        kind: Option<String>,
-        /// Keep streaming.
-        follow: bool,
-    },
 }
 
-fn socket_of(root: &Path) -> Result<PathBuf, String> {
+/// The control socket of `root`, from its config.toml alone.
+pub fn socket_of(root: &Path) -> Result<PathBuf, String> {
     // Only config.toml is needed to find the socket; read it without the policy.
     let text = std::fs::read_to_string(root.join(crate::config::CONFIG_FILE))
         .map_err(|e| format!("{}: {e}", root.join(crate::config::CONFIG_FILE).display()))?;
@@ -79,7 +71,8 @@ fn socket_of(root: &Path) -> Result<PathBuf, String> {
     Ok(resolve(&root, &config.daemon.socket))
 }
 
-fn enc(s: &str) -> String {
+/// `s` percent-encoded for a URL path or query.
+pub fn enc(s: &str) -> String {
     s.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || "-_.".contains(c) {
@@ -134,82 +127,20 @@ pub fn run(root: &Path, cmd: ClientCommand, json_out: bool) -> anyhow::Result<i3
             return Ok(EXIT_CONFIG);
         }
     };
-    // Reading the log needs no daemon: without one, read the file itself.
-    if let ClientCommand::Events {
-        task,
-        kind,
-        follow: false,
-    } = &cmd
-        && std::os::unix::net::UnixStream::connect(&socket).is_err()
-    {
-        return read_events_file(root, task.as_deref(), kind.as_deref());
-    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     runtime.block_on(run_async(&socket, cmd, json_out))
 }
 
-/// `events` without a running daemon: the matching lines of events.jsonl, read
-/// line by line (memory does not grow with the file). A line that does not parse
-/// is never skipped silently (SPEC §7): each is named on stderr by file and line
-/// number, the rest is still printed, and the exit code is 1.
-fn read_events_file(root: &Path, task: Option<&str>, kind: Option<&str>) -> anyhow::Result<i32> {
-    use std::io::BufRead as _;
-    let loaded = match crate::commands::load_root(root) {
-        Ok(l) => l,
-        Err(code) => return Ok(code),
-    };
-    let path = &loaded.paths.events;
-    let mut reader = match std::fs::File::open(path) {
-        Ok(f) => std::io::BufReader::new(f),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => {
-            warn(&format!("cannot read {}: {e}", path.display()));
-            return Ok(1);
-        }
-    };
-    let mut out = std::io::stdout().lock();
-    let mut unreadable = 0;
-    let mut buf = Vec::new();
-    for number in 1.. {
-        buf.clear();
-        match reader.read_until(b'\n', &mut buf) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(e) => {
-                warn(&format!("{}:{number}: cannot read on: {e}", path.display()));
-                return Ok(1);
-            }
-        }
-        let line = buf.strip_suffix(b"\n").unwrap_or(&buf);
-        let ev = match serde_json::from_slice::<Value>(line) {
-            Ok(ev) => ev,
-            Err(e) => {
-                unreadable += 1;
-                warn(&format!(
-                    "{}:{number}: unreadable line: {e}",
-                    path.display()
-                ));
-                continue;
-            }
-        };
-        if task.is_none_or(|t| ev["task_id"] == t) && kind.is_none_or(|k| ev["type"] == k) {
-            // It parsed as JSON, so it is UTF-8.
-            writeln!(out, "{}", escape_json(&String::from_utf8_lossy(line)))?;
-        }
-    }
-    Ok(if unreadable == 0 { 0 } else { 1 })
-}
-
 /// A warning on stderr, escaped; a failed write (stderr on a full disk) is
 /// ignored rather than a panic.
-fn warn(message: &str) {
+pub(crate) fn warn(message: &str) {
     let _ = writeln!(std::io::stderr(), "warning: {}", escape_text(message));
 }
 
 /// The warning for an `unreadable_line` object of the daemon's event stream.
-fn warn_unreadable(obj: &Value) {
+pub(crate) fn warn_unreadable(obj: &Value) {
     let file = obj["file"].as_str().unwrap_or("events.jsonl");
     let error = obj["error"].as_str().unwrap_or("");
     warn(&format!(
@@ -220,9 +151,6 @@ fn warn_unreadable(obj: &Value) {
 
 async fn run_async(socket: &Path, cmd: ClientCommand, json_out: bool) -> anyhow::Result<i32> {
     let result = match cmd {
-        ClientCommand::Events { task, kind, follow } => {
-            events(socket, task.as_deref(), kind.as_deref(), follow).await
-        }
         ClientCommand::Submit {
             prompt,
             max_turns,
@@ -272,42 +200,6 @@ async fn run_async(socket: &Path, cmd: ClientCommand, json_out: bool) -> anyhow:
 /// `events`: the matching lines of the log, and with `follow` new ones as they
 /// are written. Exit 1 when the daemon refuses the query or names a line of the
 /// log that does not parse.
-async fn events(
-    socket: &Path,
-    task: Option<&str>,
-    kind: Option<&str>,
-    follow: bool,
-) -> anyhow::Result<i32> {
-    let mut q = Vec::new();
-    if let Some(t) = task {
-        q.push(format!("task={}", enc(t)));
-    }
-    if let Some(k) = kind {
-        q.push(format!("type={}", enc(k)));
-    }
-    if follow {
-        q.push("follow=1".into());
-    }
-    let path = format!("/v1/events?{}", q.join("&"));
-    let mut out = std::io::stdout().lock();
-    let mut unreadable = false;
-    let status = stream_lines(socket, &path, |line| {
-        // The daemon names a line of the log that does not parse; a warning, and
-        // exit 1 at the end, rather than an event among the others.
-        if let Ok(obj) = serde_json::from_str::<Value>(line)
-            && obj["type"] == "unreadable_line"
-        {
-            unreadable = true;
-            warn_unreadable(&obj);
-            return;
-        }
-        let _ = writeln!(out, "{}", escape_json(line));
-        let _ = out.flush();
-    })
-    .await?;
-    Ok(if status == 200 && !unreadable { 0 } else { 1 })
-}
-
 /// `submit`: prints the new task's id, or with `wait` follows it like `run`.
 async fn submit(
     socket: &Path,

@@ -6,6 +6,7 @@ pub mod audit;
 pub mod boundary;
 pub mod check;
 pub mod clients;
+pub mod events;
 pub mod init;
 pub mod policy;
 pub mod progress;

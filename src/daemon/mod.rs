@@ -7,6 +7,7 @@
 pub mod access;
 pub mod api;
 pub mod approvals;
+mod events_api;
 pub mod metrics;
 pub mod serve;
 pub mod socket;

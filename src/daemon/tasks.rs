@@ -506,7 +506,13 @@ impl Scheduler {
     /// Continues a claimed task from its transcript, under its run lock (held until
     /// the run ends).
     /// `by` is who asked, recorded in `task_resumed`.
-    pub fn resume(&self, claim: Claim, transcript: Transcript, lock: RunLock, by: String) -> String {
+    pub fn resume(
+        &self,
+        claim: Claim,
+        transcript: Transcript,
+        lock: RunLock,
+        by: String,
+    ) -> String {
         let spec = TaskSpec {
             task_id: transcript.task_id.clone(),
             prompt: String::new(),

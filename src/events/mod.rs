@@ -19,12 +19,13 @@
 
 mod file;
 mod kinds;
+pub mod query;
 pub mod segments;
 mod trail;
 pub mod verify;
 
 pub use file::{EventError, GENESIS, Repair};
-pub use kinds::Event;
+pub use kinds::{Event, EventLine, event_types, events_schema};
 pub use trail::{CallTrail, TrailError, call_trails};
 
 use std::path::Path;

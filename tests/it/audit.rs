@@ -75,14 +75,23 @@ fn rotated_root() -> (FakeApi, TestRoot) {
     let root = TestRoot::new(&api.url);
     root.set_config("audit", "rotate_mb", "0.003");
     for i in 0..2 {
-        assert_eq!(root.run(&["run", &format!("task {i}")]).status.code(), Some(0));
+        assert_eq!(
+            root.run(&["run", &format!("task {i}")]).status.code(),
+            Some(0)
+        );
     }
     // A crash mid-write: the next start moves the partial line aside.
     let live = root.dir.join("transcripts/events.jsonl");
-    let mut f = std::fs::OpenOptions::new().append(true).open(&live).unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&live)
+        .unwrap();
     std::io::Write::write_all(&mut f, b"{\"seq\":999,\"ts\":\"20").unwrap();
     for i in 2..4 {
-        assert_eq!(root.run(&["run", &format!("task {i}")]).status.code(), Some(0));
+        assert_eq!(
+            root.run(&["run", &format!("task {i}")]).status.code(),
+            Some(0)
+        );
     }
     (api, root)
 }
@@ -107,7 +116,10 @@ fn an_untouched_log_verifies_across_rotations_and_a_crash_repair() {
         let text = std::fs::read_to_string(&pair[0]).unwrap();
         let first: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
         let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
-        assert_eq!(name, format!("events-{}-{}.jsonl", first["seq"], last["seq"]));
+        assert_eq!(
+            name,
+            format!("events-{}-{}.jsonl", first["seq"], last["seq"])
+        );
         let next = std::fs::read_to_string(&pair[1]).unwrap();
         let opener: Value = serde_json::from_str(next.lines().next().unwrap()).unwrap();
         assert_eq!(opener["type"], "log_rotated");
