@@ -10,6 +10,7 @@ mod architecture;
 mod attack_durability;
 mod attack_regressions;
 mod audit;
+mod audit_attribution;
 mod audit_query;
 mod bounded;
 mod cgroup_cleanup;
