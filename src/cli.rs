@@ -53,7 +53,8 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Show one task.
+    /// Show one task from its transcript and the audit log (no daemon needed):
+    /// each tool call with its decision, approver, exit and output file.
     Show {
         /// The task id, as `submit` printed it.
         id: String,

@@ -105,7 +105,7 @@ fn dispatch(cli: Cli, helper: std::path::PathBuf) -> anyhow::Result<i32> {
             client(&root, submit, json)
         }
         Command::Tasks { json } => client(&root, ClientCommand::Tasks, json),
-        Command::Show { id, json } => client(&root, ClientCommand::Show(id), json),
+        Command::Show { id, json } => commands::show::run(&root, &id, json),
         Command::Cancel { id, json } => client(&root, ClientCommand::Cancel(id), json),
         Command::Resume { id, json } => client(&root, ClientCommand::Resume(id), json),
         Command::Approvals { json } => client(&root, ClientCommand::Approvals, json),

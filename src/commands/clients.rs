@@ -1,5 +1,6 @@
-//! The daemon's clients: `submit`, `tasks`, `show`, `cancel`, `resume`,
-//! `approvals`, `approve`, `deny` (`events` is [`super::events`]). Human-readable by default, `--json`
+//! The daemon's clients: `submit`, `tasks`, `cancel`, `resume`,
+//! `approvals`, `approve`, `deny` (`events` is [`super::events`], `show`
+//! [`super::show`]: both read the files and need no daemon). Human-readable by default, `--json`
 //! for scripts.
 //!
 //! Everything printed passes through [`crate::text::escape`]: fields as one-line
@@ -39,8 +40,6 @@ pub enum ClientCommand {
     },
     /// List tasks.
     Tasks,
-    /// Show one task.
-    Show(String),
     /// Cancel a task.
     Cancel(String),
     /// Resume a task.
@@ -157,9 +156,6 @@ async fn run_async(socket: &Path, cmd: ClientCommand, json_out: bool) -> anyhow:
             wait,
         } => submit(socket, SubmitRequest { prompt, max_turns }, wait, json_out).await,
         ClientCommand::Tasks => tasks(socket, json_out).await,
-        ClientCommand::Show(id) => {
-            one_task(socket, "GET", &format!("/v1/tasks/{}", enc(&id)), json_out).await
-        }
         ClientCommand::Cancel(id) => {
             let path = format!("/v1/tasks/{}/cancel", enc(&id));
             one_task(socket, "POST", &path, json_out).await

@@ -14,6 +14,7 @@ pub mod replay;
 pub mod run;
 pub mod sandbox;
 pub mod serve;
+pub mod show;
 pub mod signals;
 
 /// Exit code of a usage or config error.

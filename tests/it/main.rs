@@ -12,6 +12,7 @@ mod attack_regressions;
 mod audit;
 mod audit_attribution;
 mod audit_query;
+mod audit_show;
 mod bounded;
 mod cgroup_cleanup;
 mod check;
