@@ -36,10 +36,10 @@ pub enum Event {
         /// sha256 of its bytes.
         sha256: String,
         /// On a reload: what changed, key by key (rules added and removed, limits).
-        #[serde(skip_serializing_if = "Vec::is_empty")]
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
         changes: Vec<String>,
         /// On a reload: changed keys that only take effect after a restart.
-        #[serde(skip_serializing_if = "Vec::is_empty")]
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
         restart_needed: Vec<String>,
         /// `start`, `watch` or `sighup`.
         trigger: String,
