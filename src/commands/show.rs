@@ -106,7 +106,11 @@ fn build(t: &Transcript, events: &Path) -> anyhow::Result<Shown> {
         usage: t.usage,
         created: t.created.clone(),
         duration_ms: None,
-        submitted_by: t.by.clone(),
+        // A `run` is the operator at the terminal (SPEC §7: `cli`).
+        submitted_by: t
+            .by
+            .clone()
+            .or_else(|| (t.source.as_deref() == Some("cli")).then(|| "cli".to_string())),
         calls: Vec::new(),
         answer: t.answer.clone(),
     };
