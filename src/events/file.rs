@@ -51,6 +51,8 @@ pub(crate) struct LogFile {
     next_seq: u64,
     /// Hex SHA-256 of the last line written (without its newline): the next `prev`.
     prev_hash: String,
+    /// The `prev` the last line written carries.
+    last_prev: String,
     known_len: u64,
     /// Close the file once it is this long (`audit.rotate_mb`); `None`: never.
     rotate_bytes: Option<u64>,
@@ -84,6 +86,7 @@ impl LogFile {
             file: Some(file),
             next_seq: 1,
             prev_hash: GENESIS.to_string(),
+            last_prev: GENESIS.to_string(),
             known_len: u64::MAX,
             rotate_bytes: None,
             pending_cut: None,
@@ -160,6 +163,11 @@ impl LogFile {
         (self.next_seq - 1, &self.prev_hash)
     }
 
+    /// The `prev` of the last line this handle wrote.
+    pub(crate) fn last_prev(&self) -> &str {
+        &self.last_prev
+    }
+
     /// Appends one event object (without `seq` and `prev`, which are assigned here)
     /// and returns its seq. The line is written with one `write` call to an
     /// `O_APPEND` file; `prev` chains it to the line before it, in this file or, at
@@ -204,7 +212,7 @@ impl LogFile {
             let hash = crate::config::sha256_hex(&bytes);
             bytes.push(b'\n');
             match append_line(file, len, &bytes) {
-                Ok(()) => Ok((next_seq, len + bytes.len() as u64, hash)),
+                Ok(()) => Ok((next_seq, len + bytes.len() as u64, hash, prev)),
                 Err(AppendFailure { write, cut }) => {
                     if cut.is_err() {
                         pending_cut = Some(len);
@@ -214,10 +222,11 @@ impl LogFile {
             }
         });
         self.pending_cut = pending_cut;
-        let (seq, len, hash) = result?;
+        let (seq, len, hash, prev) = result?;
         self.next_seq = seq + 1;
         self.known_len = len;
         self.prev_hash = hash;
+        self.last_prev = prev;
         Ok(seq)
     }
 

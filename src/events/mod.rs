@@ -268,7 +268,6 @@ impl Writer {
 
     fn append_one(&mut self, body: Map<String, Value>) -> Result<u64, EventError> {
         let ts = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-        let prev = self.log.head().1.to_string();
         let result = self.log.append(ts.clone(), body.clone());
         self.health.note(&result);
         if let Ok(seq) = &result
@@ -280,7 +279,7 @@ impl Writer {
             let mut line = Map::new();
             line.insert("seq".into(), (*seq).into());
             line.insert("ts".into(), ts.into());
-            line.insert("prev".into(), prev.into());
+            line.insert("prev".into(), self.log.last_prev().into());
             line.extend(body);
             let _ = tap.send(Value::Object(line));
         }

@@ -158,11 +158,7 @@ fn rotation_under_load_loses_no_line_even_for_a_lagging_follower() {
     // It is connected once it has printed the daemon's first line.
     let mut first = String::new();
     reader.read_line(&mut first).unwrap();
-    let mut seen = vec![
-        serde_json::from_str::<Value>(&first).unwrap()["seq"]
-            .as_u64()
-            .unwrap(),
-    ];
+    let mut seen = vec![first.trim_end().to_string()];
     // Stopped, it reads nothing: its pipe, then the daemon's channel fill, and the
     // live broadcast (1024 lines) overflows for it.
     nix::sys::signal::kill(
@@ -198,17 +194,26 @@ fn rotation_under_load_loses_no_line_even_for_a_lagging_follower() {
         nix::sys::signal::Signal::SIGCONT,
     )
     .unwrap();
-    let last = lines.len() as u64;
     for line in reader.lines() {
-        let v: Value = serde_json::from_str(&line.unwrap()).unwrap();
-        seen.push(v["seq"].as_u64().unwrap());
-        if seen.last() == Some(&last) {
+        seen.push(line.unwrap());
+        if seen.len() >= lines.len() {
             break;
         }
     }
     let _ = follower.kill();
     let _ = follower.wait();
-    assert_eq!(seen, (1..=last).collect::<Vec<_>>());
+    // Every line, in order, byte for byte as in the files (live lines too).
+    let seqs = |v: &[String]| -> Vec<u64> {
+        v.iter()
+            .map(|l| {
+                serde_json::from_str::<Value>(l).unwrap()["seq"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .collect()
+    };
+    assert_eq!(seqs(&seen), seqs(&lines));
+    assert!(seen == lines, "a followed line differs from the file's");
     let out = root.run(&["audit", "verify"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
