@@ -246,3 +246,37 @@ fn a_log_from_before_the_chain_is_accepted_and_says_where_the_chain_begins() {
     let third: Value = serde_json::from_str(&lines[2]).unwrap();
     assert_eq!(third["prev"], json!(sha256_hex(lines[1].as_bytes())));
 }
+
+#[test]
+fn the_daemon_logs_the_chain_head_at_start_and_stop() {
+    let api = FakeApi::start(vec![Reply::text("a")]);
+    let root = TestRoot::new(&api.url);
+    let mut d = crate::common::daemon::Daemon::start(&root);
+    let id = d.submit("go");
+    d.wait_finished(&id);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(d.pid()),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(d.child.wait().unwrap().success());
+    let diag = std::fs::read_to_string(&d.log).unwrap();
+    let head = |when: &str| -> (u64, String) {
+        let prefix = format!("harnessd: audit log chain head at {when}: seq ");
+        let line = diag
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .unwrap_or_else(|| panic!("no {when} head in {diag}"));
+        let (seq, hash) = line.split_once(' ').unwrap();
+        (seq.parse().unwrap(), hash.to_string())
+    };
+    let lines = all_lines(&root);
+    // The stop head is the log's last line; the start head the line before the
+    // first task line, each named by seq and hash.
+    for (seq, hash) in [head("start"), head("stop")] {
+        let line = &lines[seq as usize - 1];
+        assert_eq!(sha256_hex(line.as_bytes()), hash, "seq {seq}");
+    }
+    assert_eq!(head("stop").0, lines.len() as u64);
+    assert!(head("start").0 < head("stop").0);
+}
