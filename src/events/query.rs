@@ -320,6 +320,54 @@ mod tests {
     }
 
     #[test]
+    fn rotated_files_outside_the_time_range_are_not_read() {
+        let dir = std::env::temp_dir().join(format!("harnessd-q-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let line = |seq: u64, ts: &str| {
+            format!(r#"{{"seq":{seq},"ts":"{ts}","type":"daemon_stopping","reason":"x"}}"#)
+        };
+        // A middle line that does not parse: reported only if the file is read.
+        let old = format!(
+            "{}\nnot json\n{}\n",
+            line(1, "2026-01-01T00:00:00.000Z"),
+            line(2, "2026-01-02T00:00:00.000Z")
+        );
+        std::fs::write(dir.join("events-1-2.jsonl"), old).unwrap();
+        let mid = format!(
+            "{}\n{}\n",
+            line(3, "2026-06-01T00:00:00.000Z"),
+            line(4, "2026-06-02T00:00:00.000Z")
+        );
+        std::fs::write(dir.join("events-3-4.jsonl"), mid).unwrap();
+        std::fs::write(
+            dir.join("events.jsonl"),
+            format!("{}\n", line(5, "2026-11-01T00:00:00.000Z")),
+        )
+        .unwrap();
+        let seqs = |since: &str, until: &str| -> Vec<String> {
+            let q = Query::new(QueryParams {
+                since: Some(since.into()),
+                until: Some(until.into()),
+                ..QueryParams::default()
+            })
+            .unwrap();
+            run(&dir.join("events.jsonl"), q)
+                .unwrap()
+                .map(|f| match f {
+                    Found::Line(_, ev) => ev["seq"].to_string(),
+                    Found::Unreadable { line, .. } => format!("unreadable {line}"),
+                })
+                .collect()
+        };
+        assert_eq!(seqs("2026-05-01", "2026-12-01"), ["3", "4", "5"]);
+        assert_eq!(seqs("2026-06-02", "2026-06-30"), ["4"]);
+        // The old file is in range: read, and its bad line reported.
+        assert_eq!(seqs("2025-12-01", "2026-01-01"), ["1", "unreadable 2"]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn an_unknown_type_lists_the_valid_ones() {
         let e = Query::new(QueryParams {
             kind: Some("tool_request".into()),
