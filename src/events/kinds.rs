@@ -261,6 +261,8 @@ impl Event {
 /// Only its schema is used; the writer builds lines itself (`super::body`).
 #[derive(Serialize, JsonSchema)]
 #[schemars(title = "harnessd events.jsonl line")]
+// No field beyond the event's own: a misspelled or stray field fails validation.
+#[serde(deny_unknown_fields)]
 pub struct EventLine {
     /// Strictly increasing across files and restarts.
     pub seq: u64,

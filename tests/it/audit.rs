@@ -280,3 +280,30 @@ fn the_daemon_logs_the_chain_head_at_start_and_stop() {
     assert_eq!(head("stop").0, lines.len() as u64);
     assert!(head("start").0 < head("stop").0);
 }
+
+#[test]
+fn the_schema_check_rejects_a_stray_field_a_wrong_type_and_an_unknown_event() {
+    let api = FakeApi::start(vec![Reply::text("a")]);
+    let root = TestRoot::new(&api.url);
+    assert_eq!(root.run(&["run", "go"]).status.code(), Some(0));
+    let good = all_lines(&root);
+    let dir = root.dir.join("schema-check");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut stray: Value = serde_json::from_str(&good[2]).unwrap();
+    stray["pad"] = json!(1);
+    let mut wrong: Value = serde_json::from_str(&good[3]).unwrap();
+    wrong["seq"] = json!("three");
+    let mut unknown: Value = serde_json::from_str(&good[4]).unwrap();
+    unknown["type"] = json!("tool_request");
+    let text = format!("{}\n{stray}\n{wrong}\n{unknown}\n", good.join("\n"));
+    std::fs::write(dir.join("events.jsonl"), text).unwrap();
+    let bad = crate::common::schema::violations(&dir);
+    assert_eq!(bad.len(), 3, "{bad:#?}");
+    let n = good.len();
+    for (i, v) in bad.iter().enumerate() {
+        assert!(
+            v.starts_with(&format!("events.jsonl:{}:", n + 1 + i)),
+            "{v}"
+        );
+    }
+}
