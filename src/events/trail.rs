@@ -208,6 +208,34 @@ mod tests {
     }
 
     #[test]
+    fn a_call_straddling_a_rotation_is_followed_across_the_files() {
+        use serde_json::json;
+        let dir = std::env::temp_dir().join(format!(
+            "harnessd-trail-rot-{}-{}",
+            std::process::id(),
+            fastrand::u64(..)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let old = [
+            json!({"seq": 1, "type": "tool_requested", "task_id": "t1", "tool_use_id": "c"}),
+            json!({"seq": 2, "type": "policy_decision", "task_id": "t1", "tool_use_id": "c", "tier": "allow"}),
+        ];
+        let text: String = old.iter().map(|l| format!("{l}\n")).collect();
+        std::fs::write(dir.join("events-1-2.jsonl"), text).unwrap();
+        let live = json!({"seq": 4, "type": "tool_finished", "task_id": "t1", "tool_use_id": "c", "exit_code": 0});
+        std::fs::write(dir.join("events.jsonl"), format!("{live}\n")).unwrap();
+        let got = call_trails(&dir.join("events.jsonl"), "t1", &["c".into()]).unwrap();
+        assert_eq!(
+            got["c"],
+            CallTrail::Finished {
+                ran: true,
+                exit_code: Some(0)
+            }
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn a_missing_log_shows_nothing() {
         let got = call_trails(Path::new("/nonexistent/events.jsonl"), "t1", &["x".into()]);
         assert_eq!(got.unwrap()["x"], CallTrail::Absent);
