@@ -217,3 +217,44 @@ fn rotation_under_load_loses_no_line_even_for_a_lagging_follower() {
     let out = root.run(&["audit", "verify"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
+
+#[test]
+fn replay_and_the_bad_query_answer_read_across_rotation() {
+    let api = FakeApi::start(vec![
+        Reply::tool("r1", "read_file", json!({"path": "scores.csv"})),
+        Reply::text("done"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    root.set_config("audit", "rotate_mb", "0.001");
+    assert_eq!(root.run(&["run", "x"]).status.code(), Some(0));
+    // The decision is in a rotated file, not the live one.
+    let live = std::fs::read_to_string(root.dir.join("transcripts/events.jsonl")).unwrap();
+    assert!(!live.contains("policy_decision"), "{live}");
+    assert!(
+        all_lines(&root)
+            .iter()
+            .any(|l| l.contains("policy_decision"))
+    );
+    root.edit_settings(|s| {
+        s["tools"]["deny"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!("read_file(workspace/*.csv)"))
+    });
+    let out = root.run(&[
+        "replay",
+        "--json",
+        root.dir.join("transcripts").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["changed"][0]["was"], "allow (read_file)", "{v}");
+    // The daemon answers a bad query with a JSON 400 naming the valid types.
+    let d = Daemon::start(&root);
+    let (status, body) = d.request("GET", "/v1/events?type=tool_request", None);
+    assert_eq!(status, 400, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("tool_requested"), "{message}");
+    let (status, body) = d.request("GET", "/v1/events?since=yesterday", None);
+    assert_eq!(status, 400, "{body}");
+}
