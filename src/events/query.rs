@@ -255,18 +255,19 @@ pub enum Found {
 
 /// Runs `query` over the log whose live file is `live`, streaming.
 pub fn run(live: &Path, query: Query) -> std::io::Result<impl Iterator<Item = Found>> {
-    let wanted: Vec<Segment> = segments(live)?
-        .into_iter()
-        .filter(|s| query.wants(s))
-        .collect();
-    Ok(SegmentLines::new(wanted).filter_map(move |l| match l {
-        Err((path, e)) => Some(Found::Unreadable {
-            path,
-            line: 0,
-            error: format!("cannot read on: {e}"),
+    let listed = segments(live)?;
+    let upto = super::segments::listed_upto(&listed);
+    let wanted: Vec<Segment> = listed.into_iter().filter(|s| query.wants(s)).collect();
+    Ok(
+        SegmentLines::new(wanted, upto).filter_map(move |l| match l {
+            Err((path, e)) => Some(Found::Unreadable {
+                path,
+                line: 0,
+                error: format!("cannot read on: {e}"),
+            }),
+            Ok(line) => filter_line(&query, line),
         }),
-        Ok(line) => filter_line(&query, line),
-    }))
+    )
 }
 
 fn filter_line(query: &Query, line: LogLine) -> Option<Found> {
