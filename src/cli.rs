@@ -66,7 +66,8 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Show one task.
+    /// Show one task from its transcript and the audit log (no daemon needed):
+    /// each tool call with its decision, approver, exit and output file.
     Show {
         /// The task id, as `submit` printed it.
         id: String,
@@ -119,17 +120,14 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Read the audit log through the daemon.
-    Events {
-        /// Only this task's events.
-        #[arg(long)]
-        task: Option<String>,
-        /// Only events of this type.
-        #[arg(long = "type")]
-        kind: Option<String>,
-        /// Keep streaming new events.
-        #[arg(long)]
-        follow: bool,
+    /// Query the audit log, across rotated files: through the daemon when it
+    /// runs, from the files otherwise.
+    Events(EventsArgs),
+    /// Audit-log tools.
+    Audit {
+        /// Which.
+        #[command(subcommand)]
+        command: AuditCommand,
     },
     /// Validate both files and print the effective settings.
     Check {
@@ -171,6 +169,50 @@ pub enum Command {
         #[arg(required = true, last = true)]
         command: Vec<String>,
     },
+}
+
+/// `harnessd events` filters (the same as `/v1/events` query parameters).
+#[derive(Debug, clap::Args)]
+pub struct EventsArgs {
+    /// Only this task's events.
+    #[arg(long)]
+    pub task: Option<String>,
+    /// Only events of this type (an unknown type is a usage error).
+    #[arg(long = "type")]
+    pub kind: Option<String>,
+    /// Only events about this tool (tool_requested, policy_decision, …).
+    #[arg(long)]
+    pub tool: Option<String>,
+    /// From this time: RFC 3339, a date (2026-11-30) or a duration back (7d, 12h).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Up to this time: RFC 3339, a date or a duration back.
+    #[arg(long)]
+    pub until: Option<String>,
+    /// Only lines whose JSON text matches this regular expression.
+    #[arg(long)]
+    pub grep: Option<String>,
+    /// Keep streaming new events (needs the daemon).
+    #[arg(long)]
+    pub follow: bool,
+    /// Print the log's JSON lines instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `harnessd audit …`.
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Check every line's `seq` and `prev` across all files of the log: exit 0
+    /// with the chain head, or 1 naming the first bad file, line and seq.
+    Verify {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the JSON Schema of an events.jsonl line (shipped as
+    /// docs/events.schema.json).
+    Schema,
 }
 
 /// `harnessd policy …`.

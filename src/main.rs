@@ -5,7 +5,7 @@
 use clap::Parser;
 use std::io::Write as _;
 
-use harnessd::cli::{Cli, Command, PolicyCommand};
+use harnessd::cli::{AuditCommand, Cli, Command, PolicyCommand};
 use harnessd::commands;
 use harnessd::commands::clients::ClientCommand;
 use harnessd::services::StartError;
@@ -96,6 +96,12 @@ fn dispatch(cli: Cli, helper: std::path::PathBuf) -> anyhow::Result<i32> {
             }
             PolicyCommand::Schema => commands::policy::schema(),
         },
+        Command::Audit {
+            command: AuditCommand::Verify { json },
+        } => commands::audit::verify(&root, json),
+        Command::Audit {
+            command: AuditCommand::Schema,
+        } => commands::audit::schema(),
         Command::Replay {
             settings,
             paths,
@@ -122,7 +128,7 @@ fn dispatch(cli: Cli, helper: std::path::PathBuf) -> anyhow::Result<i32> {
             client(&root, submit, json)
         }
         Command::Tasks { json } => client(&root, ClientCommand::Tasks, json),
-        Command::Show { id, json } => client(&root, ClientCommand::Show(id), json),
+        Command::Show { id, json } => commands::show::run(&root, &id, json),
         Command::Cancel { id, json } => client(&root, ClientCommand::Cancel(id), json),
         Command::Resume { id, json } => client(&root, ClientCommand::Resume(id), json),
         Command::Approvals { json } => client(&root, ClientCommand::Approvals, json),
@@ -130,9 +136,7 @@ fn dispatch(cli: Cli, helper: std::path::PathBuf) -> anyhow::Result<i32> {
             client(&root, answer(id, true, None, remember), json)
         }
         Command::Deny { id, reason, json } => client(&root, answer(id, false, reason, false), json),
-        Command::Events { task, kind, follow } => {
-            client(&root, ClientCommand::Events { task, kind, follow }, false)
-        }
+        Command::Events(args) => commands::events::run(&root, args),
     }
 }
 

@@ -106,6 +106,7 @@ pub async fn reload_and_record(
     let outcome = reload_off_runtime(live).await;
     // `audit.sync` applies from the next line on, like any other live setting.
     events.set_sync(live.current().config.audit.sync);
+    events.set_rotate_mb(live.current().config.audit.rotate_mb);
     let previous = last_rejection.take();
     let verb = if previous.is_some() {
         "accepted"

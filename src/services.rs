@@ -194,6 +194,7 @@ async fn open_audit_log(
 ) -> Result<EventLog, StartError> {
     let (events, repair) = EventLog::open(&loaded.paths.events, tap)?;
     events.set_sync(loaded.config.audit.sync);
+    events.set_rotate_mb(loaded.config.audit.rotate_mb);
     if let Some(r) = repair {
         events
             .record(

@@ -8,7 +8,9 @@
 use serde::{Deserialize, Serialize};
 
 /// Token counts of one response, or summed over a task.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct Usage {
     /// Uncached input tokens.
     #[serde(default)]

@@ -83,6 +83,8 @@ pub struct TaskSpec {
     pub max_turns: Option<u32>,
     /// `cli` or `api`.
     pub source: String,
+    /// Who asked for this run (submit or resume): `uid:N (name)` or `cli`.
+    pub by: String,
     /// Continue this transcript instead of starting from `prompt`; a transcript
     /// still `queued` (see [`queued_transcript`]) is started as a new task instead.
     pub resume: Option<Transcript>,
@@ -575,6 +577,7 @@ impl TaskRun<'_> {
                 self.record(Event::TaskResumed {
                     turns_so_far: self.turn,
                     source: self.spec.source.clone(),
+                    by: self.spec.by.clone(),
                 })
                 .await?;
             }

@@ -1,5 +1,6 @@
-//! The daemon's clients: `submit`, `tasks`, `show`, `cancel`, `resume`,
-//! `approvals`, `approve`, `deny`, `events`. Human-readable by default, `--json`
+//! The daemon's clients: `submit`, `tasks`, `cancel`, `resume`,
+//! `approvals`, `approve`, `deny` (`events` is [`super::events`], `show`
+//! [`super::show`]: both read the files and need no daemon). Human-readable by default, `--json`
 //! for scripts.
 //!
 //! Everything printed passes through [`crate::text::escape`]: fields as one-line
@@ -16,7 +17,7 @@ use serde_json::Value;
 use super::EXIT_CONFIG;
 use crate::agent::TaskStatus;
 use crate::config::resolve;
-use crate::control::client::{LineStream, request, request_empty};
+use crate::control::client::{request, request_empty};
 use crate::control::{
     ApprovalList, ClientError, DecisionRequest, DecisionResponse, SubmitRequest, SubmitResponse,
     Task, TaskList,
@@ -39,8 +40,6 @@ pub enum ClientCommand {
     },
     /// List tasks.
     Tasks,
-    /// Show one task.
-    Show(String),
     /// Cancel a task.
     Cancel(String),
     /// Resume a task.
@@ -57,15 +56,6 @@ pub enum ClientCommand {
         reason: Option<String>,
         /// Also remember the call as an allow rule.
         remember: bool,
-    },
-    /// Read the audit log.
-    Events {
-        /// Only this task.
-        task: Option<String>,
-        /// Only this type.
-        kind: Option<String>,
-        /// Keep streaming.
-        follow: bool,
     },
 }
 
@@ -95,7 +85,8 @@ pub fn prompt_from(task: Option<String>, file: Option<&Path>) -> Result<String, 
     })
 }
 
-fn socket_of(root: &Path) -> Result<PathBuf, String> {
+/// The control socket of `root`, from its config.toml alone.
+pub fn socket_of(root: &Path) -> Result<PathBuf, String> {
     // Only config.toml is needed to find the socket; read it without the policy.
     let text = std::fs::read_to_string(root.join(crate::config::CONFIG_FILE))
         .map_err(|e| format!("{}: {e}", root.join(crate::config::CONFIG_FILE).display()))?;
@@ -107,7 +98,8 @@ fn socket_of(root: &Path) -> Result<PathBuf, String> {
     Ok(resolve(&root, &config.daemon.socket))
 }
 
-pub(super) fn enc(s: &str) -> String {
+/// `s` percent-encoded for a URL path or query.
+pub fn enc(s: &str) -> String {
     s.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || "-_.".contains(c) {
@@ -135,16 +127,6 @@ pub fn run(root: &Path, cmd: ClientCommand, json_out: bool) -> anyhow::Result<i3
             return Ok(EXIT_CONFIG);
         }
     };
-    // Reading the log needs no daemon: without one, read the file itself.
-    if let ClientCommand::Events {
-        task,
-        kind,
-        follow: false,
-    } = &cmd
-        && std::os::unix::net::UnixStream::connect(&socket).is_err()
-    {
-        return read_events_file(root, task.as_deref(), kind.as_deref());
-    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -152,66 +134,14 @@ pub fn run(root: &Path, cmd: ClientCommand, json_out: bool) -> anyhow::Result<i3
     runtime.block_on(run_async(&socket, cmd, json_out, &prefix))
 }
 
-/// `events` without a running daemon: the matching lines of events.jsonl, read
-/// line by line (memory does not grow with the file). A line that does not parse
-/// is never skipped silently (SPEC §7): each is named on stderr by file and line
-/// number, the rest is still printed, and the exit code is 1.
-fn read_events_file(root: &Path, task: Option<&str>, kind: Option<&str>) -> anyhow::Result<i32> {
-    use std::io::BufRead as _;
-    let loaded = match crate::commands::load_root(root) {
-        Ok(l) => l,
-        Err(code) => return Ok(code),
-    };
-    let path = &loaded.paths.events;
-    let mut reader = match std::fs::File::open(path) {
-        Ok(f) => std::io::BufReader::new(f),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => {
-            warn(&format!("cannot read {}: {e}", path.display()));
-            return Ok(1);
-        }
-    };
-    let mut out = std::io::stdout().lock();
-    let mut unreadable = 0;
-    let mut buf = Vec::new();
-    for number in 1.. {
-        buf.clear();
-        match reader.read_until(b'\n', &mut buf) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(e) => {
-                warn(&format!("{}:{number}: cannot read on: {e}", path.display()));
-                return Ok(1);
-            }
-        }
-        let line = buf.strip_suffix(b"\n").unwrap_or(&buf);
-        let ev = match serde_json::from_slice::<Value>(line) {
-            Ok(ev) => ev,
-            Err(e) => {
-                unreadable += 1;
-                warn(&format!(
-                    "{}:{number}: unreadable line: {e}",
-                    path.display()
-                ));
-                continue;
-            }
-        };
-        if task.is_none_or(|t| ev["task_id"] == t) && kind.is_none_or(|k| ev["type"] == k) {
-            // It parsed as JSON, so it is UTF-8.
-            writeln!(out, "{}", escape_json(&String::from_utf8_lossy(line)))?;
-        }
-    }
-    Ok(if unreadable == 0 { 0 } else { 1 })
-}
-
 /// A warning on stderr, escaped; a failed write (stderr on a full disk) is
 /// ignored rather than a panic.
-fn warn(message: &str) {
+pub(crate) fn warn(message: &str) {
     let _ = writeln!(std::io::stderr(), "warning: {}", escape_text(message));
 }
 
 /// The warning for an `unreadable_line` object of the daemon's event stream.
-pub(super) fn warn_unreadable(obj: &Value) {
+pub(crate) fn warn_unreadable(obj: &Value) {
     let file = obj["file"].as_str().unwrap_or("events.jsonl");
     let error = obj["error"].as_str().unwrap_or("");
     warn(&format!(
@@ -227,9 +157,6 @@ async fn run_async(
     prefix: &super::wait::CommandPrefix,
 ) -> anyhow::Result<i32> {
     let result = match cmd {
-        ClientCommand::Events { task, kind, follow } => {
-            events(socket, task.as_deref(), kind.as_deref(), follow).await
-        }
         ClientCommand::Submit {
             prompt,
             max_turns,
@@ -244,9 +171,6 @@ async fn run_async(
             submit(socket, body, wait, json_out, prefix).await
         }
         ClientCommand::Tasks => tasks(socket, json_out).await,
-        ClientCommand::Show(id) => {
-            one_task(socket, "GET", &format!("/v1/tasks/{}", enc(&id)), json_out).await
-        }
         ClientCommand::Cancel(id) => cancel(socket, &id, json_out).await,
         ClientCommand::Resume(id) => {
             let path = format!("/v1/tasks/{}/resume", enc(&id));
@@ -281,47 +205,6 @@ async fn run_async(
 /// `events`: the matching lines of the log, and with `follow` new ones as they
 /// are written. Exit 1 when the daemon refuses the query or names a line of the
 /// log that does not parse.
-async fn events(
-    socket: &Path,
-    task: Option<&str>,
-    kind: Option<&str>,
-    follow: bool,
-) -> anyhow::Result<i32> {
-    let mut q = Vec::new();
-    if let Some(t) = task {
-        q.push(format!("task={}", enc(t)));
-    }
-    if let Some(k) = kind {
-        q.push(format!("type={}", enc(k)));
-    }
-    if follow {
-        q.push("follow=1".into());
-    }
-    let path = format!("/v1/events?{}", q.join("&"));
-    let mut out = std::io::stdout().lock();
-    let mut unreadable = false;
-    let mut lines = LineStream::open(socket, &path).await?;
-    while let Some(line) = lines.next_line().await? {
-        // The daemon names a line of the log that does not parse; a warning, and
-        // exit 1 at the end, rather than an event among the others.
-        if let Ok(obj) = serde_json::from_str::<Value>(&line)
-            && obj["type"] == "unreadable_line"
-        {
-            unreadable = true;
-            warn_unreadable(&obj);
-            continue;
-        }
-        // A reader that went away (`| head`) ends the command, `--follow` too.
-        writeln!(out, "{}", escape_json(&line))?;
-        out.flush()?;
-    }
-    Ok(if lines.status() == 200 && !unreadable {
-        0
-    } else {
-        1
-    })
-}
-
 /// `submit`: prints the new task's id, or with `wait` follows it like `run`.
 async fn submit(
     socket: &Path,

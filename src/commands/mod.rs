@@ -2,9 +2,11 @@
 //! exits. `run` and `serve` install their signal handlers here ([`signals`]) and
 //! start through [`crate::services`].
 
+pub mod audit;
 pub mod boundary;
 pub mod check;
 pub mod clients;
+pub mod events;
 pub mod init;
 pub mod listing;
 pub mod policy;
@@ -13,6 +15,7 @@ pub mod replay;
 pub mod run;
 pub mod sandbox;
 pub mod serve;
+pub mod show;
 pub mod signals;
 pub mod table;
 pub mod wait;

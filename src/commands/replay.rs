@@ -16,12 +16,32 @@ use crate::config::{Loaded, Settings};
 use crate::llm::Role;
 use crate::text::{escape_json, escape_line};
 
-/// Decisions recorded in events.jsonl: (task_id, tool_use_id) → "tier (rule)".
+/// Decisions recorded in the audit log, across its rotated files, streamed:
+/// (task_id, tool_use_id) → "tier (rule)". An unreadable line is named on stderr.
 fn recorded_decisions(events: &Path) -> HashMap<(String, String), String> {
-    let text = std::fs::read_to_string(events).unwrap_or_default();
-    text.lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|e| e["type"] == "policy_decision")
+    let params = crate::events::query::QueryParams {
+        kind: Some("policy_decision".into()),
+        ..Default::default()
+    };
+    let Ok(query) = crate::events::query::Query::new(params) else {
+        return HashMap::new();
+    };
+    let found = match crate::events::query::run(events, query) {
+        Ok(found) => found,
+        Err(e) => {
+            eprintln!("warning: cannot list the audit log's files: {e}");
+            return HashMap::new();
+        }
+    };
+    found
+        .filter_map(|f| match f {
+            crate::events::query::Found::Line(_, ev) => Some(ev),
+            crate::events::query::Found::Unreadable { path, line, error } => {
+                let at = format!("{}:{line}: unreadable line: {error}", path.display());
+                eprintln!("warning: {}", crate::text::escape_text(&at));
+                None
+            }
+        })
         .map(|e| {
             let key = (
                 e["task_id"].as_str().unwrap_or("").to_string(),

@@ -79,6 +79,7 @@ async fn run_async(
         prompt: opts.task,
         max_turns: opts.max_turns,
         source: "cli".into(),
+        by: "cli".into(),
         resume: None,
         resume_recorded: false,
     };

@@ -29,13 +29,26 @@ pub struct Config {
 }
 
 /// `[audit]`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuditConfig {
     /// When events.jsonl is synced to disk: `"before_action"` syncs it before a tool
     /// runs, an approval takes effect and a task is acknowledged; `"off"` only writes
     /// (a power loss may lose the last lines).
     pub sync: AuditSync,
+    /// Size in MiB past which events.jsonl is closed as
+    /// `events-<first_seq>-<last_seq>.jsonl` and a new file starts; 0: never.
+    /// Fractions are allowed (a test rotates a small log).
+    pub rotate_mb: f64,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        AuditConfig {
+            sync: AuditSync::default(),
+            rotate_mb: 256.0,
+        }
+    }
 }
 
 /// `audit.sync`: whether a line that gates an action is on disk before the action.
@@ -274,6 +287,9 @@ impl Config {
             if value == 0 {
                 return Bad::at(key, "must be greater than 0".into());
             }
+        }
+        if !(self.audit.rotate_mb.is_finite() && self.audit.rotate_mb >= 0.0) {
+            return Bad::at("audit.rotate_mb", "must be 0 (never) or more".into());
         }
         Ok(())
     }

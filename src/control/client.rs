@@ -221,17 +221,3 @@ impl LineStream {
         }
     }
 }
-
-/// GETs `path` and gives each line of the body to `on_line` as it arrives; returns
-/// the status.
-pub async fn stream_lines(
-    socket: &Path,
-    path: &str,
-    mut on_line: impl FnMut(&str),
-) -> Result<u16, ClientError> {
-    let mut lines = LineStream::open(socket, path).await?;
-    while let Some(line) = lines.next_line().await? {
-        on_line(&line);
-    }
-    Ok(lines.status())
-}

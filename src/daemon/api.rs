@@ -3,11 +3,10 @@
 //! authorised by the peer's uid, from SO_PEERCRED ([`super::access`]); who answered
 //! an approval is that uid too.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::connect_info::ConnectInfo;
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
@@ -30,6 +29,7 @@ use crate::control::{
     ApprovalList, DecisionRequest, DecisionResponse, ErrorBody, ErrorDetail, SubmitRequest,
     SubmitResponse, Task, TaskList,
 };
+use crate::events::Event;
 
 /// Largest request body accepted.
 pub const MAX_BODY: usize = 256 * 1024;
@@ -66,6 +66,20 @@ pub struct AppState {
 pub struct Peer {
     /// The peer's uid, if the kernel told.
     pub uid: Option<u32>,
+}
+
+impl Peer {
+    /// Who acted, for the audit log's `by`: `uid:N (name)`, the name from the
+    /// user database when it has one (SPEC §7).
+    pub fn by(&self) -> String {
+        let Some(uid) = self.uid else {
+            return "uid:unknown".to_string();
+        };
+        match nix::unistd::User::from_uid(uid.into()) {
+            Ok(Some(user)) => format!("uid:{uid} ({})", user.name),
+            _ => format!("uid:{uid}"),
+        }
+    }
 }
 
 /// An API error.
@@ -148,7 +162,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tasks/{id}/resume", post(resume_task))
         .route("/v1/approvals", get(list_approvals))
         .route("/v1/approvals/{id}", post(answer_approval))
-        .route("/v1/events", get(events))
+        .route("/v1/events", get(super::events_api::events))
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,
@@ -301,9 +315,7 @@ async fn submit(
             "max_turns must be at least 1",
         ));
     }
-    let by = peer
-        .uid
-        .map_or("uid:unknown".to_string(), |u| format!("uid:{u}"));
+    let by = peer.by();
     let id = s
         .scheduler
         .submit(body.prompt, body.max_turns, body.model, by)
@@ -415,9 +427,23 @@ async fn show_task(
 
 async fn cancel_task(
     State(s): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let Path(id) = id?;
+    task(&s, &id)?;
+    // Who cancelled is on the log before the cancel takes effect.
+    s.scheduler
+        .events()
+        .record(Some(&id), Event::TaskCancelled { by: peer.by() })
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INSUFFICIENT_STORAGE,
+                "insufficient_storage",
+                e.to_string(),
+            )
+        })?;
     let t = s
         .scheduler
         .registry
@@ -428,6 +454,7 @@ async fn cancel_task(
 
 async fn resume_task(
     State(s): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let Path(id) = id?;
@@ -465,7 +492,7 @@ async fn resume_task(
     // Answered only once `task_resumed` is on the record, like a new task: 507
     // while the log cannot take it.
     s.scheduler
-        .resume(claim, transcript, lock)
+        .resume(claim, transcript, lock, peer.by())
         .await
         .map_err(|e| {
             ApiError::new(
@@ -502,9 +529,7 @@ async fn answer_approval(
             ),
         )
     })?;
-    let by = peer
-        .uid
-        .map_or("uid:unknown".to_string(), |u| format!("uid:{u}"));
+    let by = peer.by();
     let answer = Answer {
         approved,
         by,
@@ -526,159 +551,4 @@ async fn answer_approval(
         decision: body.decision,
         remembered,
     }))
-}
-
-#[derive(Deserialize)]
-struct EventsQuery {
-    task: Option<String>,
-    #[serde(rename = "type")]
-    kind: Option<String>,
-    follow: Option<String>,
-}
-
-fn matches(ev: &Value, q: &EventsQuery) -> bool {
-    q.task.as_ref().is_none_or(|t| ev["task_id"] == t.as_str())
-        && q.kind.as_ref().is_none_or(|k| ev["type"] == k.as_str())
-}
-
-/// An `unreadable_line` object, newline included: what a reader sends in place of
-/// line `line` of `file` (SPEC §7: never skipped silently).
-fn unreadable_line(file: &std::path::Path, line: usize, error: &str) -> Bytes {
-    let mut text = json!({
-        "type": "unreadable_line",
-        "file": file.display().to_string(),
-        "line": line,
-        "error": error,
-    })
-    .to_string();
-    text.push('\n');
-    Bytes::from(text)
-}
-
-/// Sends the matching lines of the log, read line by line so memory does not grow
-/// with the file; a line that does not parse is sent as an [`unreadable_line`],
-/// whatever the filter, since what it was cannot be known. Returns the seq of the
-/// last line that parsed, or `None` once the client has gone.
-async fn send_file_lines(
-    file: tokio::fs::File,
-    path: &std::path::Path,
-    q: &EventsQuery,
-    tx: &tokio::sync::mpsc::Sender<Bytes>,
-) -> Option<u64> {
-    use tokio::io::AsyncBufReadExt as _;
-    let mut reader = tokio::io::BufReader::new(file);
-    let mut last_seq = 0;
-    let mut buf = Vec::new();
-    for number in 1.. {
-        buf.clear();
-        let out = match reader.read_until(b'\n', &mut buf).await {
-            Ok(0) => return Some(last_seq),
-            Ok(_) => {
-                let line = buf.strip_suffix(b"\n").unwrap_or(&buf);
-                match serde_json::from_slice::<Value>(line) {
-                    Ok(ev) => {
-                        last_seq = ev["seq"].as_u64().unwrap_or(last_seq);
-                        if !matches(&ev, q) {
-                            continue;
-                        }
-                        // The last line may lack its newline; the stream's lines never do.
-                        let mut line = line.to_vec();
-                        line.push(b'\n');
-                        Bytes::from(line)
-                    }
-                    Err(e) => unreadable_line(path, number, &e.to_string()),
-                }
-            }
-            Err(e) => {
-                let error = format!("cannot read on: {e}");
-                let _ = tx.send(unreadable_line(path, number, &error)).await;
-                return Some(last_seq);
-            }
-        };
-        tx.send(out).await.ok()?;
-    }
-    Some(last_seq)
-}
-
-/// Sends the matching events written after `last_seq`, as they come.
-async fn send_live(
-    mut live: broadcast::Receiver<Value>,
-    last_seq: u64,
-    q: &EventsQuery,
-    tx: &tokio::sync::mpsc::Sender<Bytes>,
-) {
-    loop {
-        match live.recv().await {
-            Ok(ev) => {
-                if ev["seq"].as_u64().unwrap_or(0) <= last_seq || !matches(&ev, q) {
-                    continue;
-                }
-                let mut line = ev.to_string();
-                line.push('\n');
-                if tx.send(Bytes::from(line)).await.is_err() {
-                    return;
-                }
-            }
-            Err(broadcast::error::RecvError::Lagged(_)) => continue,
-            Err(broadcast::error::RecvError::Closed) => return,
-        }
-    }
-}
-
-async fn events(
-    State(s): State<AppState>,
-    q: Result<Query<EventsQuery>, QueryRejection>,
-) -> Response {
-    let q = match q {
-        Ok(Query(q)) => q,
-        Err(r) => return ApiError::from(r).into_response(),
-    };
-    // Subscribe before reading the file, so nothing written in between is missed;
-    // lines already read are skipped by seq.
-    let live = s.live_events.subscribe();
-    let path = s.config.current().paths.events.clone();
-    let file = match tokio::fs::File::open(&path).await {
-        Ok(f) => Some(f),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => {
-            return ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "unreadable",
-                format!("cannot read {}: {e}", path.display()),
-            )
-            .into_response();
-        }
-    };
-    let follow = q.follow.as_deref().is_some_and(|f| f == "1" || f == "true");
-    let body = async_stream(move |tx| async move {
-        let last_seq = match file {
-            Some(file) => match send_file_lines(file, &path, &q, &tx).await {
-                Some(seq) => seq,
-                None => return,
-            },
-            None => 0,
-        };
-        if follow {
-            send_live(live, last_seq, &q, &tx).await;
-        }
-    });
-    (
-        [(header::CONTENT_TYPE, "application/x-ndjson")],
-        Body::from_stream(body),
-    )
-        .into_response()
-}
-
-/// A stream fed by a task through a channel.
-fn async_stream<F, Fut>(f: F) -> impl futures::Stream<Item = Result<Bytes, Infallible>>
-where
-    F: FnOnce(tokio::sync::mpsc::Sender<Bytes>) -> Fut,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
-    tokio::spawn(f(tx));
-    futures::stream::unfold(
-        rx,
-        |mut rx| async move { rx.recv().await.map(|b| (Ok(b), rx)) },
-    )
 }

@@ -362,6 +362,16 @@ pub async fn serve(
         })
         .await?;
     let (state, scheduler) = wire(&services, tap_rx).await?;
+    services.events.log_head("start");
+    let hourly = services.events.clone();
+    let head_logger = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(3600));
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            hourly.log_head("hourly");
+        }
+    });
     // We hold the lock, so a socket file left there is a crashed daemon's.
     let listener = socket.dir.bind()?;
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
@@ -388,9 +398,11 @@ pub async fn serve(
     scheduler.settle_owed().await;
     let events = services.events.clone();
     services.shutdown().await;
+    head_logger.abort();
     events
         .record(None, Event::DaemonStopping { reason })
         .await?;
+    events.log_head("stop");
     Ok(())
 }
 

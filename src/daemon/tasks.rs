@@ -439,6 +439,7 @@ impl Scheduler {
             prompt,
             max_turns,
             source: "api".into(),
+            by: by.clone(),
             resume: None,
             resume_recorded: false,
         };
@@ -537,6 +538,7 @@ impl Scheduler {
                 prompt: t.messages.first().map(|m| m.text()).unwrap_or_default(),
                 max_turns: t.max_turns,
                 source: t.source.clone().unwrap_or_else(|| "api".into()),
+                by: t.by.clone().unwrap_or_else(|| "unknown".into()),
                 resume: Some(t),
                 resume_recorded: false,
             };
@@ -573,15 +575,18 @@ impl Scheduler {
     /// the run ends), once its `task_resumed` is on the record (synced, with
     /// `audit.sync = "before_action"`). `Err`: the line could not be written; the
     /// claim is given up and nothing runs.
+    /// `by` is who asked, recorded in `task_resumed`.
     pub async fn resume(
         &self,
         claim: Claim,
         transcript: Transcript,
         lock: RunLock,
+        by: String,
     ) -> Result<String, EventError> {
         let event = Event::TaskResumed {
             turns_so_far: transcript.turns.len() as u32,
             source: "api".into(),
+            by: by.clone(),
         };
         if let Err(e) = self
             .services
@@ -602,6 +607,7 @@ impl Scheduler {
             prompt: String::new(),
             max_turns: None,
             source: "api".into(),
+            by,
             resume: Some(transcript),
             resume_recorded: true,
         };

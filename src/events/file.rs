@@ -1,9 +1,11 @@
-//! The events.jsonl file itself: open and repair, find the last `seq`, append one
-//! line under an exclusive lock so several processes sharing a root still produce
-//! one strictly increasing sequence.
+//! The events.jsonl file itself: open and repair, find the last `seq` and the
+//! hash of the last line, append one line under an exclusive lock so several
+//! processes sharing a root still produce one strictly increasing sequence and one
+//! hash chain, and close a full file as `events-<first>-<last>.jsonl` (rotation).
 
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{BufRead, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
@@ -11,6 +13,9 @@ use serde_json::{Map, Value};
 
 /// How far back from the end to look for the last line.
 const TAIL_WINDOW: u64 = 1024 * 1024;
+
+/// The `prev` of the first line ever written.
+pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
 /// Why the log could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -44,7 +49,13 @@ pub(crate) struct LogFile {
     path: PathBuf,
     file: Option<File>,
     next_seq: u64,
+    /// Hex SHA-256 of the last line written (without its newline): the next `prev`.
+    prev_hash: String,
+    /// The `prev` the last line written carries.
+    last_prev: String,
     known_len: u64,
+    /// Close the file once it is this long (`audit.rotate_mb`); `None`: never.
+    rotate_bytes: Option<u64>,
     /// The length to cut the file back to before the next write: set when a failed
     /// write could not be cut back at once.
     pending_cut: Option<u64>,
@@ -74,26 +85,28 @@ impl LogFile {
             path: path.to_path_buf(),
             file: Some(file),
             next_seq: 1,
+            prev_hash: GENESIS.to_string(),
+            last_prev: GENESIS.to_string(),
             known_len: u64::MAX,
+            rotate_bytes: None,
             pending_cut: None,
         };
         let repair = log.with_lock(repair)?;
+        if let Some((seq, hash)) = log.with_lock(chain_tail)? {
+            log.next_seq = seq + 1;
+            log.prev_hash = hash;
+        }
         Ok((log, repair))
     }
 
+    /// Runs `f` on the file under an exclusive lock. When the file was rotated
+    /// away by another process since it was opened, the new live file is opened
+    /// and locked instead: every line goes to the file named `path`.
     fn with_lock<T>(
         &mut self,
         f: impl FnOnce(&mut File, &Path) -> Result<T, EventError>,
     ) -> Result<T, EventError> {
-        let file = self.file.take().ok_or(EventError::Closed)?;
-        let mut locked = Flock::lock(file, FlockArg::LockExclusive).map_err(|(file, e)| {
-            self.file = Some(file);
-            EventError::Io {
-                op: "lock",
-                path: self.path.clone(),
-                source: e.into(),
-            }
-        })?;
+        let mut locked = self.lock_live()?;
         let result = f(&mut locked, &self.path);
         match locked.unlock() {
             Ok(file) => self.file = Some(file),
@@ -110,8 +123,55 @@ impl LogFile {
         result
     }
 
-    /// Appends one event object (without `seq`, which is assigned here) and returns
-    /// its seq. The line is written with one `write` call to an `O_APPEND` file.
+    /// Locks the file that is `path` now, reopening it when it was rotated away.
+    fn lock_live(&mut self) -> Result<Flock<File>, EventError> {
+        loop {
+            let file = self.file.take().ok_or(EventError::Closed)?;
+            let locked = Flock::lock(file, FlockArg::LockExclusive).map_err(|(file, e)| {
+                self.file = Some(file);
+                EventError::Io {
+                    op: "lock",
+                    path: self.path.clone(),
+                    source: e.into(),
+                }
+            })?;
+            let ours = locked.metadata().map_err(io("stat", &self.path))?;
+            let same = std::fs::metadata(&self.path)
+                .is_ok_and(|now| now.ino() == ours.ino() && now.dev() == ours.dev());
+            if same {
+                return Ok(locked);
+            }
+            drop(locked);
+            let file = OpenOptions::new()
+                .read(true)
+                .append(true)
+                .create(true)
+                .open(&self.path)
+                .map_err(io("reopen", &self.path))?;
+            self.file = Some(file);
+            self.known_len = u64::MAX;
+        }
+    }
+
+    /// Sets `audit.rotate_mb`: the size past which the file is closed.
+    pub(crate) fn set_rotate_bytes(&mut self, bytes: Option<u64>) {
+        self.rotate_bytes = bytes;
+    }
+
+    /// The last line written: its seq and hash (the chain head).
+    pub(crate) fn head(&self) -> (u64, &str) {
+        (self.next_seq - 1, &self.prev_hash)
+    }
+
+    /// The `prev` of the last line this handle wrote.
+    pub(crate) fn last_prev(&self) -> &str {
+        &self.last_prev
+    }
+
+    /// Appends one event object (without `seq` and `prev`, which are assigned here)
+    /// and returns its seq. The line is written with one `write` call to an
+    /// `O_APPEND` file; `prev` chains it to the line before it, in this file or, at
+    /// the start of a file, the last rotated one.
     ///
     /// A write that fails (disk full, I/O error) is cut back at once to the length
     /// the file had before it, so no partial line stays between complete ones; the
@@ -125,6 +185,7 @@ impl LogFile {
     ) -> Result<u64, EventError> {
         let known_len = self.known_len;
         let mut next_seq = self.next_seq;
+        let mut prev = self.prev_hash.clone();
         let mut pending_cut = self.pending_cut;
         let result = self.with_lock(|file, path| {
             if let Some(at) = pending_cut {
@@ -135,15 +196,20 @@ impl LogFile {
             let len = file.metadata().map_err(io("stat", path))?.len();
             if len != known_len {
                 // Someone else appended (another process on the same root), or this
-                // is the first write: read the seq back from the file.
-                next_seq = last_seq(file, path)?.map_or(next_seq, |s| s.max(next_seq - 1) + 1);
+                // is the first write: read the seq and the chain back from the log.
+                if let Some((seq, hash)) = chain_tail(file, path)? {
+                    next_seq = seq.max(next_seq - 1) + 1;
+                    prev = hash;
+                }
             }
             let mut line = Map::new();
             line.insert("seq".into(), next_seq.into());
             line.insert("ts".into(), ts.into());
+            line.insert("prev".into(), prev.as_str().into());
             line.extend(body);
             let mut bytes = serde_json::to_vec(&Value::Object(line))
                 .map_err(|e| io("serialise event for", path)(std::io::Error::other(e)))?;
+            let hash = crate::config::sha256_hex(&bytes);
             bytes.push(b'\n');
             let written = match super::failpoint::check("events.append") {
                 Ok(()) => append_line(file, len, &bytes),
@@ -158,7 +224,7 @@ impl LogFile {
                 ),
             };
             match written {
-                Ok(()) => Ok((next_seq, len + bytes.len() as u64)),
+                Ok(()) => Ok((next_seq, len + bytes.len() as u64, hash, prev)),
                 Err(AppendFailure { write, cut }) => {
                     if cut.is_err() {
                         pending_cut = Some(len);
@@ -168,10 +234,48 @@ impl LogFile {
             }
         });
         self.pending_cut = pending_cut;
-        let (seq, len) = result?;
+        let (seq, len, hash, prev) = result?;
         self.next_seq = seq + 1;
         self.known_len = len;
+        self.prev_hash = hash;
+        self.last_prev = prev;
         Ok(seq)
+    }
+
+    /// Closes the file as `events-<first>-<last>.jsonl` when it has grown past
+    /// `audit.rotate_mb`, and starts an empty one; returns the closed file's name
+    /// and seq range. The old file is synced before the rename, so a closed file is
+    /// complete on disk. Seq and chain continue in the new file.
+    pub(crate) fn rotate_if_full(&mut self) -> Result<Option<(String, u64, u64)>, EventError> {
+        let Some(limit) = self.rotate_bytes else {
+            return Ok(None);
+        };
+        if self.known_len < limit {
+            return Ok(None);
+        }
+        let rotated = self.with_lock(|file, path| {
+            let len = file.metadata().map_err(io("stat", path))?.len();
+            if len < limit {
+                return Ok(None);
+            }
+            let Some((last, _)) = chain_tail(file, path)? else {
+                return Ok(None);
+            };
+            let first = first_seq(path)?.unwrap_or(last);
+            let name = super::segments::rotated_name(first, last);
+            let to = path.with_file_name(&name);
+            file.sync_data().map_err(io("sync", path))?;
+            std::fs::rename(path, &to).map_err(io("rotate", path))?;
+            if let Some(dir) = path.parent().and_then(|d| File::open(d).ok()) {
+                let _ = dir.sync_all();
+            }
+            Ok(Some((name, first, last)))
+        })?;
+        if rotated.is_some() {
+            // The next lock finds `path` is a new file and opens it.
+            self.known_len = u64::MAX;
+        }
+        Ok(rotated)
     }
 
     /// Forces every line written so far to the disk (`fdatasync`).
@@ -218,15 +322,49 @@ pub(crate) fn append_line(
     })
 }
 
-/// The `seq` of the last line, if any.
-fn last_seq(file: &mut File, path: &Path) -> Result<Option<u64>, EventError> {
+/// The seq and hash of the last line of the log: of `file`, or when it is empty,
+/// of the newest rotated file (the chain continues across files).
+fn chain_tail(file: &mut File, path: &Path) -> Result<Option<(u64, String)>, EventError> {
+    if let Some(found) = last_line_state(file, path)? {
+        return Ok(Some(found));
+    }
+    let segments = super::segments::segments(path).map_err(io("list rotated files of", path))?;
+    let Some(newest) = segments.iter().rev().find(|s| s.seqs.is_some()) else {
+        return Ok(None);
+    };
+    let mut old = File::open(&newest.path).map_err(io("open", &newest.path))?;
+    last_line_state(&mut old, &newest.path)
+}
+
+/// The seq of the last line that has one, and the hash of the very last line.
+fn last_line_state(file: &mut File, path: &Path) -> Result<Option<(u64, String)>, EventError> {
     let tail = read_tail(file, path)?;
-    let text = String::from_utf8_lossy(&tail);
-    Ok(text
-        .lines()
+    let body = tail.strip_suffix(b"\n").unwrap_or(&tail);
+    if body.is_empty() {
+        return Ok(None);
+    }
+    let last = body
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(body, |i| &body[i + 1..]);
+    let seq = body
+        .split(|&b| b == b'\n')
         .rev()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find_map(|v| v.get("seq").and_then(Value::as_u64)))
+        .filter_map(|l| serde_json::from_slice::<Value>(l).ok())
+        .find_map(|v| v.get("seq").and_then(Value::as_u64));
+    Ok(seq.map(|seq| (seq, crate::config::sha256_hex(last))))
+}
+
+/// The seq of the first line of the file at `path`.
+fn first_seq(path: &Path) -> Result<Option<u64>, EventError> {
+    let file = File::open(path).map_err(io("open", path))?;
+    let mut line = Vec::new();
+    std::io::BufReader::new(file)
+        .read_until(b'\n', &mut line)
+        .map_err(io("read", path))?;
+    Ok(serde_json::from_slice::<Value>(&line)
+        .ok()
+        .and_then(|v| v.get("seq").and_then(Value::as_u64)))
 }
 
 fn read_tail(file: &mut File, path: &Path) -> Result<Vec<u8>, EventError> {

@@ -1,13 +1,16 @@
 //! The event types of `events.jsonl` (SPEC §7). Each serialises with a `type` tag;
-//! the writer adds `seq`, `ts` and `task_id`.
+//! the writer adds `seq`, `ts`, `prev` and `task_id`. The JSON Schema of a line
+//! ([`events_schema`]) is generated from these types, and the list of valid
+//! `--type` values is read from it, so neither can drift from what is written.
 
+use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::Value;
 
 use crate::usage::Usage;
 
 /// One auditable event.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Event {
     /// The daemon started.
@@ -37,7 +40,7 @@ pub enum Event {
         /// start and on a reload that changed nothing (a SIGHUP, an undone edit).
         changes: Vec<String>,
         /// On a reload: changed keys that only take effect after a restart.
-        #[serde(skip_serializing_if = "Vec::is_empty")]
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
         restart_needed: Vec<String>,
         /// `start`, `watch` or `sighup`.
         trigger: String,
@@ -69,6 +72,16 @@ pub enum Event {
         /// Why, naming the file and the id.
         error: String,
     },
+    /// events.jsonl passed `audit.rotate_mb` and was closed; this is the first
+    /// line of the new file.
+    LogRotated {
+        /// The closed file's name, next to events.jsonl.
+        file: String,
+        /// Its first seq.
+        first_seq: u64,
+        /// Its last seq.
+        last_seq: u64,
+    },
     /// A task was accepted (the control API answers 202 only after this line is
     /// written and, with `audit.sync = "before_action"`, synced).
     TaskQueued {
@@ -76,7 +89,8 @@ pub enum Event {
         prompt: String,
         /// `cli` or `api`.
         source: String,
-        /// Who submitted it: `uid:N` from the socket's peer credentials.
+        /// Who submitted it: `uid:N (name)` from the socket's peer credentials,
+        /// or `cli`.
         by: String,
     },
     /// A task accepted by a previous daemon and still queued when it stopped (its
@@ -101,6 +115,13 @@ pub enum Event {
         turns_so_far: u32,
         /// `cli` or `api`.
         source: String,
+        /// Who resumed it: `uid:N (name)` or `cli`.
+        by: String,
+    },
+    /// A task was cancelled on request.
+    TaskCancelled {
+        /// Who cancelled it: `uid:N (name)` or `cli`.
+        by: String,
     },
     /// A task was found running or awaiting approval at start: the previous daemon
     /// died. `resume` continues it.
@@ -193,7 +214,7 @@ pub enum Event {
         approval_id: String,
         /// `approved`, `denied` or `timeout`.
         decision: String,
-        /// `tty`, `flag`, `uid:N` or `timeout`.
+        /// `tty`, `flag`, `uid:N (name)` or `timeout`.
         by: String,
         /// Reason given, if any.
         reason: Option<String>,
@@ -249,5 +270,95 @@ impl Event {
             input: input.clone(),
             input_sha256: super::input_sha256(input),
         }
+    }
+}
+
+/// One line of events.jsonl as written: the fields the writer adds, then the event.
+/// Only its schema is used; the writer builds lines itself (`super::body`).
+#[derive(Serialize, JsonSchema)]
+#[schemars(title = "harnessd events.jsonl line")]
+// No field beyond the event's own: a misspelled or stray field fails validation.
+#[serde(deny_unknown_fields)]
+pub struct EventLine {
+    /// Strictly increasing across files and restarts.
+    pub seq: u64,
+    /// RFC 3339 UTC with milliseconds.
+    pub ts: String,
+    /// Hex SHA-256 of the previous line's bytes; absent in lines written before
+    /// the chain existed.
+    #[schemars(regex(pattern = "^[0-9a-f]{64}$"))]
+    pub prev: Option<String>,
+    /// The task concerned, when there is one.
+    pub task_id: Option<String>,
+    /// The event, with its `type` tag.
+    #[serde(flatten)]
+    pub event: Event,
+}
+
+/// The JSON Schema of a line of events.jsonl, pretty-printed (shipped as
+/// `docs/events.schema.json`).
+pub fn events_schema() -> String {
+    let schema = schemars::schema_for!(EventLine);
+    let mut text = serde_json::to_string_pretty(&schema).unwrap_or_default();
+    text.push('\n');
+    text
+}
+
+/// Every event `type` harnessd writes, sorted.
+pub fn event_types() -> Vec<String> {
+    fn walk(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::Object(map) => {
+                if let Some(kind) = map
+                    .get("properties")
+                    .and_then(|p| p.get("type"))
+                    .and_then(|t| t.get("const"))
+                    .and_then(Value::as_str)
+                {
+                    out.push(kind.to_string());
+                }
+                map.values().for_each(|v| walk(v, out));
+            }
+            Value::Array(items) => items.iter().for_each(|v| walk(v, out)),
+            _ => {}
+        }
+    }
+    let schema = schemars::schema_for!(Event);
+    let mut out = Vec::new();
+    walk(&schema.to_value(), &mut out);
+    out.sort();
+    out.dedup();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_variant_is_a_valid_type() {
+        let types = super::event_types();
+        for t in [
+            "daemon_started",
+            "log_rotated",
+            "task_cancelled",
+            "tool_finished",
+            "transcript_refused",
+        ] {
+            assert!(types.iter().any(|x| x == t), "{t} missing from {types:?}");
+        }
+        assert_eq!(types.len(), 22, "{types:?}");
+    }
+
+    #[test]
+    fn shipped_schema_matches_the_types() {
+        // Read at run time: a file outside src/ is never an input of the build.
+        let shipped = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/docs/events.schema.json"
+        ))
+        .unwrap();
+        assert!(
+            shipped == super::events_schema(),
+            "docs/events.schema.json is stale: run `harnessd audit schema > docs/events.schema.json`"
+        );
     }
 }

@@ -8,8 +8,12 @@
 //! tasks). With `audit.sync = "before_action"`, lines that gate an action are
 //! synced before their answer, one sync covering every line written before it.
 //!
-//! Each line carries `seq` (strictly increasing across the file and across runs),
-//! `ts` (RFC 3339 UTC, milliseconds), `type` and `task_id` where a task is concerned.
+//! Each line carries `seq` (strictly increasing across files and across runs),
+//! `ts` (RFC 3339 UTC, milliseconds), `prev` (the SHA-256 of the previous line's
+//! bytes, so an edited, deleted or reordered line breaks the chain: see
+//! [`verify`]), `type` and `task_id` where a task is concerned. A file past
+//! `audit.rotate_mb` is closed and a new one started ([`segments`]); the rotation
+//! is itself a `log_rotated` line, the first of the new file.
 //! String fields longer than [`MAX_FIELD_CHARS`] are cut in the middle. Diagnostics
 //! never go here; they go through `tracing`.
 
@@ -17,15 +21,18 @@ mod failpoint;
 mod file;
 mod kinds;
 mod open_tasks;
+pub mod query;
+pub mod segments;
 mod trail;
+pub mod verify;
 
-pub use file::{EventError, Repair};
-pub use kinds::Event;
+pub use file::{EventError, GENESIS, Repair};
+pub use kinds::{Event, EventLine, event_types, events_schema};
 pub use open_tasks::{ended_cleanly, open_tasks};
 pub use trail::{CallTrail, TrailError, call_trails};
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc as std_mpsc};
 
 use serde_json::{Map, Value};
@@ -64,6 +71,8 @@ struct Health {
     /// after a failed `fdatasync` the lines may not be on the disk, and a later
     /// write that lands in the page cache proves nothing until a sync succeeds.
     sync: Mutex<Option<String>>,
+    /// The chain head: seq and hash of the last line written.
+    head: Mutex<(u64, String)>,
 }
 
 impl Health {
@@ -92,6 +101,8 @@ pub struct EventLog {
     health: Arc<Health>,
     /// `audit.sync = "before_action"`: lines that gate an action are synced.
     sync_before_action: Arc<AtomicBool>,
+    /// `audit.rotate_mb` in bytes, read by the writer after each line; 0: never.
+    rotate_bytes: Arc<AtomicU64>,
 }
 
 impl EventLog {
@@ -103,11 +114,18 @@ impl EventLog {
     ) -> Result<(EventLog, Option<Repair>), EventError> {
         let (log, repair) = LogFile::open(path)?;
         let (tx, rx) = std_mpsc::channel::<Command>();
-        let health = Arc::new(Health::default());
+        let (seq, hash) = log.head();
+        let health = Arc::new(Health {
+            write: Mutex::new(None),
+            sync: Mutex::new(None),
+            head: Mutex::new((seq, hash.to_string())),
+        });
+        let rotate_bytes = Arc::new(AtomicU64::new(0));
         let writer = Writer {
             log,
             tap: tap.clone(),
             health: health.clone(),
+            rotate_bytes: rotate_bytes.clone(),
         };
         std::thread::Builder::new()
             .name("events-writer".into())
@@ -122,8 +140,27 @@ impl EventLog {
             tap,
             health,
             sync_before_action: Arc::new(AtomicBool::new(true)),
+            rotate_bytes,
         };
         Ok((log, repair))
+    }
+
+    /// Applies `audit.rotate_mb` (0: never rotate).
+    pub fn set_rotate_mb(&self, mb: f64) {
+        // Saturating float-to-int cast: a huge value means "practically never".
+        let bytes = (mb * 1024.0 * 1024.0) as u64;
+        self.rotate_bytes.store(bytes, Ordering::Relaxed);
+    }
+
+    /// The chain head: seq and `prev`-hash of the last line written (0 and
+    /// [`GENESIS`] for an empty log). Logged to the diagnostic log at start, stop
+    /// and hourly, where a rewrite of the whole audit log cannot reach it.
+    pub fn head(&self) -> (u64, String) {
+        self.health
+            .head
+            .lock()
+            .map(|h| h.clone())
+            .unwrap_or_else(|_| (0, String::new()))
     }
 
     /// Applies `audit.sync`.
@@ -165,6 +202,19 @@ impl EventLog {
         self.health.failing()
     }
 
+    /// Writes the chain head to the diagnostic log (journald under systemd), a
+    /// record the audit log's own tools cannot rewrite: a log rewritten whole,
+    /// chain and all, no longer ends in a head logged there (SPEC §7).
+    pub fn log_head(&self, when: &str) {
+        let (seq, hash) = self.head();
+        // stderr, like the daemon's other start and stop lines: journald keeps it
+        // whatever `HARNESSD_LOG` filters. A failed write is no reason to stop.
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            format!("harnessd: audit log chain head at {when}: seq {seq} {hash}\n").as_bytes(),
+        );
+    }
+
     /// Whether a tap is attached.
     pub fn has_tap(&self) -> bool {
         self.tap.is_some()
@@ -198,6 +248,7 @@ struct Writer {
     log: LogFile,
     tap: Option<mpsc::UnboundedSender<Value>>,
     health: Arc<Health>,
+    rotate_bytes: Arc<AtomicU64>,
 }
 
 /// An answer held back until the batch's sync: an append's seq or a sync request.
@@ -231,18 +282,53 @@ impl Writer {
         }
     }
 
+    /// Writes one line, then rotates the file if it is now full; the rotation is
+    /// recorded as the first line of the new file.
     fn append(&mut self, body: Map<String, Value>) -> Result<u64, EventError> {
+        let result = self.append_one(body);
+        if result.is_ok() {
+            self.rotate();
+        }
+        result
+    }
+
+    fn append_one(&mut self, body: Map<String, Value>) -> Result<u64, EventError> {
         let ts = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
         let result = self.log.append(ts.clone(), body.clone());
         Health::note(&self.health.write, &result);
+        if let Ok(seq) = &result
+            && let Ok(mut head) = self.health.head.lock()
+        {
+            *head = (*seq, self.log.head().1.to_string());
+        }
         if let (Ok(seq), Some(tap)) = (&result, &self.tap) {
             let mut line = Map::new();
             line.insert("seq".into(), (*seq).into());
             line.insert("ts".into(), ts.into());
+            line.insert("prev".into(), self.log.last_prev().into());
             line.extend(body);
             let _ = tap.send(Value::Object(line));
         }
         result
+    }
+
+    /// A failed rotation leaves the file open and growing, which loses nothing:
+    /// it is reported in the diagnostic log and tried again after the next line.
+    fn rotate(&mut self) {
+        let limit = self.rotate_bytes.load(Ordering::Relaxed);
+        self.log.set_rotate_bytes((limit > 0).then_some(limit));
+        match self.log.rotate_if_full() {
+            Ok(Some((file, first_seq, last_seq))) => {
+                let event = Event::LogRotated {
+                    file,
+                    first_seq,
+                    last_seq,
+                };
+                let _ = self.append_one(body(None, &event));
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!("cannot rotate the audit log: {e}"),
+        }
     }
 
     /// One sync for every held answer; a failed sync fails them all, since the

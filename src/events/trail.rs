@@ -1,11 +1,11 @@
-//! Reading the audit log back (read-only): how far given tool calls of one task got,
-//! for a resume that must answer calls the transcript left open (SPEC §6, Resume).
+//! Reading the audit log back (read-only), across its rotated files: how far given
+//! tool calls of one task got, for a resume that must answer calls the transcript
+//! left open (SPEC §6, Resume).
 //!
 //! The log is streamed one line at a time and only the task's lines about the asked
 //! calls are kept, so memory stays bounded by the longest line, not the file.
 
 use std::collections::{HashMap, HashSet};
-use std::io::BufRead;
 use std::path::Path;
 
 use serde::Deserialize;
@@ -72,20 +72,14 @@ pub fn call_trails(
         .iter()
         .map(|c| (c.clone(), CallTrail::Absent))
         .collect();
-    let file = match std::fs::File::open(log) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(trails),
-        Err(e) => return Err(io(e)),
-    };
+    // Every file of the log: a task's calls may straddle a rotation.
+    let lines = super::segments::SegmentLines::from_seq(log, 0).map_err(io)?;
     // approval_id → tool_use_id: `approval_resolved` names only the approval.
     let mut approvals: HashMap<String, String> = HashMap::new();
-    let mut reader = std::io::BufReader::new(file);
-    let mut buf = Vec::new();
-    loop {
-        buf.clear();
-        if reader.read_until(b'\n', &mut buf).map_err(io)? == 0 {
-            break;
-        }
+    for line in lines {
+        let buf = line
+            .map_err(|(path, source)| TrailError::Io { path, source })?
+            .bytes;
         // Cheap filter before parsing: the task id appears verbatim in its lines.
         if !contains(&buf, task_id.as_bytes()) {
             continue;
@@ -211,6 +205,34 @@ mod tests {
             }
         );
         assert_eq!(got["never"], CallTrail::Absent);
+    }
+
+    #[test]
+    fn a_call_straddling_a_rotation_is_followed_across_the_files() {
+        use serde_json::json;
+        let dir = std::env::temp_dir().join(format!(
+            "harnessd-trail-rot-{}-{}",
+            std::process::id(),
+            fastrand::u64(..)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let old = [
+            json!({"seq": 1, "type": "tool_requested", "task_id": "t1", "tool_use_id": "c"}),
+            json!({"seq": 2, "type": "policy_decision", "task_id": "t1", "tool_use_id": "c", "tier": "allow"}),
+        ];
+        let text: String = old.iter().map(|l| format!("{l}\n")).collect();
+        std::fs::write(dir.join("events-1-2.jsonl"), text).unwrap();
+        let live = json!({"seq": 4, "type": "tool_finished", "task_id": "t1", "tool_use_id": "c", "exit_code": 0});
+        std::fs::write(dir.join("events.jsonl"), format!("{live}\n")).unwrap();
+        let got = call_trails(&dir.join("events.jsonl"), "t1", &["c".into()]).unwrap();
+        assert_eq!(
+            got["c"],
+            CallTrail::Finished {
+                ran: true,
+                exit_code: Some(0)
+            }
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

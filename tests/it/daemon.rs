@@ -170,10 +170,10 @@ fn approve_through_the_cli_records_the_peer_uid() {
     assert!(root.workspace().join("asked.txt").exists());
     let resolved = &root.events_of("approval_resolved")[0];
     assert_eq!(resolved["decision"], "approved");
-    assert_eq!(
-        resolved["by"],
-        format!("uid:{}", nix::unistd::Uid::effective())
-    );
+    // SPEC §7: `uid:N (name)`, the name from the user database.
+    let uid = nix::unistd::Uid::effective();
+    let name = nix::unistd::User::from_uid(uid).unwrap().unwrap().name;
+    assert_eq!(resolved["by"], format!("uid:{uid} ({name})"));
     assert!(
         last_results(&api.requests()[1].body)[0]
             .get("is_error")
@@ -454,7 +454,7 @@ fn events_follow_streams_new_lines() {
     let root = TestRoot::new(&api.url);
     let d = Daemon::start(&root);
     let mut follower = root
-        .command(&["events", "--type", "task_finished", "--follow"])
+        .command(&["events", "--type", "task_finished", "--follow", "--json"])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();

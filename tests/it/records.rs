@@ -182,7 +182,7 @@ fn events_command_reads_the_log_without_a_daemon() {
     let api = FakeApi::start(vec![Reply::text("a")]);
     let root = TestRoot::new(&api.url);
     assert_eq!(root.run(&["run", "one"]).status.code(), Some(0));
-    let out = root.run(&["events", "--type", "task_finished"]);
+    let out = root.run(&["events", "--type", "task_finished", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let lines: Vec<serde_json::Value> = stdout(&out)
         .lines()

@@ -85,8 +85,10 @@ fn model_text_never_reaches_the_terminal_raw() {
         stderr(&out)
     );
 
-    // `events` without a daemon reads the file; its lines stay parseable JSON.
-    let out = root.run(&["events"]);
+    // `events` without a daemon reads the file: the table is safe, and its JSON
+    // lines stay parseable JSON.
+    assert_output_safe("events table (file)", &root.run(&["events"]));
+    let out = root.run(&["events", "--json"]);
     assert_output_safe("events (file)", &out);
     let lines: Vec<Value> = stdout(&out)
         .lines()
@@ -162,6 +164,7 @@ fn daemon_clients_never_pass_model_text_to_the_terminal() {
         vec!["show", id.as_str(), "--json"],
         vec!["tasks", "--json"],
         vec!["events"],
+        vec!["events", "--json"],
         vec!["events", "--task", id.as_str(), "--type", "tool_requested"],
     ] {
         let out = root.run(&args);

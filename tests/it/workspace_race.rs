@@ -21,7 +21,7 @@ use crate::common::{FakeApi, Reply, TestRoot, chown_tree, stderr, stdout};
 /// The default `sandbox.user`'s uid (and gid).
 const NOBODY: u32 = 65534;
 
-fn assert_root() {
+pub(crate) fn assert_root() {
     assert!(
         nix::unistd::Uid::effective().is_root(),
         "CI runs as root; this test needs it"
@@ -154,7 +154,7 @@ fn a_rename_exchange_race_never_makes_root_chown_outside_the_workspace() {
 /// setpriv). With `init_groups` it gets the supplementary groups of the account
 /// named by `uid`, as a login would; otherwise none. Returns the status and the body
 /// (JSON, else Null), or `None` when the connection itself was refused.
-fn request_as(
+pub(crate) fn request_as(
     uid: u32,
     gid: u32,
     init_groups: bool,
@@ -317,17 +317,23 @@ fn root_and_the_daemons_own_user_may_call_the_api_and_no_one_else() {
 
 /// A throwaway group with two member accounts, removed on drop: one listed in the
 /// group's members, one with it as primary group; `nobody` is listed too.
-struct Operators {
-    group: String,
+pub(crate) struct Operators {
+    pub(crate) group: String,
     gid: u32,
-    listed: (u32, u32),
+    pub(crate) listed: (u32, u32),
     primary: (u32, u32),
 }
 
 impl Operators {
     /// `None`, with the reason, when accounts cannot be created here.
     fn create() -> Result<Operators, String> {
-        let group = format!("hdit{}", std::process::id());
+        Operators::create_tagged("")
+    }
+
+    /// As [`Operators::create`], the names tagged so that tests running at once
+    /// in one process each get their own group.
+    pub(crate) fn create_tagged(tag: &str) -> Result<Operators, String> {
+        let group = format!("hdit{}{tag}", std::process::id());
         let listed = format!("{group}l");
         let primary = format!("{group}p");
         let steps: [Vec<&str>; 4] = [

@@ -1,6 +1,7 @@
 //! Fixtures: a temporary root wired to a fake API, and a runner for the real binary.
 
 pub mod daemon;
+pub mod schema;
 
 pub use harnessd_testkit::{fake_api, rss};
 
@@ -25,7 +26,15 @@ pub struct TestRoot {
 
 impl Drop for TestRoot {
     fn drop(&mut self) {
+        // Every line the test made harnessd write matches the shipped schema.
+        let bad = schema::violations(&self.dir.join("transcripts"));
         let _ = std::fs::remove_dir_all(&self.dir);
+        if !bad.is_empty() && !std::thread::panicking() {
+            panic!(
+                "events that break docs/events.schema.json:\n{}",
+                bad.join("\n")
+            );
+        }
     }
 }
 

@@ -1,0 +1,93 @@
+//! `harnessd audit verify`: checks the audit log's hash chain and seq over every
+//! file (SPEC §7, §8). Reads only `config/config.toml` to find the log, so a
+//! broken policy file does not stop an audit.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+
+use super::EXIT_CONFIG;
+use crate::events::verify::{VerifyError, verify as verify_log};
+use crate::text::escape_text;
+
+/// The live audit log of `root`, from `paths.events` in its config.toml.
+pub fn events_path(root: &Path) -> Result<PathBuf, String> {
+    let file = root.join(crate::config::CONFIG_FILE);
+    let text = std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let config = crate::config::Config::parse(&text, crate::config::CONFIG_FILE)
+        .map_err(|e| e.to_string())?;
+    let root = root
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", root.display()))?;
+    Ok(crate::config::resolve(&root, &config.paths.events))
+}
+
+/// `audit verify`: exit 0 and the chain head, 1 naming what is wrong, 2 when the
+/// root cannot be read.
+pub fn verify(root: &Path, json_out: bool) -> anyhow::Result<i32> {
+    let live = match events_path(root) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {}", escape_text(&e));
+            return Ok(EXIT_CONFIG);
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    match verify_log(&live) {
+        Ok(r) => {
+            let (head_seq, head) = r.head.clone().unwrap_or((0, crate::events::GENESIS.into()));
+            if json_out {
+                let begins = r.chain_begins.as_ref().map(|(p, line, seq)| {
+                    json!({"file": p.display().to_string(), "line": line, "seq": seq})
+                });
+                let v = json!({"ok": true, "lines": r.lines, "files": r.files,
+                    "head_seq": head_seq, "head": head, "chain_begins": begins,
+                    "unchained": r.unchained});
+                writeln!(out, "{v}")?;
+                return Ok(0);
+            }
+            writeln!(
+                out,
+                "ok: {} lines in {} file(s), head seq {head_seq} {head}",
+                r.lines, r.files
+            )?;
+            if r.unchained > 0 {
+                let at = r
+                    .chain_begins
+                    .as_ref()
+                    .map_or("nowhere yet".to_string(), |(p, l, s)| {
+                        format!("{}:{l} (seq {s})", p.display())
+                    });
+                writeln!(
+                    out,
+                    "note: the first {} lines were written without prev (an earlier version); the chain begins at {}",
+                    r.unchained,
+                    escape_text(&at)
+                )?;
+            }
+            Ok(0)
+        }
+        Err(VerifyError::Broken(b)) => {
+            if json_out {
+                let v = json!({"ok": false, "file": b.path.display().to_string(),
+                    "line": b.line, "seq": b.seq, "error": b.what});
+                writeln!(out, "{v}")?;
+            }
+            eprintln!("audit log broken: {}", escape_text(&b.to_string()));
+            Ok(1)
+        }
+        Err(e) => {
+            eprintln!("error: {}", escape_text(&e.to_string()));
+            Ok(1)
+        }
+    }
+}
+
+/// `audit schema`: the JSON Schema of a line of events.jsonl.
+pub fn schema() -> anyhow::Result<i32> {
+    std::io::stdout()
+        .lock()
+        .write_all(crate::events::events_schema().as_bytes())?;
+    Ok(0)
+}

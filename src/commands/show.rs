@@ -1,0 +1,261 @@
+//! `harnessd show ID` (SPEC §8): one task from its transcript and the audit log,
+//! with no daemon needed: prompt, model, status, usage, duration, then each tool
+//! call (tool, full input, decision and rule, approver, exit, duration, output
+//! file), then the answer. The transcript holds the full inputs and the answer;
+//! the log, read across its rotated files with only this task's lines kept, holds
+//! what happened to each call. Everything printed is escaped.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::Path;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::agent::Transcript;
+use crate::events::query::{self, Found, Query, QueryParams};
+use crate::llm::Role;
+use crate::text::{escape_json, escape_line, escape_text};
+
+/// What the log says about one tool call.
+#[derive(Debug, Default, Serialize)]
+struct Call {
+    tool_use_id: String,
+    tool: String,
+    input: Value,
+    tier: Option<String>,
+    rule: Option<String>,
+    commands: Option<Value>,
+    approval: Option<String>,
+    approved_by: Option<String>,
+    exit_code: Option<Value>,
+    duration_ms: Option<u64>,
+    is_error: Option<bool>,
+    output_file: Option<String>,
+}
+
+/// The whole view of a task.
+#[derive(Debug, Serialize)]
+struct Shown {
+    task_id: String,
+    prompt: String,
+    model: String,
+    status: String,
+    stop_reason: Option<String>,
+    error: Option<String>,
+    usage: crate::usage::Usage,
+    created: String,
+    duration_ms: Option<u64>,
+    submitted_by: Option<String>,
+    calls: Vec<Call>,
+    answer: Option<String>,
+}
+
+/// Runs `show`: exit 0, or 1 when the task has no readable transcript.
+pub fn run(root: &Path, id: &str, json_out: bool) -> anyhow::Result<i32> {
+    let loaded = match crate::commands::load_root(root) {
+        Ok(l) => l,
+        Err(code) => return Ok(code),
+    };
+    let dir = &loaded.paths.transcripts;
+    let valid_id = !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+    let transcript = match valid_id.then(|| Transcript::read(&Transcript::path(dir, id))) {
+        Some(Ok(t)) => t,
+        Some(Err(e)) if e.kind() != std::io::ErrorKind::NotFound => {
+            eprintln!(
+                "error: cannot read the transcript of {}: {e}",
+                escape_line(id)
+            );
+            return Ok(1);
+        }
+        _ => {
+            eprintln!("error: no task {:?}", escape_line(id).as_ref());
+            return Ok(1);
+        }
+    };
+    let shown = build(&transcript, &loaded.paths.events)?;
+    let mut out = std::io::stdout().lock();
+    if json_out {
+        let text = serde_json::to_string_pretty(&shown)?;
+        writeln!(out, "{}", escape_json(&text))?;
+    } else {
+        print(&mut out, &shown)?;
+    }
+    Ok(0)
+}
+
+fn build(t: &Transcript, events: &Path) -> anyhow::Result<Shown> {
+    let mut calls: Vec<Call> = Vec::new();
+    for m in t.messages.iter().filter(|m| m.role == Role::Assistant) {
+        for (id, tool, input) in m.tool_uses() {
+            calls.push(Call {
+                tool_use_id: id,
+                tool,
+                input,
+                ..Call::default()
+            });
+        }
+    }
+    let mut shown = Shown {
+        task_id: t.task_id.clone(),
+        prompt: t.messages.first().map(|m| m.text()).unwrap_or_default(),
+        model: t.model.clone(),
+        status: t.status.as_str().to_string(),
+        stop_reason: t.stop_reason.map(|s| s.as_str().to_string()),
+        error: t.error.clone(),
+        usage: t.usage,
+        created: t.created.clone(),
+        duration_ms: None,
+        // A `run` is the operator at the terminal (SPEC §7: `cli`).
+        submitted_by: t
+            .by
+            .clone()
+            .or_else(|| (t.source.as_deref() == Some("cli")).then(|| "cli".to_string())),
+        calls: Vec::new(),
+        answer: t.answer.clone(),
+    };
+    let index: HashMap<String, usize> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.tool_use_id.clone(), i))
+        .collect();
+    let query = Query::new(QueryParams {
+        task: Some(t.task_id.clone()),
+        ..QueryParams::default()
+    })?;
+    let mut approvals: HashMap<String, usize> = HashMap::new();
+    for found in query::run(events, query)? {
+        match found {
+            Found::Line(_, ev) => apply(&ev, &index, &mut approvals, &mut calls, &mut shown),
+            Found::Unreadable { path, line, error } => {
+                let at = format!("{}:{line}: unreadable line: {error}", path.display());
+                eprintln!("warning: {}", escape_text(&at));
+            }
+        }
+    }
+    shown.calls = calls;
+    Ok(shown)
+}
+
+/// Adds one of the task's log lines to the view.
+fn apply(
+    ev: &Value,
+    index: &HashMap<String, usize>,
+    approvals: &mut HashMap<String, usize>,
+    calls: &mut [Call],
+    shown: &mut Shown,
+) {
+    let s = |k: &str| ev.get(k).and_then(Value::as_str).map(str::to_string);
+    let by_call = s("tool_use_id").and_then(|id| index.get(&id).copied());
+    let by_approval = s("approval_id").and_then(|id| approvals.get(&id).copied());
+    match (s("type").as_deref(), by_call.or(by_approval)) {
+        (Some("policy_decision"), Some(i)) => {
+            calls[i].tier = s("tier");
+            calls[i].rule = s("rule");
+            calls[i].commands = ev.get("commands").cloned();
+        }
+        (Some("approval_requested"), Some(i)) => {
+            if let Some(a) = s("approval_id") {
+                approvals.insert(a, i);
+            }
+        }
+        (Some("approval_resolved"), Some(i)) => {
+            calls[i].approval = s("decision");
+            calls[i].approved_by = s("by");
+        }
+        (Some("tool_finished"), Some(i)) => {
+            calls[i].exit_code = ev.get("exit_code").cloned();
+            calls[i].duration_ms = ev.get("duration_ms").and_then(Value::as_u64);
+            calls[i].is_error = ev.get("is_error").and_then(Value::as_bool);
+            calls[i].output_file = s("output_file");
+        }
+        (Some("task_finished"), _) => {
+            shown.duration_ms = ev.get("duration_ms").and_then(Value::as_u64);
+        }
+        _ => {}
+    }
+}
+
+fn or_dash(v: Option<&str>) -> std::borrow::Cow<'_, str> {
+    escape_line(v.unwrap_or("-"))
+}
+
+fn print(out: &mut impl Write, s: &Shown) -> std::io::Result<()> {
+    writeln!(out, "task     {}", escape_line(&s.task_id))?;
+    writeln!(out, "prompt   {}", escape_line(&s.prompt))?;
+    writeln!(out, "model    {}", escape_line(&s.model))?;
+    writeln!(
+        out,
+        "status   {} ({})",
+        escape_line(&s.status),
+        or_dash(s.stop_reason.as_deref())
+    )?;
+    if let Some(e) = &s.error {
+        writeln!(out, "error    {}", escape_line(e))?;
+    }
+    writeln!(
+        out,
+        "usage    {} in, {} out, {} cache write, {} cache read tokens (cost: no pricing configured)",
+        s.usage.input_tokens,
+        s.usage.output_tokens,
+        s.usage.cache_creation_input_tokens,
+        s.usage.cache_read_input_tokens
+    )?;
+    let duration = s.duration_ms.map_or("-".to_string(), |d| format!("{d} ms"));
+    writeln!(
+        out,
+        "created  {}, duration {duration}",
+        escape_line(&s.created)
+    )?;
+    writeln!(out, "by       {}", or_dash(s.submitted_by.as_deref()))?;
+    for (n, c) in s.calls.iter().enumerate() {
+        print_call(out, n + 1, c)?;
+    }
+    if let Some(a) = s.answer.as_deref().filter(|a| !a.is_empty()) {
+        writeln!(out, "\n{}", escape_text(a))?;
+    }
+    Ok(())
+}
+
+fn print_call(out: &mut impl Write, n: usize, c: &Call) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "\ncall {n}  {}  {}",
+        escape_line(&c.tool),
+        escape_line(&c.tool_use_id)
+    )?;
+    // The input is shown whole (SPEC §8), as JSON with every control escaped.
+    writeln!(out, "  input     {}", escape_json(&c.input.to_string()))?;
+    writeln!(
+        out,
+        "  decision  {} (rule {})",
+        or_dash(c.tier.as_deref()),
+        or_dash(c.rule.as_deref())
+    )?;
+    if let Some(cmds) = &c.commands {
+        writeln!(out, "  commands  {}", escape_json(&cmds.to_string()))?;
+    }
+    if c.approval.is_some() {
+        writeln!(
+            out,
+            "  approval  {} by {}",
+            or_dash(c.approval.as_deref()),
+            or_dash(c.approved_by.as_deref())
+        )?;
+    }
+    let exit = c
+        .exit_code
+        .as_ref()
+        .map_or("-".to_string(), Value::to_string);
+    let took = c.duration_ms.map_or("-".to_string(), |d| format!("{d} ms"));
+    writeln!(
+        out,
+        "  exit      {exit}{}, {took}",
+        if c.is_error == Some(true) {
+            " (error)"
+        } else {
+            ""
+        }
+    )?;
+    writeln!(out, "  output    {}", or_dash(c.output_file.as_deref()))
+}

@@ -1,0 +1,179 @@
+//! `GET /v1/events` (SPEC §8, §9): the matching lines of the audit log across its
+//! rotated files, then, with `follow`, new ones as they are written.
+//!
+//! Memory is bounded whatever the log's size: the files are read one line at a
+//! time on a blocking thread that hands each matching line to the response through
+//! a small channel, so a slow client slows the reading instead of filling memory.
+//! A follower that falls behind the live broadcast (its buffer is bounded too)
+//! does not lose lines: it reads what it missed back from the files, then goes on
+//! live. A line that does not parse is sent as an `unreadable_line` object naming
+//! its file and line number, never skipped.
+
+use std::convert::Infallible;
+use std::path::PathBuf;
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query as QueryParam, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, mpsc};
+
+use super::api::{ApiError, AppState};
+use crate::config::ConfigSource as _;
+use crate::events::query::{self, Found, Query, QueryParams};
+
+/// Lines in flight between the file reader and the response.
+const CHANNEL_LINES: usize = 64;
+
+/// The query string; the same filters as `harnessd events`.
+#[derive(Deserialize)]
+pub(super) struct EventsQuery {
+    task: Option<String>,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    tool: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    grep: Option<String>,
+    follow: Option<String>,
+}
+
+/// An `unreadable_line` object, newline included: what a reader sends in place of
+/// line `line` of `file` (SPEC §7: never skipped silently).
+fn unreadable_line(file: &std::path::Path, line: u64, error: &str) -> Bytes {
+    let mut text = json!({
+        "type": "unreadable_line",
+        "file": file.display().to_string(),
+        "line": line,
+        "error": error,
+    })
+    .to_string();
+    text.push('\n');
+    Bytes::from(text)
+}
+
+/// Sends the lines of the files matching `q` (with its seq bounds) to `tx`, on a
+/// blocking thread; `false` once the client has gone.
+async fn send_from_files(live: PathBuf, q: Query, tx: mpsc::Sender<Bytes>) -> bool {
+    let task = tokio::task::spawn_blocking(move || {
+        let found = match query::run(&live, q) {
+            Ok(found) => found,
+            Err(e) => {
+                let error = format!("cannot list the log's files: {e}");
+                return tx.blocking_send(unreadable_line(&live, 0, &error)).is_ok();
+            }
+        };
+        for f in found {
+            let bytes = match f {
+                Found::Line(mut bytes, _) => {
+                    bytes.push(b'\n');
+                    Bytes::from(bytes)
+                }
+                Found::Unreadable { path, line, error } => unreadable_line(&path, line, &error),
+            };
+            if tx.blocking_send(bytes).is_err() {
+                return false;
+            }
+        }
+        true
+    });
+    task.await.unwrap_or(false)
+}
+
+/// Sends matching events written after `done` as they come; on falling behind,
+/// reads the missed ones back from the files first.
+async fn send_live(
+    s: &AppState,
+    mut live: broadcast::Receiver<Value>,
+    mut done: u64,
+    q: &Query,
+    tx: &mpsc::Sender<Bytes>,
+) {
+    let path = s.config.current().paths.events.clone();
+    loop {
+        match live.recv().await {
+            Ok(ev) => {
+                let seq = ev["seq"].as_u64().unwrap_or(0);
+                if seq <= done {
+                    continue;
+                }
+                done = seq;
+                let mut line = ev.to_string();
+                if !q.matches(&ev, &line) {
+                    continue;
+                }
+                line.push('\n');
+                if tx.send(Bytes::from(line)).await.is_err() {
+                    return;
+                }
+            }
+            Err(broadcast::error::RecvError::Lagged(_)) => {
+                // Every line up to the head is on disk: read the gap from there.
+                let head = s.scheduler.events().head().0;
+                let mut gap = q.clone();
+                gap.after_seq = done;
+                gap.until_seq = Some(head);
+                if !send_from_files(path.clone(), gap, tx.clone()).await {
+                    return;
+                }
+                done = done.max(head);
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
+    }
+}
+
+/// `GET /v1/events`.
+pub(super) async fn events(
+    State(s): State<AppState>,
+    params: Result<QueryParam<EventsQuery>, QueryRejection>,
+) -> Response {
+    let p = match params {
+        Ok(QueryParam(p)) => p,
+        Err(r) => return ApiError::from(r).into_response(),
+    };
+    let follow = p.follow.as_deref().is_some_and(|f| f == "1" || f == "true");
+    let q = match Query::new(QueryParams {
+        task: p.task,
+        kind: p.kind,
+        tool: p.tool,
+        since: p.since,
+        until: p.until,
+        grep: p.grep,
+    }) {
+        Ok(q) => q,
+        Err(e) => {
+            return ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", e.to_string())
+                .into_response();
+        }
+    };
+    // Subscribe, then take the head: lines up to it are read from the files, the
+    // ones after it come from the broadcast, so none is missed or sent twice.
+    let live = s.live_events.subscribe();
+    let head = s.scheduler.events().head().0;
+    let path = s.config.current().paths.events.clone();
+    let (tx, mut rx) = mpsc::channel::<Bytes>(CHANNEL_LINES);
+    tokio::spawn(async move {
+        let mut from_files = q.clone();
+        if follow {
+            from_files.until_seq = Some(head);
+        }
+        if !send_from_files(path, from_files, tx.clone()).await {
+            return;
+        }
+        if follow {
+            send_live(&s, live, head, &q, &tx).await;
+        }
+    });
+    let body = futures::stream::poll_fn(move |cx| {
+        rx.poll_recv(cx).map(|b| b.map(Ok::<Bytes, Infallible>))
+    });
+    (
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        Body::from_stream(body),
+    )
+        .into_response()
+}

@@ -1,0 +1,227 @@
+//! `audit verify`: checks every line's `seq` and `prev` over every file of the
+//! log in order (SPEC §7). Streams the files with one line of lookahead, so memory
+//! holds two lines whatever the log's size; the lookahead tells an edited line (the
+//! next line's `prev` no longer matches it) from a forged or reordered one.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use super::GENESIS;
+use super::segments::{LogLine, SegmentLines};
+
+/// An intact log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    /// Lines checked.
+    pub lines: u64,
+    /// Files read.
+    pub files: u64,
+    /// The last line's seq and hash: the chain head, to compare with the one the
+    /// daemon wrote to the diagnostic log.
+    pub head: Option<(u64, String)>,
+    /// Where the chain begins when earlier lines (written by a version without
+    /// `prev`) precede it: file, line number, seq.
+    pub chain_begins: Option<(PathBuf, u64, u64)>,
+    /// Lines before the chain begins.
+    pub unchained: u64,
+}
+
+/// The first thing wrong with a log.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{}:{line}: seq {}: {what}", path.display(), seq.map_or("?".to_string(), |s| s.to_string()))]
+pub struct Break {
+    /// The file.
+    pub path: PathBuf,
+    /// Line number in it, from 1.
+    pub line: u64,
+    /// The line's seq, when it has one.
+    pub seq: Option<u64>,
+    /// What is wrong.
+    pub what: String,
+}
+
+/// Why verification did not succeed.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    /// A file could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What the operating system said.
+        source: std::io::Error,
+    },
+    /// The log was altered.
+    #[error("{0}")]
+    Broken(Break),
+}
+
+/// The two fields checked; everything else in a line is skipped unparsed.
+#[derive(Deserialize)]
+struct Chained {
+    seq: Option<u64>,
+    prev: Option<String>,
+}
+
+/// One line as the checks see it.
+struct Checked {
+    path: PathBuf,
+    number: u64,
+    seq: Option<u64>,
+    prev: Option<String>,
+    hash: String,
+    /// Why it cannot be checked (torn, unparseable, no seq).
+    unreadable: Option<String>,
+}
+
+impl Checked {
+    fn from_line(line: LogLine) -> Checked {
+        let hash = crate::config::sha256_hex(&line.bytes);
+        let parsed = serde_json::from_slice::<Chained>(&line.bytes);
+        let unreadable = match (&parsed, line.complete) {
+            (_, false) => Some("truncated: the last line has no newline".to_string()),
+            (Err(e), _) => Some(format!("unparseable line (edited or foreign): {e}")),
+            (Ok(c), _) if c.seq.is_none() => Some("foreign line: it has no seq".to_string()),
+            _ => None,
+        };
+        let (seq, prev) = parsed.map_or((None, None), |c| (c.seq, c.prev));
+        Checked {
+            path: line.path,
+            number: line.number,
+            seq,
+            prev,
+            hash,
+            unreadable,
+        }
+    }
+
+    fn broken(&self, what: impl Into<String>) -> VerifyError {
+        VerifyError::Broken(Break {
+            path: self.path.clone(),
+            line: self.number,
+            seq: self.seq,
+            what: what.into(),
+        })
+    }
+}
+
+/// Verifies the log whose live file is `live`.
+pub fn verify(live: &Path) -> Result<Report, VerifyError> {
+    let lines = SegmentLines::from_seq(live, 0).map_err(|source| VerifyError::Io {
+        path: live.to_path_buf(),
+        source,
+    })?;
+    let mut lines = lines
+        .map(|l| {
+            l.map(Checked::from_line)
+                .map_err(|(path, source)| VerifyError::Io { path, source })
+        })
+        .peekable();
+    let mut report = Report {
+        lines: 0,
+        files: 0,
+        head: None,
+        chain_begins: None,
+        unchained: 0,
+    };
+    let mut last: Option<Checked> = None;
+    while let Some(cur) = lines.next() {
+        let cur = cur?;
+        let next = match lines.peek() {
+            Some(Ok(n)) => Some(n),
+            _ => None,
+        };
+        check(last.as_ref(), &cur, next, &mut report)?;
+        if last.as_ref().is_none_or(|l| l.path != cur.path) {
+            report.files += 1;
+        }
+        report.lines += 1;
+        report.head = cur.seq.map(|s| (s, cur.hash.clone()));
+        last = Some(cur);
+    }
+    Ok(report)
+}
+
+/// Checks one line against the one before it, looking at the one after it to
+/// say what happened.
+fn check(
+    last: Option<&Checked>,
+    cur: &Checked,
+    next: Option<&Checked>,
+    report: &mut Report,
+) -> Result<(), VerifyError> {
+    if let Some(why) = &cur.unreadable {
+        return Err(cur.broken(why.clone()));
+    }
+    let seq = cur.seq.unwrap_or(0);
+    let last_seq = last.and_then(|l| l.seq).unwrap_or(0);
+    if last.is_some() && seq <= last_seq {
+        return Err(cur.broken(format!(
+            "reordered or duplicated: seq {seq} comes after seq {last_seq}"
+        )));
+    }
+    let Some(prev) = &cur.prev else {
+        if report.chain_begins.is_some() {
+            return Err(cur.broken("foreign line: it has no prev, after the chain began"));
+        }
+        report.unchained += 1;
+        return check_gap(last, cur);
+    };
+    if report.chain_begins.is_none() {
+        report.chain_begins = Some((cur.path.clone(), cur.number, seq));
+    }
+    let expected = last.map_or(GENESIS, |l| l.hash.as_str());
+    if prev == expected {
+        return check_gap(last, cur);
+    }
+    Err(explain_mismatch(last, cur, next))
+}
+
+/// Seq must go up by one: a gap with an intact chain is a line deleted from a
+/// log written before the chain began.
+fn check_gap(last: Option<&Checked>, cur: &Checked) -> Result<(), VerifyError> {
+    match (last.and_then(|l| l.seq), cur.seq) {
+        (Some(l), Some(s)) if s != l + 1 => Err(cur.broken(format!(
+            "deleted: seq jumps from {l} to {s}; the line(s) between are missing"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// `cur.prev` does not match the line before: say which line is at fault.
+fn explain_mismatch(last: Option<&Checked>, cur: &Checked, next: Option<&Checked>) -> VerifyError {
+    let seq = cur.seq.unwrap_or(0);
+    let Some(last) = last else {
+        return cur.broken(
+            "the first line's prev is not the genesis hash: earlier lines or files are missing",
+        );
+    };
+    let last_seq = last.seq.unwrap_or(0);
+    if let Some(n) = next
+        && n.seq.is_some_and(|s| s < seq)
+    {
+        return cur.broken(format!(
+            "reordered: seq {seq} comes before seq {} on the next line",
+            n.seq.unwrap_or(0)
+        ));
+    }
+    if seq > last_seq + 1 {
+        return cur.broken(format!(
+            "deleted: seq jumps from {last_seq} to {seq} and prev does not match the line before"
+        ));
+    }
+    match next {
+        Some(n) if n.prev.as_deref() == Some(cur.hash.as_str()) => {
+            last.broken("edited: this line's hash does not match the next line's prev")
+        }
+        Some(n) if n.prev.as_deref() == Some(last.hash.as_str()) => {
+            cur.broken("foreign line inserted: the lines around it chain to each other")
+        }
+        Some(_) => cur.broken("foreign line: its prev does not match the line before"),
+        None => cur.broken(
+            "foreign line at the end: its prev does not match the line before \
+             (or the line before was edited)",
+        ),
+    }
+}
