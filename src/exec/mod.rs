@@ -11,6 +11,7 @@
 
 pub mod capture;
 pub mod cgroup;
+mod acl;
 mod confinement;
 mod relay;
 mod spare;
