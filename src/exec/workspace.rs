@@ -572,7 +572,7 @@ fn list(dir: BorrowedFd<'_>, budget: &mut usize, walk: &mut Walk) -> Vec<OsStrin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     use std::path::PathBuf;
 
     struct TempDir(PathBuf);
@@ -600,31 +600,83 @@ mod tests {
         (m.uid(), m.gid())
     }
 
+    /// The ACL `name` of `p` (not following a link), if it has one.
+    fn acl_of(p: &Path, name: &std::ffi::CStr) -> Option<acl::Acl> {
+        let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+        let mut buf = vec![0u8; 4096];
+        // SAFETY: NUL-terminated strings; `buf` is valid for its length.
+        let n = unsafe {
+            libc::lgetxattr(c.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+        };
+        buf.truncate(usize::try_from(n).ok()?);
+        Some(acl::Acl::decode(&buf).unwrap())
+    }
+
+    /// What uid 65534 is granted on `p` by its access ACL.
+    fn granted(p: &Path) -> u16 {
+        acl_of(p, acl::ACCESS).map_or(0, |a| a.effective(65534))
+    }
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::symlink_metadata(p).unwrap().mode() & 0o7777
+    }
+
     #[test]
-    fn creates_tmp_and_hands_the_tree_over_but_never_follows_a_link() {
+    fn creates_tmp_and_opens_the_tree_to_the_user_but_never_follows_a_link() {
         if !Uid::effective().is_root() {
-            return; // Ownership only changes as root; CI runs as root.
+            return; // Access only changes as root; CI runs as root.
         }
         let ws = TempDir::new("ws");
         let outside = TempDir::new("outside");
         std::fs::write(outside.0.join("root-only"), "x").unwrap();
         std::fs::create_dir_all(ws.0.join("a/b")).unwrap();
         std::fs::write(ws.0.join("a/b/f"), "x").unwrap();
+        std::fs::set_permissions(ws.0.join("a/b/f"), PermissionsExt::from_mode(0o644)).unwrap();
         std::os::unix::fs::symlink(&outside.0, ws.0.join("a/out")).unwrap();
         std::os::unix::fs::symlink(outside.0.join("root-only"), ws.0.join("file-link")).unwrap();
         let p = prepare_workspace(&ws.0, "65534").unwrap();
         assert!(p.warnings.is_empty(), "{:?}", p.warnings);
-        for rel in [".", ".tmp", "a", "a/b", "a/b/f", "a/out", "file-link"] {
-            assert_eq!(owner(&ws.0.join(rel)), (65534, 65534), "{rel}");
+        for rel in [".", "a", "a/b", "a/b/f", "a/out", "file-link"] {
+            assert_eq!(owner(&ws.0.join(rel)), (0, 0), "{rel} changed owner");
         }
+        assert_eq!(owner(&ws.0.join(".tmp")), (65534, 65534));
+        for rel in [".", "a", "a/b"] {
+            assert_eq!(granted(&ws.0.join(rel)), 0o7, "{rel}");
+            let default = acl_of(&ws.0.join(rel), acl::DEFAULT).unwrap();
+            assert_eq!(default.effective(65534), 0o7, "{rel}");
+        }
+        assert_eq!(granted(&ws.0.join("a/b/f")), acl::READ | acl::WRITE);
+        // Owner and others as they were; the group bits show the ACL's mask.
+        assert_eq!(mode(&ws.0.join("a/b/f")), 0o664);
         assert_eq!(owner(&outside.0), (0, 0));
-        assert_eq!(owner(&outside.0.join("root-only")), (0, 0));
+        for p in [&outside.0, &outside.0.join("root-only")] {
+            assert!(acl_of(p, acl::ACCESS).is_none(), "{}", p.display());
+        }
         // Nothing left to change the second time.
         assert_eq!(prepare_workspace(&ws.0, "65534").unwrap().changed, 0);
     }
 
     #[test]
-    fn a_hard_link_or_a_device_is_never_handed_over_but_a_fifo_is() {
+    fn an_operators_acl_entries_are_kept() {
+        if !Uid::effective().is_root() {
+            return;
+        }
+        let ws = TempDir::new("ws");
+        let f = ws.0.join("shared");
+        std::fs::write(&f, "x").unwrap();
+        let theirs = acl::Acl::from_mode(0o640).with_user(1234, acl::READ);
+        let dir = nix::fcntl::open(&ws.0, OFlag::O_RDONLY | OFlag::O_DIRECTORY, Mode::empty());
+        let fd = open_entry(dir.unwrap().as_fd(), OsStr::new("shared")).unwrap();
+        acl::set(fd.as_fd(), acl::ACCESS, &theirs.encode()).unwrap();
+        prepare_workspace(&ws.0, "65534").unwrap();
+        let now = acl_of(&f, acl::ACCESS).unwrap();
+        assert_eq!(now.effective(1234), acl::READ);
+        assert_eq!(now.effective(65534), acl::READ | acl::WRITE);
+        assert_eq!(mode(&f) & 0o707, 0o600);
+    }
+
+    #[test]
+    fn a_hard_link_or_a_device_is_never_opened_to_tools_but_a_fifo_is() {
         if !Uid::effective().is_root() {
             return;
         }
@@ -644,9 +696,12 @@ mod tests {
         )
         .unwrap();
         let p = prepare_workspace(&ws.0, "65534").unwrap();
-        assert_eq!(owner(&secret), (0, 0));
-        assert_eq!(owner(&ws.0.join("null")), (0, 0));
-        assert_eq!(owner(&ws.0.join("fifo")), (65534, 65534));
+        for p in [&secret, &ws.0.join("null"), &ws.0.join("fifo")] {
+            assert_eq!(owner(p), (0, 0), "{}", p.display());
+        }
+        assert!(acl_of(&secret, acl::ACCESS).is_none());
+        assert!(acl_of(&ws.0.join("null"), acl::ACCESS).is_none());
+        assert_eq!(granted(&ws.0.join("fifo")), acl::READ | acl::WRITE);
         assert!(
             p.warnings.iter().any(|w| w.contains("hard links")),
             "{:?}",
@@ -722,6 +777,7 @@ mod tests {
             "{:?}",
             prepared.warnings
         );
-        assert_eq!(owner(&p), (0, 0));
+        assert_eq!(granted(&ws.0.join("d")), 0o7);
+        assert_eq!(granted(&p), 0);
     }
 }
