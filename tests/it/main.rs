@@ -38,4 +38,5 @@ mod stops;
 mod systemd;
 mod terminal;
 mod tools;
+mod workspace_owners;
 mod workspace_race;
