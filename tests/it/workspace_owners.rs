@@ -214,3 +214,30 @@ fn a_hard_link_to_etc_shadow_planted_in_the_workspace_gets_no_acl() {
         (before.uid(), before.gid(), before.mode())
     );
 }
+
+#[test]
+fn without_acls_the_tree_is_given_to_the_tool_user_with_a_warning_naming_the_filesystem() {
+    assert_root();
+    let root = TestRoot::new("http://127.0.0.1:9");
+    let ws = root.workspace();
+    // ramfs has no extended attributes at all; mounted in a mount namespace of
+    // the command's own, so nothing outside the test sees it.
+    let script = format!(
+        "mount -t ramfs ramfs '{ws}' && echo op > '{ws}/f' && exec '{bin}' --root '{root}' \
+         sandbox -- bash -c 'echo tool >> f && stat -c %u f && cat f'",
+        ws = ws.display(),
+        bin = crate::common::bin(),
+        root = root.dir.display(),
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(crate::common::stdout(&out), format!("{NOBODY}\nop\ntool\n"));
+    assert!(
+        err.contains("ramfs mounted at") && err.contains("does not support POSIX ACLs"),
+        "{err}"
+    );
+}
