@@ -215,7 +215,12 @@ fn read(fd: BorrowedFd<'_>, name: &CStr) -> nix::Result<Option<Acl>> {
 }
 
 /// Writes `wanted` unless `current` already is it.
-fn update(fd: BorrowedFd<'_>, name: &CStr, current: Option<&Acl>, wanted: Acl) -> nix::Result<bool> {
+fn update(
+    fd: BorrowedFd<'_>,
+    name: &CStr,
+    current: Option<&Acl>,
+    wanted: Acl,
+) -> nix::Result<bool> {
     if current == Some(&wanted) {
         return Ok(false);
     }
@@ -273,7 +278,12 @@ fn get_into(fd: BorrowedFd<'_>, name: &CStr, buf: &mut [u8]) -> nix::Result<usiz
             // SAFETY: `link` and `name` are NUL-terminated; `buf` is valid for
             // its length.
             let r = unsafe {
-                libc::getxattr(link.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+                libc::getxattr(
+                    link.as_ptr(),
+                    name.as_ptr(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                )
             };
             Errno::result(r).map(|n| usize::try_from(n).unwrap_or(0))
         }

@@ -173,7 +173,11 @@ fn grant_top(
 /// The type and mount point of the filesystem on device `dev`, from
 /// `/proc/self/mountinfo`, for the operator.
 fn filesystem(dev: u64) -> String {
-    let id = format!("{}:{}", nix::sys::stat::major(dev), nix::sys::stat::minor(dev));
+    let id = format!(
+        "{}:{}",
+        nix::sys::stat::major(dev),
+        nix::sys::stat::minor(dev)
+    );
     let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     for line in info.lines() {
         let fields: Vec<&str> = line.split(' ').collect();
@@ -606,7 +610,12 @@ mod tests {
         let mut buf = vec![0u8; 4096];
         // SAFETY: NUL-terminated strings; `buf` is valid for its length.
         let n = unsafe {
-            libc::lgetxattr(c.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+            libc::lgetxattr(
+                c.as_ptr(),
+                name.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
         };
         buf.truncate(usize::try_from(n).ok()?);
         Some(acl::Acl::decode(&buf).unwrap())
