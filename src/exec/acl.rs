@@ -191,6 +191,11 @@ impl Acl {
 /// `EOPNOTSUPP` where the filesystem has no ACLs and `EINVAL` on an ACL this
 /// module cannot read (left as it is).
 pub fn grant(fd: BorrowedFd<'_>, mode: u32, is_dir: bool, uid: u32) -> nix::Result<bool> {
+    // Linux has no ACLs on links, and the `/proc/self/fd` fallback resolves
+    // through a link's descriptor: links are refused here, not only by callers.
+    if mode & libc::S_IFMT == libc::S_IFLNK {
+        return Err(Errno::ELOOP);
+    }
     let runs = is_dir || mode & 0o100 != 0;
     let perm = READ | WRITE | if runs { EXECUTE } else { 0 };
     let access = read(fd, ACCESS)?;
@@ -342,6 +347,7 @@ fn proc_link(fd: BorrowedFd<'_>) -> nix::Result<CString> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsFd;
 
     #[test]
     fn a_grant_adds_the_user_and_a_mask_covering_it() {
@@ -386,6 +392,29 @@ mod tests {
         }
         assert_eq!(acl.effective(65534), READ);
         assert_eq!(acl.with_user(65534, WRITE).effective(65534), READ | WRITE);
+    }
+
+    #[test]
+    fn a_link_is_refused_before_anything_is_read_or_written() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = std::env::temp_dir().join(format!("harnessd-acl-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("target"), "x").unwrap();
+        std::os::unix::fs::symlink(dir.join("target"), dir.join("link")).unwrap();
+        let flags = nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_NOFOLLOW;
+        let fd = nix::fcntl::open(&dir.join("link"), flags, nix::sys::stat::Mode::empty());
+        let mode = std::fs::symlink_metadata(dir.join("link")).unwrap().mode();
+        let result = grant(fd.unwrap().as_fd(), mode, false, 65534);
+        let target = get(
+            nix::fcntl::open(&dir.join("target"), flags, nix::sys::stat::Mode::empty())
+                .unwrap()
+                .as_fd(),
+            ACCESS,
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(result, Err(Errno::ELOOP));
+        assert_eq!(target, Ok(None));
     }
 
     #[test]
