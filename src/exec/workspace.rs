@@ -36,7 +36,7 @@ use nix::unistd::{Gid, Uid, fchownat};
 
 use super::{TMP_DIR, acl};
 
-/// Entries visited at most in one walk; a workspace beyond it is handed over in
+/// Entries visited at most in one walk; a workspace beyond it is opened to tools in
 /// part (and says so) rather than stalling the start.
 const MAX_ENTRIES: usize = 1_000_000;
 
@@ -383,7 +383,7 @@ fn move_aside(dir: BorrowedFd<'_>, name: &OsStr) -> nix::Result<String> {
 struct Walk {
     changed: usize,
     /// Non-directories with other hard links: they may be files outside the
-    /// workspace, so they keep their owner.
+    /// workspace, so they get no access.
     hard_linked: usize,
     /// Entries on another filesystem than the workspace: left as they are.
     other_fs: usize,
