@@ -14,6 +14,10 @@
 //! the fallback is the descriptor's own `/proc/self/fd/N` link, which resolves to
 //! that same inode without opening it (no FIFO or device is ever opened) and is a
 //! path no tool can write.
+//!
+//! Hand-written rather than a crate: the ACL crates wrap libacl, which works by
+//! path or, with `acl_set_fd`, on a real (not `O_PATH`) descriptor, so using one
+//! would mean opening the operator's FIFOs and files; the format is 20 lines.
 
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, BorrowedFd};
