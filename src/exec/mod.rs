@@ -9,6 +9,7 @@
 //! stdout and stderr (`relay`): a job never holds a descriptor of the operator's
 //! terminal. It decides no policy: what it is given has already been allowed.
 
+mod acl;
 pub mod capture;
 pub mod cgroup;
 mod confinement;

@@ -1,6 +1,10 @@
 //! The workspace as tools find it at every start (`serve`, `run`, `sandbox`): a real
-//! directory with a usable `.tmp`, and, when harnessd runs as root, owned by
-//! `sandbox.user` so tools can edit what the operator put there.
+//! directory with a usable `.tmp`, and, when harnessd runs as root, reachable by
+//! `sandbox.user` so tools can edit what the operator put there — without taking
+//! it from its owner: every entry keeps its owner, group and permission bits and
+//! gets a POSIX ACL entry for the tool user ([`super::acl`]); directories get it in
+//! their default ACL too, so what the operator adds later is reachable as well.
+//! Only `.tmp`, which harnessd makes for tools, is owned by the tool user.
 //!
 //! The workspace is tool-writable, so everything here is done as SPEC §10 asks:
 //! never by a path a tool could rewrite between two calls. The workspace is opened
@@ -11,8 +15,14 @@
 //! meanwhile. A swap observed mid-walk (ENOENT, ELOOP, ENOTDIR) skips that entry.
 //! Nothing a tool leaves here can stop a start: a planted `.tmp` is moved aside.
 //!
-//! When harnessd runs unprivileged, tools run as its own uid and nothing changes
-//! hands; only `.tmp` is checked.
+//! On a filesystem without ACLs (EOPNOTSUPP on the workspace itself) tools could
+//! not write anything the operator owns, so the tree is given to the tool user as
+//! before ACLs, through the same descriptors, with a warning naming the
+//! filesystem: tools that work matter more to an operator than the owner of files
+//! on such a filesystem, and the warning says how to keep owners.
+//!
+//! When harnessd runs unprivileged, tools run as its own uid and nothing changes;
+//! only `.tmp` is checked.
 
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, BorrowedFd, IntoRawFd, OwnedFd};
@@ -24,9 +34,9 @@ use nix::fcntl::{AtFlags, OFlag, RenameFlags, openat, renameat2};
 use nix::sys::stat::{FileStat, Mode, SFlag, fstat, fstatat, mkdirat};
 use nix::unistd::{Gid, Uid, fchownat};
 
-use super::TMP_DIR;
+use super::{TMP_DIR, acl};
 
-/// Entries visited at most in one walk; a workspace beyond it is handed over in
+/// Entries visited at most in one walk; a workspace beyond it is opened to tools in
 /// part (and says so) rather than stalling the start.
 const MAX_ENTRIES: usize = 1_000_000;
 
@@ -64,9 +74,9 @@ pub enum WorkspaceError {
         /// ` (…)` with where the link points, when readable.
         target: String,
     },
-    /// The workspace directory cannot be given to the sandbox user.
-    #[error("cannot give the workspace {path} to {user} (uid {uid}): {error}")]
-    Chown {
+    /// The sandbox user cannot be given access to the workspace directory.
+    #[error("cannot give {user} (uid {uid}) access to the workspace {path}: {error}")]
+    Access {
         /// The workspace.
         path: String,
         /// `sandbox.user`.
@@ -81,30 +91,40 @@ pub enum WorkspaceError {
 /// What [`prepare_workspace`] did.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Prepared {
-    /// Entries whose owner changed to the sandbox user.
+    /// Entries changed: an ACL entry for the sandbox user added (or, on a
+    /// filesystem without ACLs, their owner changed), and `.tmp` given to it.
     pub changed: usize,
     /// What an operator should know (a planted `.tmp` moved aside, entries left
     /// as they were); each was also logged with `tracing::warn!`.
     pub warnings: Vec<String>,
 }
 
+/// How the sandbox user is given access to the operator's entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Grant {
+    /// A POSIX ACL entry; owners stay.
+    Acl,
+    /// The filesystem has no ACLs: the entry is given to the user.
+    Chown,
+}
+
 /// Opens the workspace, makes `.tmp` a directory tools can use (moving a planted
-/// one aside) and, as root, gives the workspace tree to `user` (see the module
-/// doc for how). Fails only when the workspace directory itself is unusable.
+/// one aside) and, as root, gives `user` access to the workspace tree (see the
+/// module doc for how). Fails only when the workspace directory itself is
+/// unusable.
 pub fn prepare_workspace(workspace: &Path, user: &str) -> Result<Prepared, WorkspaceError> {
     let ws = open_workspace(workspace)?;
     let owner = tool_owner(user);
     let mut prepared = Prepared::default();
+    let mut how = Grant::Acl;
     if let Some((uid, gid)) = owner {
-        let st = fstat(ws.as_fd()).map_err(|e| chown_error(workspace, user, uid, e))?;
-        if st.st_uid != uid.as_raw() || st.st_gid != gid.as_raw() {
-            chown_fd(ws.as_fd(), uid, gid).map_err(|e| chown_error(workspace, user, uid, e))?;
-            prepared.changed += 1;
-        }
+        let error = |e| access_error(workspace, user, uid, e);
+        let st = fstat(ws.as_fd()).map_err(error)?;
+        how = grant_top(ws.as_fd(), &st, (uid, gid), user, &mut prepared).map_err(error)?;
     }
     prepared.changed += ensure_tmp(ws.as_fd(), owner, &mut prepared.warnings);
     if let Some(owner) = owner {
-        let walk = walk(ws, owner);
+        let walk = walk(ws, owner, how);
         prepared.changed += walk.changed;
         prepared.warnings.extend(walk.warnings(user));
     }
@@ -114,8 +134,65 @@ pub fn prepare_workspace(workspace: &Path, user: &str) -> Result<Prepared, Works
     Ok(prepared)
 }
 
-fn chown_error(workspace: &Path, user: &str, uid: Uid, e: Errno) -> WorkspaceError {
-    WorkspaceError::Chown {
+/// Gives `user` access to the workspace directory itself, and finds out whether
+/// its filesystem has ACLs: the rest of the walk does the same as here.
+fn grant_top(
+    ws: BorrowedFd<'_>,
+    st: &FileStat,
+    (uid, gid): (Uid, Gid),
+    user: &str,
+    prepared: &mut Prepared,
+) -> nix::Result<Grant> {
+    if st.st_uid == uid.as_raw() {
+        // Already the tool user's (made by a tool, or by harnessd before ACLs).
+        return Ok(Grant::Acl);
+    }
+    match acl::grant(ws, st.st_mode, true, uid.as_raw()) {
+        Ok(changed) => {
+            prepared.changed += usize::from(changed);
+            Ok(Grant::Acl)
+        }
+        Err(Errno::EOPNOTSUPP) => {
+            prepared.warnings.push(format!(
+                "its filesystem ({}) does not support POSIX ACLs, so tools can reach the \
+                 operator's files only if they own them: the workspace tree is given to {user} \
+                 (uid {uid}) and its files change owner; to keep owners, mount it with ACL \
+                 support (e.g. ext4, xfs, btrfs, tmpfs) or move the workspace",
+                filesystem(st.st_dev)
+            ));
+            if st.st_gid != gid.as_raw() || st.st_uid != uid.as_raw() {
+                chown_fd(ws, uid, gid)?;
+                prepared.changed += 1;
+            }
+            Ok(Grant::Chown)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The type and mount point of the filesystem on device `dev`, from
+/// `/proc/self/mountinfo`, for the operator.
+fn filesystem(dev: u64) -> String {
+    let id = format!(
+        "{}:{}",
+        nix::sys::stat::major(dev),
+        nix::sys::stat::minor(dev)
+    );
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    for line in info.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let fstype = line.split(" - ").nth(1).and_then(|t| t.split(' ').next());
+        if let (Some(&found), Some(&mount), Some(fstype)) = (fields.get(2), fields.get(4), fstype)
+            && found == id
+        {
+            return format!("{fstype} mounted at {mount}");
+        }
+    }
+    format!("device {id}")
+}
+
+fn access_error(workspace: &Path, user: &str, uid: Uid, e: Errno) -> WorkspaceError {
+    WorkspaceError::Access {
         path: workspace.display().to_string(),
         user: user.to_string(),
         uid: uid.as_raw(),
@@ -306,7 +383,7 @@ fn move_aside(dir: BorrowedFd<'_>, name: &OsStr) -> nix::Result<String> {
 struct Walk {
     changed: usize,
     /// Non-directories with other hard links: they may be files outside the
-    /// workspace, so they keep their owner.
+    /// workspace, so they get no access.
     hard_linked: usize,
     /// Entries on another filesystem than the workspace: left as they are.
     other_fs: usize,
@@ -323,7 +400,7 @@ impl Walk {
         if self.hard_linked > 0 {
             w.push(format!(
                 "{} file(s) have other hard links, so they may be files outside the workspace: \
-                 not given to {user} (tools cannot write them)",
+                 {user} was given no access to them (tools cannot write them)",
                 self.hard_linked
             ));
         }
@@ -335,14 +412,14 @@ impl Walk {
         }
         if self.failed > 0 {
             w.push(format!(
-                "{} entr(ies) could not be given to {user}; tools may not be able to write them",
+                "{} entr(ies) could not be opened to {user}; tools may not be able to write them",
                 self.failed
             ));
         }
         if self.cut {
             w.push(format!(
                 "the workspace is larger than harnessd walks at start ({MAX_ENTRIES} entries, \
-                 {MAX_DEPTH} levels): the rest was not given to {user}"
+                 {MAX_DEPTH} levels): {user} was given no access to the rest"
             ));
         }
         w
@@ -356,11 +433,11 @@ struct Frame {
     depth: usize,
 }
 
-/// Gives every entry under `ws` to `owner`, depth first, iteratively, through
-/// descriptors (see the module doc). Skips `.tmp.planted-*` at the top (kept as
-/// found, for the operator), device nodes, non-directories with other hard links
-/// and other filesystems.
-fn walk(ws: OwnedFd, (uid, gid): (Uid, Gid)) -> Walk {
+/// Gives `owner` access to every entry under `ws` (`how`), depth first,
+/// iteratively, through descriptors (see the module doc). Skips `.tmp.planted-*`
+/// at the top (kept as found, for the operator), device nodes, non-directories
+/// with other hard links and other filesystems.
+fn walk(ws: OwnedFd, owner: (Uid, Gid), how: Grant) -> Walk {
     let mut walk = Walk::default();
     let mut budget = MAX_ENTRIES;
     let Ok(dev) = fstat(ws.as_fd()).map(|st| st.st_dev) else {
@@ -399,24 +476,8 @@ fn walk(ws: OwnedFd, (uid, gid): (Uid, Gid)) -> Walk {
             walk.other_fs += 1;
             continue;
         }
-        let kind = file_type(&st);
-        let owned = st.st_uid == uid.as_raw() && st.st_gid == gid.as_raw();
-        // A device node would hand the hardware over; it never changes hands.
-        let device = kind == SFlag::S_IFCHR || kind == SFlag::S_IFBLK;
-        // A non-directory with another link may be an inode outside the
-        // workspace linked in by a tool; a symlink's own inode is always ours.
-        let linked = kind != SFlag::S_IFDIR && kind != SFlag::S_IFLNK && st.st_nlink > 1;
-        if !owned && !device {
-            if linked {
-                walk.hard_linked += 1;
-            } else {
-                match chown_fd(fd.as_fd(), uid, gid) {
-                    Ok(()) => walk.changed += 1,
-                    Err(_) => walk.failed += 1,
-                }
-            }
-        }
-        if kind != SFlag::S_IFDIR {
+        give(fd.as_fd(), &st, owner, how, &mut walk);
+        if file_type(&st) != SFlag::S_IFDIR {
             continue;
         }
         if depth + 1 > MAX_DEPTH {
@@ -437,6 +498,37 @@ fn walk(ws: OwnedFd, (uid, gid): (Uid, Gid)) -> Walk {
         });
     }
     walk
+}
+
+/// Gives `uid` access to one entry of the walk, through its `O_PATH` descriptor,
+/// unless it must be left alone; counts what happened in `walk`.
+fn give(fd: BorrowedFd<'_>, st: &FileStat, (uid, gid): (Uid, Gid), how: Grant, walk: &mut Walk) {
+    let kind = file_type(st);
+    let done = match how {
+        // A tool's own entry needs nothing; a link's own permissions are never
+        // checked, and Linux has no ACLs on links.
+        Grant::Acl => st.st_uid == uid.as_raw() || kind == SFlag::S_IFLNK,
+        Grant::Chown => st.st_uid == uid.as_raw() && st.st_gid == gid.as_raw(),
+    };
+    // A device node would hand the hardware over; it is never opened to tools.
+    let device = kind == SFlag::S_IFCHR || kind == SFlag::S_IFBLK;
+    if done || device {
+        return;
+    }
+    // A non-directory with another link may be an inode outside the workspace
+    // linked in by a tool; a symlink's own inode is always ours.
+    if kind != SFlag::S_IFDIR && kind != SFlag::S_IFLNK && st.st_nlink > 1 {
+        walk.hard_linked += 1;
+        return;
+    }
+    let result = match how {
+        Grant::Acl => acl::grant(fd, st.st_mode, kind == SFlag::S_IFDIR, uid.as_raw()),
+        Grant::Chown => chown_fd(fd, uid, gid).map(|()| true),
+    };
+    match result {
+        Ok(changed) => walk.changed += usize::from(changed),
+        Err(_) => walk.failed += 1,
+    }
 }
 
 /// The names in `dir` (without `.` and `..`), at most `budget` of them in all.
@@ -484,7 +576,7 @@ fn list(dir: BorrowedFd<'_>, budget: &mut usize, walk: &mut Walk) -> Vec<OsStrin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     use std::path::PathBuf;
 
     struct TempDir(PathBuf);
@@ -512,31 +604,88 @@ mod tests {
         (m.uid(), m.gid())
     }
 
+    /// The ACL `name` of `p` (not following a link), if it has one.
+    fn acl_of(p: &Path, name: &std::ffi::CStr) -> Option<acl::Acl> {
+        let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+        let mut buf = vec![0u8; 4096];
+        // SAFETY: NUL-terminated strings; `buf` is valid for its length.
+        let n = unsafe {
+            libc::lgetxattr(
+                c.as_ptr(),
+                name.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        buf.truncate(usize::try_from(n).ok()?);
+        Some(acl::Acl::decode(&buf).unwrap())
+    }
+
+    /// What uid 65534 is granted on `p` by its access ACL.
+    fn granted(p: &Path) -> u16 {
+        acl_of(p, acl::ACCESS).map_or(0, |a| a.effective(65534))
+    }
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::symlink_metadata(p).unwrap().mode() & 0o7777
+    }
+
     #[test]
-    fn creates_tmp_and_hands_the_tree_over_but_never_follows_a_link() {
+    fn creates_tmp_and_opens_the_tree_to_the_user_but_never_follows_a_link() {
         if !Uid::effective().is_root() {
-            return; // Ownership only changes as root; CI runs as root.
+            return; // Access only changes as root; CI runs as root.
         }
         let ws = TempDir::new("ws");
         let outside = TempDir::new("outside");
         std::fs::write(outside.0.join("root-only"), "x").unwrap();
         std::fs::create_dir_all(ws.0.join("a/b")).unwrap();
         std::fs::write(ws.0.join("a/b/f"), "x").unwrap();
+        std::fs::set_permissions(ws.0.join("a/b/f"), PermissionsExt::from_mode(0o644)).unwrap();
         std::os::unix::fs::symlink(&outside.0, ws.0.join("a/out")).unwrap();
         std::os::unix::fs::symlink(outside.0.join("root-only"), ws.0.join("file-link")).unwrap();
         let p = prepare_workspace(&ws.0, "65534").unwrap();
         assert!(p.warnings.is_empty(), "{:?}", p.warnings);
-        for rel in [".", ".tmp", "a", "a/b", "a/b/f", "a/out", "file-link"] {
-            assert_eq!(owner(&ws.0.join(rel)), (65534, 65534), "{rel}");
+        for rel in [".", "a", "a/b", "a/b/f", "a/out", "file-link"] {
+            assert_eq!(owner(&ws.0.join(rel)), (0, 0), "{rel} changed owner");
         }
+        assert_eq!(owner(&ws.0.join(".tmp")), (65534, 65534));
+        for rel in [".", "a", "a/b"] {
+            assert_eq!(granted(&ws.0.join(rel)), 0o7, "{rel}");
+            let default = acl_of(&ws.0.join(rel), acl::DEFAULT).unwrap();
+            assert_eq!(default.effective(65534), 0o7, "{rel}");
+        }
+        assert_eq!(granted(&ws.0.join("a/b/f")), acl::READ | acl::WRITE);
+        // Owner and others as they were; the group bits show the ACL's mask.
+        assert_eq!(mode(&ws.0.join("a/b/f")), 0o664);
         assert_eq!(owner(&outside.0), (0, 0));
-        assert_eq!(owner(&outside.0.join("root-only")), (0, 0));
+        for p in [&outside.0, &outside.0.join("root-only")] {
+            assert!(acl_of(p, acl::ACCESS).is_none(), "{}", p.display());
+        }
         // Nothing left to change the second time.
         assert_eq!(prepare_workspace(&ws.0, "65534").unwrap().changed, 0);
     }
 
     #[test]
-    fn a_hard_link_or_a_device_is_never_handed_over_but_a_fifo_is() {
+    fn an_operators_acl_entries_are_kept() {
+        if !Uid::effective().is_root() {
+            return;
+        }
+        let ws = TempDir::new("ws");
+        let f = ws.0.join("shared");
+        std::fs::write(&f, "x").unwrap();
+        let theirs = acl::Acl::from_mode(0o640).with_user(1234, acl::READ);
+        let dir = nix::fcntl::open(&ws.0, OFlag::O_RDONLY | OFlag::O_DIRECTORY, Mode::empty());
+        let fd = open_entry(dir.unwrap().as_fd(), OsStr::new("shared")).unwrap();
+        acl::set(fd.as_fd(), acl::ACCESS, &theirs.encode()).unwrap();
+        prepare_workspace(&ws.0, "65534").unwrap();
+        let now = acl_of(&f, acl::ACCESS).unwrap();
+        assert_eq!(now.effective(1234), acl::READ);
+        assert_eq!(now.effective(65534), acl::READ | acl::WRITE);
+        assert_eq!(mode(&f) & 0o707, 0o600);
+    }
+
+    #[test]
+    fn a_hard_link_or_a_device_is_never_opened_to_tools_but_a_fifo_is() {
         if !Uid::effective().is_root() {
             return;
         }
@@ -556,9 +705,12 @@ mod tests {
         )
         .unwrap();
         let p = prepare_workspace(&ws.0, "65534").unwrap();
-        assert_eq!(owner(&secret), (0, 0));
-        assert_eq!(owner(&ws.0.join("null")), (0, 0));
-        assert_eq!(owner(&ws.0.join("fifo")), (65534, 65534));
+        for p in [&secret, &ws.0.join("null"), &ws.0.join("fifo")] {
+            assert_eq!(owner(p), (0, 0), "{}", p.display());
+        }
+        assert!(acl_of(&secret, acl::ACCESS).is_none());
+        assert!(acl_of(&ws.0.join("null"), acl::ACCESS).is_none());
+        assert_eq!(granted(&ws.0.join("fifo")), acl::READ | acl::WRITE);
         assert!(
             p.warnings.iter().any(|w| w.contains("hard links")),
             "{:?}",
@@ -634,6 +786,7 @@ mod tests {
             "{:?}",
             prepared.warnings
         );
-        assert_eq!(owner(&p), (0, 0));
+        assert_eq!(granted(&ws.0.join("d")), 0o7);
+        assert_eq!(granted(&p), 0);
     }
 }

@@ -42,4 +42,5 @@ mod stops;
 mod systemd;
 mod terminal;
 mod tools;
+mod workspace_owners;
 mod workspace_race;

@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 
 use crate::common::daemon::Daemon;
 use crate::common::{FakeApi, Reply, TestRoot, chown_tree, stderr, stdout};
+use crate::workspace_owners::xattr;
 
 /// The default `sandbox.user`'s uid (and gid).
 const NOBODY: u32 = 65534;
@@ -51,7 +52,7 @@ impl Drop for Scratch {
 }
 
 /// Every entry under `dir` (itself included, links not followed) whose owner is
-/// not `uid:gid`.
+/// not `uid:gid` or that has an ACL.
 fn not_owned_by(dir: &Path, uid: u32, gid: u32) -> Vec<String> {
     let mut bad = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
@@ -59,6 +60,11 @@ fn not_owned_by(dir: &Path, uid: u32, gid: u32) -> Vec<String> {
         let m = std::fs::symlink_metadata(&p).unwrap();
         if m.uid() != uid || m.gid() != gid {
             bad.push(format!("{} ({}:{})", p.display(), m.uid(), m.gid()));
+        }
+        for acl in ["system.posix_acl_access", "system.posix_acl_default"] {
+            if xattr(&p, acl).is_some() {
+                bad.push(format!("{} ({acl})", p.display()));
+            }
         }
         if m.is_dir() {
             for e in std::fs::read_dir(&p).unwrap() {
@@ -90,7 +96,7 @@ fn exchange(a: &CString, b: &CString) -> bool {
 }
 
 #[test]
-fn a_rename_exchange_race_never_makes_root_chown_outside_the_workspace() {
+fn a_rename_exchange_race_never_makes_root_change_access_outside_the_workspace() {
     assert_root();
     let root = TestRoot::new("http://127.0.0.1:9");
     // Files only root owns, outside the workspace, a level deep too.
@@ -140,7 +146,7 @@ fn a_rename_exchange_race_never_makes_root_chown_outside_the_workspace() {
     let changed = not_owned_by(&outside.0, 0, 0);
     assert!(
         changed.is_empty(),
-        "root changed the owner of files outside the workspace ({swaps} swaps):\n{}",
+        "root changed the owner or ACL of files outside the workspace ({swaps} swaps):\n{}",
         changed.join("\n")
     );
     assert!(
