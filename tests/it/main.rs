@@ -6,6 +6,7 @@ mod common;
 
 mod allow_rules;
 mod api;
+mod attack_ops;
 mod architecture;
 mod attack_durability;
 mod attack_regressions;

@@ -1,0 +1,50 @@
+//! Attacks on the operator features of issues 10 and 12, each one a bug found
+//! against the real binary: what a hostile model could get remembered, and what a
+//! fault could do to the operator's files.
+
+use serde_json::json;
+
+use crate::common::daemon::Daemon;
+use crate::common::{FakeApi, Reply, TestRoot, stderr, wait_until};
+
+/// The approval id of the task's first `approval_requested`, once it comes.
+fn first_approval(root: &TestRoot) -> String {
+    wait_until("the approval", || {
+        !root.events_of("approval_requested").is_empty()
+    });
+    root.events_of("approval_requested")[0]["approval_id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// `python3 < check.py` runs the code in check.py, but the rule's subject is the
+/// argv alone (`python3`): remembering it would let the model feed python3 any
+/// file without asking. Refused, the file untouched, the approval still pending.
+#[test]
+fn remember_refuses_a_command_whose_input_file_no_rule_can_name() {
+    let api = FakeApi::start(vec![
+        Reply::tool("tu1", "run_bash", json!({"command": "python3 < check.py"})),
+        Reply::text("done"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    let _daemon = Daemon::start(&root);
+    let settings = root.dir.join("policies/settings.json");
+    let before = std::fs::read_to_string(&settings).unwrap();
+    let out = root.run(&["submit", "check"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let id = first_approval(&root);
+    let out = root.run(&["approve", &id, "--remember"]);
+    let code = |cmd: &str| root.run(&["policy", "test", "run_bash", cmd]).status.code();
+    assert_eq!(
+        code("python3 < /usr/lib/python3/evil.py"),
+        Some(3),
+        "a remembered rule must not allow python3 reading another file: {}",
+        stderr(&out)
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("still pending"), "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(&settings).unwrap(), before);
+    let out = root.run(&["deny", &id]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
