@@ -74,6 +74,11 @@ pub fn add_allow_rules(
     rules: &[String],
     check: impl Fn(&CompiledSettings) -> Result<(), String>,
 ) -> Result<Vec<String>, RememberError> {
+    // A settings file that is a link is edited where it lives: renaming over the
+    // link would replace it with a copy, and the operator's later edits of the
+    // real file would silently stop applying.
+    let real = std::fs::canonicalize(path).map_err(io("resolve", path))?;
+    let path = real.as_path();
     for _ in 0..ATTEMPTS {
         let before = std::fs::read(path).map_err(io("read", path))?;
         let text = String::from_utf8_lossy(&before).into_owned();
@@ -276,6 +281,27 @@ mod tests {
         let text = std::fs::read_to_string(&path).unwrap();
         let parsed = Settings::parse(&text, "settings.json").unwrap();
         assert_eq!(parsed.settings.output.max_chars, 1234);
+        assert!(parsed.settings.tools.allow.contains(&"read_file(x)".into()));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_symlinked_settings_file_is_edited_where_it_lives() {
+        // An operator keeping the real file elsewhere (config management, /etc)
+        // links to it: the rule goes into that file, and the link stays a link.
+        let shipped = crate::config::defaults::default_settings();
+        let (dir, real) = scratch(&shipped);
+        let link_dir = dir.join("root");
+        std::fs::create_dir_all(&link_dir).unwrap();
+        let link = link_dir.join("settings.json");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        add_allow_rules(&link, "settings.json", &["read_file(x)".into()], |_| Ok(())).unwrap();
+        assert!(
+            std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(),
+            "the link was replaced by a copy: later edits of the real file would be ignored"
+        );
+        let text = std::fs::read_to_string(&real).unwrap();
+        let parsed = Settings::parse(&text, "settings.json").unwrap();
         assert!(parsed.settings.tools.allow.contains(&"read_file(x)".into()));
         let _ = std::fs::remove_dir_all(dir);
     }
