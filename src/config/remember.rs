@@ -81,7 +81,16 @@ pub fn add_allow_rules(
     let path = real.as_path();
     for _ in 0..ATTEMPTS {
         let before = std::fs::read(path).map_err(io("read", path))?;
-        let text = String::from_utf8_lossy(&before).into_owned();
+        // Not lossy: the loader refuses a file that is not UTF-8, and writing it
+        // back with U+FFFD would change the operator's bytes and make it load.
+        let text = String::from_utf8(before.clone()).map_err(|e| {
+            RememberError::Invalid(ConfigError::invalid(
+                file,
+                None,
+                "",
+                format!("the file is not UTF-8 ({e})"),
+            ))
+        })?;
         let current = Settings::parse(&text, file).map_err(RememberError::Invalid)?;
         let added: Vec<String> = rules
             .iter()
@@ -303,6 +312,24 @@ mod tests {
         let text = std::fs::read_to_string(&real).unwrap();
         let parsed = Settings::parse(&text, "settings.json").unwrap();
         assert!(parsed.settings.tools.allow.contains(&"read_file(x)".into()));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_file_that_is_not_utf8_is_left_alone() {
+        // The loader refuses such a file (the daemon keeps its policy); remember
+        // must not "repair" it by writing U+FFFD over the operator's bytes.
+        let shipped = crate::config::defaults::default_settings();
+        let mut bytes = shipped
+            .replace("\"read_file\",", "\"read_file(workspace/caf\u{1})\",")
+            .into_bytes();
+        let at = bytes.iter().position(|&b| b == 1).unwrap();
+        bytes[at] = 0xe9; // Latin-1 `é`
+        let (dir, path) = scratch("");
+        std::fs::write(&path, &bytes).unwrap();
+        let result = add_allow_rules(&path, "settings.json", &["read_file(x)".into()], |_| Ok(()));
+        assert!(matches!(result, Err(RememberError::Invalid(_))), "{result:?}");
+        assert_eq!(std::fs::read(&path).unwrap(), bytes);
         let _ = std::fs::remove_dir_all(dir);
     }
 }
