@@ -23,6 +23,9 @@ use super::{CompiledSettings, ConfigError, Settings};
 /// How often a concurrent edit may force the edit to start again before giving up.
 const ATTEMPTS: usize = 5;
 
+/// Held for the whole of one edit (see [`add_allow_rules`]).
+static EDITING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Why rules could not be added.
 #[derive(Debug, thiserror::Error)]
 pub enum RememberError {
@@ -79,6 +82,11 @@ pub fn add_allow_rules(
     // real file would silently stop applying.
     let real = std::fs::canonicalize(path).map_err(io("resolve", path))?;
     let path = real.as_path();
+    // Remembers in one process run one at a time: the look before the rename
+    // cannot see another remember's rename landing just after it, so two at once
+    // lost one's rule while both reported it added. An operator's editor is
+    // still caught by that look.
+    let _one_at_a_time = EDITING.lock().unwrap_or_else(|e| e.into_inner());
     for _ in 0..ATTEMPTS {
         let before = std::fs::read(path).map_err(io("read", path))?;
         // Not lossy: the loader refuses a file that is not UTF-8, and writing it
@@ -306,7 +314,10 @@ mod tests {
         std::os::unix::fs::symlink(&real, &link).unwrap();
         add_allow_rules(&link, "settings.json", &["read_file(x)".into()], |_| Ok(())).unwrap();
         assert!(
-            std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(),
+            std::fs::symlink_metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_symlink(),
             "the link was replaced by a copy: later edits of the real file would be ignored"
         );
         let text = std::fs::read_to_string(&real).unwrap();
@@ -328,8 +339,49 @@ mod tests {
         let (dir, path) = scratch("");
         std::fs::write(&path, &bytes).unwrap();
         let result = add_allow_rules(&path, "settings.json", &["read_file(x)".into()], |_| Ok(()));
-        assert!(matches!(result, Err(RememberError::Invalid(_))), "{result:?}");
+        assert!(
+            matches!(result, Err(RememberError::Invalid(_))),
+            "{result:?}"
+        );
         assert_eq!(std::fs::read(&path).unwrap(), bytes);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn concurrent_remembers_lose_no_rule() {
+        // Two approvals remembered at once in one daemon: each rule reported as
+        // added must be in the file afterwards (a lost update would leave the
+        // operator believing a call is remembered when it is not).
+        let shipped = crate::config::defaults::default_settings();
+        let (dir, path) = scratch(&shipped);
+        let results: Vec<(String, Result<Vec<String>, RememberError>)> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..12)
+                .map(|i| {
+                    let path = path.clone();
+                    s.spawn(move || {
+                        let rule = format!("read_file(workspace/f{i})");
+                        let r =
+                            add_allow_rules(&path, "settings.json", &[rule.clone()], |_| Ok(()));
+                        (rule, r)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let text = std::fs::read_to_string(&path).unwrap();
+        let allow = Settings::parse(&text, "settings.json")
+            .unwrap()
+            .settings
+            .tools
+            .allow;
+        for (rule, result) in results {
+            let added = result.unwrap_or_else(|e| panic!("{rule}: {e}"));
+            assert_eq!(added, vec![rule.clone()]);
+            assert!(
+                allow.contains(&rule),
+                "{rule} was reported added but is not in the file"
+            );
+        }
         let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -155,7 +155,13 @@ mod tests {
         for cmd in ["python3 < a.py", "sort<x", "cat 0<&3", "a '<' b | wc -l <f"] {
             assert!(reads_input_redirect(cmd), "{cmd:?}");
         }
-        for cmd in ["echo '<'", "echo \"a<b\"", r"echo \<", "echo 'it''<'", "ls 2>&1"] {
+        for cmd in [
+            "echo '<'",
+            "echo \"a<b\"",
+            r"echo \<",
+            "echo 'it''<'",
+            "ls 2>&1",
+        ] {
             assert!(!reads_input_redirect(cmd), "{cmd:?}");
         }
     }

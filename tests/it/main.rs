@@ -6,9 +6,9 @@ mod common;
 
 mod allow_rules;
 mod api;
-mod attack_ops;
 mod architecture;
 mod attack_durability;
+mod attack_ops;
 mod attack_regressions;
 mod bounded;
 mod cgroup_cleanup;
