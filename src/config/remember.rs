@@ -198,6 +198,11 @@ fn write_temp(tmp: &Path, bytes: &[u8], like: &std::fs::Metadata) -> Result<(), 
     // Only root may give a file away; anyone else writes it as themselves, which
     // is who could have written the file in place anyway.
     let _ = std::os::unix::fs::fchown(&f, Some(like.uid()), Some(like.gid()));
+    // The mode given at creation went through the umask: a group-writable file
+    // (the operators group edits it) would come back 0644. Set it exactly.
+    use std::os::unix::fs::PermissionsExt;
+    f.set_permissions(std::fs::Permissions::from_mode(like.mode() & 0o7777))
+        .map_err(io("set the mode of", tmp))?;
     f.write_all(bytes).map_err(io("write", tmp))?;
     f.sync_all().map_err(io("sync", tmp))?;
     Ok(())
@@ -382,6 +387,21 @@ mod tests {
                 "{rule} was reported added but is not in the file"
             );
         }
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn the_file_keeps_its_mode_whatever_the_umask() {
+        // A group-writable policy (the operators group edits it) stays so: the
+        // new file's mode is set, not filtered through the daemon's umask
+        // (0o666 loses a bit under any umask but 0).
+        use std::os::unix::fs::PermissionsExt;
+        let shipped = crate::config::defaults::default_settings();
+        let (dir, path) = scratch(&shipped);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        add_allow_rules(&path, "settings.json", &["read_file(x)".into()], |_| Ok(())).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o666, "{mode:o}");
         let _ = std::fs::remove_dir_all(dir);
     }
 }
