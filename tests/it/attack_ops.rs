@@ -48,3 +48,39 @@ fn remember_refuses_a_command_whose_input_file_no_rule_can_name() {
     let out = root.run(&["deny", &id]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
+
+/// `approve --remember` renames a new settings.json into the settings file's
+/// directory; under the shipped unit's `ProtectSystem=strict` that directory must
+/// be among `ReadWritePaths`, or every remember fails with "Read-only file system"
+/// on a production install while passing in every test run outside systemd.
+#[test]
+fn the_systemd_unit_lets_remember_write_the_settings_directory() {
+    let root = TestRoot::new("http://127.0.0.1:9");
+    let unit = std::fs::read_to_string(root.dir.join("systemd/harnessd.service")).unwrap();
+    assert!(unit.contains("\nProtectSystem=strict\n"), "{unit}");
+    let writable: Vec<String> = unit
+        .lines()
+        .filter_map(|l| l.strip_prefix("ReadWritePaths="))
+        .flat_map(|v| {
+            v.split_whitespace()
+                .map(|p| p.trim_start_matches('-').to_string())
+        })
+        .collect();
+    let config = std::fs::read_to_string(root.dir.join("config/config.toml")).unwrap();
+    let settings = config
+        .lines()
+        .find_map(|l| l.strip_prefix("settings = "))
+        .expect("paths.settings in the shipped config")
+        .trim_matches('"');
+    let dir = std::path::Path::new("/var/lib/harnessd")
+        .join(settings)
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    assert!(
+        writable.iter().any(|w| dir.starts_with(w)),
+        "{} is read-only under the unit (ReadWritePaths: {writable:?}), so approve \
+         --remember cannot write settings.json",
+        dir.display()
+    );
+}
