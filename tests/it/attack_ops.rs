@@ -84,3 +84,50 @@ fn the_systemd_unit_lets_remember_write_the_settings_directory() {
         dir.display()
     );
 }
+
+/// A harnessd killed with -9 while it was PID 1 of its PID namespace (a container
+/// entrypoint, `unshare --pid`) leaves `harnessd-1-0`; its successor is PID 1 too.
+/// The reaping took a live pid to mean "not stale", so the successor kept the
+/// leftover (escaped processes included) and then failed to make its own
+/// `harnessd-1-0`, running every tool call of its life with no call cgroup: no
+/// memory cap for the call's tree, no process cap, nothing killed at its end.
+#[test]
+fn a_successor_with_the_dead_daemons_pid_reaps_its_cgroups_and_keeps_its_own() {
+    let parents = crate::cgroup_cleanup::call_cgroup_parents();
+    assert!(
+        !parents.is_empty(),
+        "no cgroup hierarchy with memory and pids"
+    );
+    // `-0` is the name the successor's first cgroup takes; `-7` one it does not,
+    // so whether it was reaped can be seen after the successor made its own.
+    let stale: Vec<_> = parents
+        .iter()
+        .flat_map(|p| [p.join("harnessd-1-0"), p.join("harnessd-1-7")])
+        .collect();
+    for d in &stale {
+        std::fs::create_dir(d).unwrap_or_else(|e| panic!("planting {}: {e}", d.display()));
+    }
+    let root = TestRoot::new("http://127.0.0.1:9");
+    let out = std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", crate::common::bin()])
+        .arg("--root")
+        .arg(&root.dir)
+        .arg("check")
+        .output()
+        .unwrap();
+    let left: Vec<_> = stale
+        .iter()
+        .filter(|d| d.exists() && d.ends_with("harnessd-1-7"))
+        .collect();
+    for d in &stale {
+        let _ = std::fs::remove_dir(d);
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let cgroup = text.lines().find(|l| l.contains(" cgroup ")).unwrap_or("");
+    assert!(left.is_empty(), "not reaped: {left:?}");
+    assert!(
+        cgroup.trim_start().starts_with("yes"),
+        "{text}{}",
+        stderr(&out)
+    );
+}
