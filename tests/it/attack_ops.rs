@@ -131,3 +131,34 @@ fn a_successor_with_the_dead_daemons_pid_reaps_its_cgroups_and_keeps_its_own() {
         stderr(&out)
     );
 }
+
+/// `check` probes the sandbox through a real call, in a call cgroup, and exited
+/// without removing it: every `check` (an operator's routine, a monitoring probe)
+/// left one `harnessd-<pid>-0` in the host's cgroup tree, for the next daemon
+/// start to sweep.
+#[test]
+fn check_leaves_no_call_cgroup_behind() {
+    let parents = crate::cgroup_cleanup::call_cgroup_parents();
+    let root = TestRoot::new("http://127.0.0.1:9");
+    let child = root
+        .command(&["check"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let left = crate::cgroup_cleanup::cgroups_of(&parents, pid);
+    for d in &left {
+        let _ = std::fs::remove_dir(d);
+    }
+    if !text
+        .lines()
+        .any(|l| l.trim_start().starts_with("yes cgroup"))
+    {
+        // Said out loud, as in cgroup_cleanup: nothing was made to be left.
+        eprintln!("check made no call cgroup on this machine: {text}");
+    }
+    assert!(left.is_empty(), "left behind by check: {left:?}");
+}
