@@ -125,6 +125,19 @@ pub fn add_allow_rules(
     })
 }
 
+/// Puts `previous` back in place of the settings file at `path` if it still
+/// holds `written` (an edit saved since is kept); whether it did. For a remember
+/// whose record failed: the rule must not stay in force unrecorded.
+pub fn restore_settings(
+    path: &Path,
+    written: &[u8],
+    previous: &[u8],
+) -> Result<bool, RememberError> {
+    let real = std::fs::canonicalize(path).map_err(io("resolve", path))?;
+    let _one_at_a_time = EDITING.lock().unwrap_or_else(|e| e.into_inner());
+    replace_if_unchanged(&real, written, previous)
+}
+
 /// `text` with `rules` appended to `tools.allow` (created when absent), the rest
 /// of the text untouched.
 fn append_allow(text: &str, file: &str, rules: &[String]) -> Result<String, RememberError> {

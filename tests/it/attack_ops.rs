@@ -162,3 +162,45 @@ fn check_leaves_no_call_cgroup_behind() {
     }
     assert!(left.is_empty(), "left behind by check: {left:?}");
 }
+
+/// `approve --remember` while the audit log cannot be written (a full disk): the
+/// rule took effect — written to settings.json and loaded — while its record
+/// (`config_loaded`, "approve --remember by …") failed, and once space was back
+/// nothing ever recorded the change (a later reload finds the file unchanged).
+/// No policy change without its record (SPEC §1 property 3): refused, the file
+/// untouched, the approval still pending; with space back, it works.
+#[test]
+fn remember_while_the_log_cannot_be_written_changes_no_policy() {
+    let api = FakeApi::start(vec![
+        Reply::tool("tu1", "run_python", json!({"code": "print(6 * 7)"})),
+        Reply::text("done"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    let faults = crate::failpoints::Faults::new(&root);
+    let _daemon = Daemon::start_with_env(&root, &[("HARNESSD_FAILPOINTS", &faults.env())]);
+    let settings = root.dir.join("policies/settings.json");
+    let before = std::fs::read_to_string(&settings).unwrap();
+    let out = root.run(&["submit", "compute"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let id = first_approval(&root);
+    faults.raise("events.append=enospc");
+    let out = root.run(&["approve", &id, "--remember"]);
+    assert_eq!(
+        std::fs::read_to_string(&settings).unwrap(),
+        before,
+        "a rule was written while its record could not be: {}",
+        stderr(&out)
+    );
+    assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
+    faults.clear();
+    let out = root.run(&["approve", &id, "--remember"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let loaded = root.events_of("config_loaded");
+    assert!(
+        loaded.iter().any(|e| e["trigger"]
+            .as_str()
+            .unwrap_or("")
+            .contains("approve --remember")),
+        "{loaded:?}"
+    );
+}
