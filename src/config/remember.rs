@@ -378,8 +378,12 @@ mod tests {
                     let path = path.clone();
                     s.spawn(move || {
                         let rule = format!("read_file(workspace/f{i})");
-                        let r =
-                            add_allow_rules(&path, "settings.json", &[rule.clone()], |_| Ok(()));
+                        let r = add_allow_rules(
+                            &path,
+                            "settings.json",
+                            std::slice::from_ref(&rule),
+                            |_| Ok(()),
+                        );
                         (rule, r)
                     })
                 })
