@@ -4,6 +4,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
@@ -64,10 +65,13 @@ impl LogFile {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(io("create directory for", path))?;
         }
+        // 0600 when created: the log holds prompts, answers and tool inputs, which
+        // the control API shows only to the daemon's user, root and operators.
         let file = OpenOptions::new()
             .read(true)
             .append(true)
             .create(true)
+            .mode(0o600)
             .open(path)
             .map_err(io("open", path))?;
         let mut log = LogFile {

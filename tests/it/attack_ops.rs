@@ -204,3 +204,32 @@ fn remember_while_the_log_cannot_be_written_changes_no_policy() {
         "{loaded:?}"
     );
 }
+
+/// The control API refuses the log and the transcripts to anyone but the daemon's
+/// user, root and the operators group (403), yet both were created 0644 in a
+/// 0755 `transcripts/`: any local account read every prompt, answer and tool
+/// input straight from the files. (The full tool outputs were already 0600.)
+#[test]
+fn the_log_and_transcripts_are_not_readable_by_other_accounts() {
+    use std::os::unix::fs::PermissionsExt;
+    let api = FakeApi::start(vec![Reply::text("the secret answer")]);
+    let root = TestRoot::new(&api.url);
+    let out = root.run(&["run", "a private prompt"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let dir = root.dir.join("transcripts");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !(name.ends_with(".json") || name.ends_with(".jsonl")) {
+            continue;
+        }
+        seen += 1;
+        let mode = entry.metadata().unwrap().permissions().mode() & 0o777;
+        assert_eq!(
+            mode & 0o007,
+            0,
+            "{name} is {mode:o}: readable by every account"
+        );
+    }
+    assert!(seen >= 2, "the log and one transcript");
+}
