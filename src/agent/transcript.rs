@@ -5,6 +5,7 @@
 
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -129,7 +130,14 @@ impl Transcript {
         // would rename each other's half-written bytes into place.
         let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
         let tmp = dir.join(format!(".{task_id}.{}.{n}.tmp", std::process::id()));
-        let mut f = std::fs::File::create(&tmp)?;
+        // 0600, like the log: a transcript is shown through the API only to the
+        // daemon's user, root and operators.
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
         f.write_all(bytes)?;
         // No fsync: the guarantee is against a crash of harnessd, which the page
         // cache survives; rename-over on ext4/xfs orders data before the rename.

@@ -45,7 +45,11 @@ fn tool_tiers(loaded: &Loaded) -> Vec<Value> {
 /// What confines a tool process here: a real probe through the executor.
 fn enforcement(loaded: &Loaded, helper: &Path) -> (u32, Vec<Layer>, Option<String>) {
     let confine = Confinement::from_settings(&loaded.policy.settings, &loaded.paths.root);
-    match Executor::new(helper.to_path_buf()).probe(&confine, &loaded.paths.workspace) {
+    let probed = Executor::new(helper.to_path_buf()).probe(&confine, &loaded.paths.workspace);
+    // The probe ran in a call cgroup, now pooled: `check` makes no other call,
+    // so it is removed here, or every `check` would leave one in the host's tree.
+    crate::exec::remove_pooled_cgroups();
+    match probed {
         Ok(report) => (report.landlock_abi, report.layers, None),
         Err(e) => (crate::sandbox::landlock_abi(), Vec::new(), Some(e)),
     }

@@ -21,7 +21,7 @@ pub use file::{
 };
 pub use key::ApiKey;
 pub use live::{LiveConfig, ReloadOutcome};
-pub use remember::{RememberError, add_allow_rules};
+pub use remember::{RememberError, add_allow_rules, restore_settings};
 pub use settings::{
     AllowedPaths, CompiledSettings, OutputSettings, SandboxRequire, SandboxSettings, Settings,
     ToolTiers,

@@ -23,6 +23,9 @@ use super::{CompiledSettings, ConfigError, Settings};
 /// How often a concurrent edit may force the edit to start again before giving up.
 const ATTEMPTS: usize = 5;
 
+/// Held for the whole of one edit (see [`add_allow_rules`]).
+static EDITING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Why rules could not be added.
 #[derive(Debug, thiserror::Error)]
 pub enum RememberError {
@@ -74,9 +77,28 @@ pub fn add_allow_rules(
     rules: &[String],
     check: impl Fn(&CompiledSettings) -> Result<(), String>,
 ) -> Result<Vec<String>, RememberError> {
+    // A settings file that is a link is edited where it lives: renaming over the
+    // link would replace it with a copy, and the operator's later edits of the
+    // real file would silently stop applying.
+    let real = std::fs::canonicalize(path).map_err(io("resolve", path))?;
+    let path = real.as_path();
+    // Remembers in one process run one at a time: the look before the rename
+    // cannot see another remember's rename landing just after it, so two at once
+    // lost one's rule while both reported it added. An operator's editor is
+    // still caught by that look.
+    let _one_at_a_time = EDITING.lock().unwrap_or_else(|e| e.into_inner());
     for _ in 0..ATTEMPTS {
         let before = std::fs::read(path).map_err(io("read", path))?;
-        let text = String::from_utf8_lossy(&before).into_owned();
+        // Not lossy: the loader refuses a file that is not UTF-8, and writing it
+        // back with U+FFFD would change the operator's bytes and make it load.
+        let text = String::from_utf8(before.clone()).map_err(|e| {
+            RememberError::Invalid(ConfigError::invalid(
+                file,
+                None,
+                "",
+                format!("the file is not UTF-8 ({e})"),
+            ))
+        })?;
         let current = Settings::parse(&text, file).map_err(RememberError::Invalid)?;
         let added: Vec<String> = rules
             .iter()
@@ -101,6 +123,19 @@ pub fn add_allow_rules(
     Err(RememberError::Contended {
         path: path.to_path_buf(),
     })
+}
+
+/// Puts `previous` back in place of the settings file at `path` if it still
+/// holds `written` (an edit saved since is kept); whether it did. For a remember
+/// whose record failed: the rule must not stay in force unrecorded.
+pub fn restore_settings(
+    path: &Path,
+    written: &[u8],
+    previous: &[u8],
+) -> Result<bool, RememberError> {
+    let real = std::fs::canonicalize(path).map_err(io("resolve", path))?;
+    let _one_at_a_time = EDITING.lock().unwrap_or_else(|e| e.into_inner());
+    replace_if_unchanged(&real, written, previous)
 }
 
 /// `text` with `rules` appended to `tools.allow` (created when absent), the rest
@@ -176,6 +211,11 @@ fn write_temp(tmp: &Path, bytes: &[u8], like: &std::fs::Metadata) -> Result<(), 
     // Only root may give a file away; anyone else writes it as themselves, which
     // is who could have written the file in place anyway.
     let _ = std::os::unix::fs::fchown(&f, Some(like.uid()), Some(like.gid()));
+    // The mode given at creation went through the umask: a group-writable file
+    // (the operators group edits it) would come back 0644. Set it exactly.
+    use std::os::unix::fs::PermissionsExt;
+    f.set_permissions(std::fs::Permissions::from_mode(like.mode() & 0o7777))
+        .map_err(io("set the mode of", tmp))?;
     f.write_all(bytes).map_err(io("write", tmp))?;
     f.sync_all().map_err(io("sync", tmp))?;
     Ok(())
@@ -277,6 +317,108 @@ mod tests {
         let parsed = Settings::parse(&text, "settings.json").unwrap();
         assert_eq!(parsed.settings.output.max_chars, 1234);
         assert!(parsed.settings.tools.allow.contains(&"read_file(x)".into()));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_symlinked_settings_file_is_edited_where_it_lives() {
+        // An operator keeping the real file elsewhere (config management, /etc)
+        // links to it: the rule goes into that file, and the link stays a link.
+        let shipped = crate::config::defaults::default_settings();
+        let (dir, real) = scratch(&shipped);
+        let link_dir = dir.join("root");
+        std::fs::create_dir_all(&link_dir).unwrap();
+        let link = link_dir.join("settings.json");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        add_allow_rules(&link, "settings.json", &["read_file(x)".into()], |_| Ok(())).unwrap();
+        assert!(
+            std::fs::symlink_metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_symlink(),
+            "the link was replaced by a copy: later edits of the real file would be ignored"
+        );
+        let text = std::fs::read_to_string(&real).unwrap();
+        let parsed = Settings::parse(&text, "settings.json").unwrap();
+        assert!(parsed.settings.tools.allow.contains(&"read_file(x)".into()));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_file_that_is_not_utf8_is_left_alone() {
+        // The loader refuses such a file (the daemon keeps its policy); remember
+        // must not "repair" it by writing U+FFFD over the operator's bytes.
+        let shipped = crate::config::defaults::default_settings();
+        let mut bytes = shipped
+            .replace("\"read_file\",", "\"read_file(workspace/caf\u{1})\",")
+            .into_bytes();
+        let at = bytes.iter().position(|&b| b == 1).unwrap();
+        bytes[at] = 0xe9; // Latin-1 `é`
+        let (dir, path) = scratch("");
+        std::fs::write(&path, &bytes).unwrap();
+        let result = add_allow_rules(&path, "settings.json", &["read_file(x)".into()], |_| Ok(()));
+        assert!(
+            matches!(result, Err(RememberError::Invalid(_))),
+            "{result:?}"
+        );
+        assert_eq!(std::fs::read(&path).unwrap(), bytes);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn concurrent_remembers_lose_no_rule() {
+        // Two approvals remembered at once in one daemon: each rule reported as
+        // added must be in the file afterwards (a lost update would leave the
+        // operator believing a call is remembered when it is not).
+        let shipped = crate::config::defaults::default_settings();
+        let (dir, path) = scratch(&shipped);
+        let results: Vec<(String, Result<Vec<String>, RememberError>)> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..12)
+                .map(|i| {
+                    let path = path.clone();
+                    s.spawn(move || {
+                        let rule = format!("read_file(workspace/f{i})");
+                        let r = add_allow_rules(
+                            &path,
+                            "settings.json",
+                            std::slice::from_ref(&rule),
+                            |_| Ok(()),
+                        );
+                        (rule, r)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let text = std::fs::read_to_string(&path).unwrap();
+        let allow = Settings::parse(&text, "settings.json")
+            .unwrap()
+            .settings
+            .tools
+            .allow;
+        for (rule, result) in results {
+            let added = result.unwrap_or_else(|e| panic!("{rule}: {e}"));
+            assert_eq!(added, vec![rule.clone()]);
+            assert!(
+                allow.contains(&rule),
+                "{rule} was reported added but is not in the file"
+            );
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn the_file_keeps_its_mode_whatever_the_umask() {
+        // A group-writable policy (the operators group edits it) stays so: the
+        // new file's mode is set, not filtered through the daemon's umask
+        // (0o666 loses a bit under any umask but 0).
+        use std::os::unix::fs::PermissionsExt;
+        let shipped = crate::config::defaults::default_settings();
+        let (dir, path) = scratch(&shipped);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        add_allow_rules(&path, "settings.json", &["read_file(x)".into()], |_| Ok(())).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o666, "{mode:o}");
         let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -26,22 +26,57 @@ impl LiveRemember {
     }
 }
 
+impl LiveRemember {
+    /// Takes a remembered rule whose record failed back out: the file as it was
+    /// (unless edited since), and the policy loaded from it again. The reload's
+    /// own record is attempted and may fail too; the policy is what matters.
+    async fn undo(&self, path: std::path::PathBuf, previous: Vec<u8>, written: Vec<u8>) {
+        if previous == written {
+            return;
+        }
+        let restored = tokio::task::spawn_blocking(move || {
+            crate::config::restore_settings(&path, &written, &previous)
+        })
+        .await;
+        if let Ok(Err(e)) = &restored {
+            tracing::warn!("cannot take the unrecorded remembered rule out again: {e}");
+        }
+        let trigger = "approve --remember undone: its record failed";
+        let _ =
+            crate::reload::reload_and_record(&self.live, &self.events, trigger, &mut None).await;
+    }
+}
+
 impl Remember for LiveRemember {
     fn remember<'a>(&'a self, req: &'a ApprovalRequest, by: &'a str) -> RememberFuture<'a> {
         Box::pin(async move {
+            // No policy change without its record: the rule is written, loaded
+            // and recorded, and taken out again if the record fails (each attempt
+            // is also the probe that finds the log writable again).
             let loaded = self.live.current();
+            let path = loaded.paths.settings.clone();
             let (tool, input) = (req.tool.clone(), req.input.clone());
             // Judging a file tool's path and writing the file are blocking work.
-            let rules = tokio::task::spawn_blocking(move || {
-                crate::tools::remember_call(&loaded, &tool, &input)
+            let (rules, previous, written) = tokio::task::spawn_blocking(move || {
+                let previous = std::fs::read(&loaded.paths.settings).unwrap_or_default();
+                let rules = crate::tools::remember_call(&loaded, &tool, &input)?;
+                let written = std::fs::read(&loaded.paths.settings).unwrap_or_default();
+                Ok::<_, crate::tools::RememberCallError>((rules, previous, written))
             })
             .await
             .map_err(|e| format!("internal error while remembering: {e}"))?
             .map_err(|e| e.to_string())?;
             let trigger = format!("approve --remember by {by}");
-            crate::reload::reload_and_record(&self.live, &self.events, &trigger, &mut None)
-                .await
-                .map_err(|e| format!("the rule was written but the reload not recorded: {e}"))?;
+            let recorded =
+                crate::reload::reload_and_record(&self.live, &self.events, &trigger, &mut None)
+                    .await;
+            if let Err(e) = recorded {
+                self.undo(path, previous, written).await;
+                return Err(format!(
+                    "not remembered: the audit log cannot be written ({e}); the rule was \
+                     taken out of the settings file again"
+                ));
+            }
             Ok(rules)
         })
     }

@@ -5,7 +5,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
@@ -75,10 +75,13 @@ impl LogFile {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(io("create directory for", path))?;
         }
+        // 0600 when created: the log holds prompts, answers and tool inputs, which
+        // the control API shows only to the daemon's user, root and operators.
         let file = OpenOptions::new()
             .read(true)
             .append(true)
             .create(true)
+            .mode(0o600)
             .open(path)
             .map_err(io("open", path))?;
         let mut log = LogFile {
@@ -142,10 +145,12 @@ impl LogFile {
                 return Ok(locked);
             }
             drop(locked);
+            // A new file after a rotation: as private as the first one.
             let file = OpenOptions::new()
                 .read(true)
                 .append(true)
                 .create(true)
+                .mode(0o600)
                 .open(&self.path)
                 .map_err(io("reopen", &self.path))?;
             self.file = Some(file);

@@ -103,7 +103,11 @@ fn remove_stale(layout: &Layout) {
             else {
                 continue;
             };
-            if kill(Pid::from_raw(pid), None).is_ok() {
+            // Our own pid names a dead predecessor's cgroup, never ours: this runs
+            // before this process makes its first one. A daemon that is PID 1 of
+            // its namespace after a kill -9 has the pid of the one that died.
+            let ours = u32::try_from(pid).is_ok_and(|p| p == std::process::id());
+            if !ours && kill(Pid::from_raw(pid), None).is_ok() {
                 continue;
             }
             let path = entry.path();

@@ -51,9 +51,43 @@ pub fn narrowest_rules(
         return Err(RememberCallError::Unrememberable(refusal));
     }
     match (name, &verdict.decision.shell) {
-        (ToolName::RunBash, Some(view)) => shell_rules(loaded, view),
+        (ToolName::RunBash, Some(view)) => {
+            let command = verdict.judged.subject.as_deref().unwrap_or("");
+            if view.not_provable.is_none() && reads_input_redirect(command) {
+                return Err(RememberCallError::Unrememberable(
+                    "the command reads a file through `<`, which no rule can name: a rule \
+                     for its words would let it read any file (`python3 < other.py`); approve \
+                     it once"
+                        .into(),
+                ));
+            }
+            shell_rules(loaded, view)
+        }
         _ => Ok(vec![literal_rule(name, verdict.judged.subject.as_deref())]),
     }
+}
+
+/// Whether a provable command has an input redirection (`< file`, `<&N`): an
+/// unquoted `<`. In a provable command every other `<` construct (here-documents,
+/// `<(…)`, `<>`) already made it not provable, and quotes hold no expansions, so a
+/// plain scan of quotes and backslashes finds it. Rules match the words alone, so
+/// the file it names would be lost from the remembered rule.
+fn reads_input_redirect(command: &str) -> bool {
+    let mut chars = command.chars();
+    let mut quote: Option<char> = None;
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (Some('\''), '\'') | (Some('"'), '"') => quote = None,
+            (Some('"'), '\\') | (None, '\\') => {
+                chars.next();
+            }
+            (Some(_), _) => {}
+            (None, '\'' | '"') => quote = Some(c),
+            (None, '<') => return true,
+            (None, _) => {}
+        }
+    }
+    false
 }
 
 /// One rule per simple command that no allow pattern covers yet.
@@ -110,4 +144,25 @@ pub fn remember_call(
     let file = loaded.paths.display(&loaded.paths.settings);
     add_allow_rules(&loaded.paths.settings, &file, &rules, check)?;
     Ok(rules)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reads_input_redirect;
+
+    #[test]
+    fn only_an_unquoted_less_than_is_an_input_redirection() {
+        for cmd in ["python3 < a.py", "sort<x", "cat 0<&3", "a '<' b | wc -l <f"] {
+            assert!(reads_input_redirect(cmd), "{cmd:?}");
+        }
+        for cmd in [
+            "echo '<'",
+            "echo \"a<b\"",
+            r"echo \<",
+            "echo 'it''<'",
+            "ls 2>&1",
+        ] {
+            assert!(!reads_input_redirect(cmd), "{cmd:?}");
+        }
+    }
 }

@@ -8,6 +8,7 @@ mod allow_rules;
 mod api;
 mod architecture;
 mod attack_durability;
+mod attack_ops;
 mod attack_regressions;
 mod audit;
 mod audit_attribution;

@@ -143,7 +143,9 @@ fn quick_start_on_a_copy_of_the_repository_shows_the_approval_and_finishes() {
     let answered = run_printed(&approve_line, "approve:");
     assert_eq!(answered.status.code(), Some(0), "{}", stderr(&answered));
     let out = child.wait_with_output().unwrap();
-    let rest: Vec<String> = rx.try_iter().map(|(_, l)| l).collect();
+    // Until the reader thread's EOF: the process has exited, but its last lines
+    // (`[done] …`) may still be on their way through the channel.
+    let rest: Vec<String> = rx.iter().map(|(_, l)| l).collect();
     let elapsed = started.elapsed();
     assert_eq!(out.status.code(), Some(0), "{rest:#?}");
     assert_eq!(stdout(&out), "The average score is 81.125.\n");

@@ -113,7 +113,7 @@ fn each_hardening_directive_leaves_the_sandbox_what_it_needs() {
             .expect("inside the root");
         assert!(root.dir.join(rel).is_dir(), "init does not create {rel}");
         assert!(
-            ["workspace", "transcripts", "run"].contains(&rel),
+            ["workspace", "transcripts", "run", "policies"].contains(&rel),
             "{rel} writable"
         );
     }
