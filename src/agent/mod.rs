@@ -52,6 +52,10 @@ pub struct TaskServices {
     pub executor: Executor,
     /// Answers `ask` calls.
     pub approver: Arc<dyn Approver>,
+    /// Receives the model's text as it streams, as `{"type": "text_delta",
+    /// "task_id", "turn", "text"}` values (not audit events); sent by the loop,
+    /// received by `run`'s progress printer. `None`: nobody watches.
+    pub live_text: Option<tokio::sync::mpsc::UnboundedSender<Value>>,
 }
 
 impl TaskServices {
@@ -169,6 +173,7 @@ fn build_request<'a>(loaded: &Loaded, messages: &'a [Message], summary: bool) ->
         thinking: api
             .thinking_budget_tokens
             .map(|b| json!({"type": "enabled", "budget_tokens": b})),
+        stream: api.stream,
     }
 }
 
@@ -402,9 +407,17 @@ impl TaskRun<'_> {
                 .await
                 .map(|_| ())
         };
+        let live = services.live_text.as_ref();
+        let on_text = move |text: &str| {
+            if let Some(tx) = live {
+                let delta =
+                    json!({"type": "text_delta", "task_id": task_id, "turn": turn, "text": text});
+                let _ = tx.send(delta);
+            }
+        };
         let response = match services
             .client
-            .send(&request, &self.env.cancel, on_failure)
+            .send_live(&request, &self.env.cancel, on_failure, &on_text)
             .await
         {
             Ok(r) => r,

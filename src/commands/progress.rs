@@ -132,12 +132,27 @@ fn tool_finished(ev: &Value) -> String {
     )
 }
 
-/// Prints lines for events received until the channel closes.
+/// Prints lines for events received until the channel closes, and the model's
+/// text as it streams (`text_delta` values, escaped like an answer), ended by a
+/// newline before the next line.
 pub async fn print(mut rx: tokio::sync::mpsc::UnboundedReceiver<Value>) {
     let mut total = 0u64;
+    let mut mid_text = false;
     while let Some(ev) = rx.recv().await {
+        let mut err = std::io::stderr().lock();
+        if ev["type"] == "text_delta" {
+            let text = ev["text"].as_str().unwrap_or("");
+            let _ = write!(err, "{}", crate::text::escape_text(text));
+            let _ = err.flush();
+            if !text.is_empty() {
+                mid_text = !text.ends_with('\n');
+            }
+            continue;
+        }
         if let Some(l) = line(&ev, &mut total) {
-            let mut err = std::io::stderr().lock();
+            if std::mem::take(&mut mid_text) {
+                let _ = writeln!(err);
+            }
             let _ = writeln!(err, "{l}");
         }
     }

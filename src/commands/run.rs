@@ -53,6 +53,7 @@ async fn run_async(
 ) -> anyhow::Result<i32> {
     let (tap_tx, tap_rx) = tokio::sync::mpsc::unbounded_channel();
     let printer = tokio::spawn(super::progress::print(tap_rx));
+    let live_text = tap_tx.clone();
     let start = StartOptions {
         helper: opts.helper.clone(),
         tap: Some(tap_tx),
@@ -67,9 +68,13 @@ async fn run_async(
         interrupted.await;
         on_interrupt.cancel();
     });
-    let env = services
-        .task_services(Arc::new(TerminalApprover::new(opts.yes)))
-        .for_task(cancel);
+    let env = {
+        let mut task_services = services.task_services(Arc::new(TerminalApprover::new(opts.yes)));
+        // The model's text streams to the same printer as the progress lines; only
+        // `env` keeps the sender, so the printer ends when `env` is dropped.
+        task_services.live_text = Some(live_text);
+        task_services.for_task(cancel)
+    };
     let spec = TaskSpec {
         task_id: new_task_id(),
         prompt: opts.task,

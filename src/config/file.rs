@@ -25,6 +25,30 @@ pub struct Config {
     pub daemon: DaemonConfig,
     /// How the audit log reaches the disk.
     pub audit: AuditConfig,
+    /// When the history is compacted (SPEC §6).
+    pub context: ContextConfig,
+    /// Prices per model, over the built-in ones ([`crate::usage::BUILT_IN_PRICES`]).
+    pub pricing: std::collections::BTreeMap<String, crate::usage::Price>,
+}
+
+/// `[context]`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ContextConfig {
+    /// Input tokens of a response (cache reads and writes included) above which
+    /// the history is compacted before the next request.
+    pub compress_threshold_tokens: u64,
+    /// Messages at the end of the history that compaction never touches.
+    pub keep_recent_messages: u32,
+}
+
+impl Default for ContextConfig {
+    fn default() -> Self {
+        ContextConfig {
+            compress_threshold_tokens: 60_000,
+            keep_recent_messages: 6,
+        }
+    }
 }
 
 /// `[audit]`.
@@ -74,6 +98,8 @@ pub struct ApiConfig {
     pub thinking_budget_tokens: Option<u32>,
     /// Largest model response read, in MiB: a larger one is an error, not retried.
     pub max_response_mb: u64,
+    /// Requests use server-sent events; the assembled answer is the same.
+    pub stream: bool,
 }
 
 impl Default for ApiConfig {
@@ -90,6 +116,7 @@ impl Default for ApiConfig {
             system_prompt_file: None,
             thinking_budget_tokens: None,
             max_response_mb: 32,
+            stream: true,
         }
     }
 }
@@ -106,6 +133,8 @@ pub struct LoopConfig {
     pub max_tool_calls_per_turn: u32,
     /// Identical tool-call sets in a row that stop the task.
     pub no_progress_repeats: u32,
+    /// US dollars a task may cost (from usage and prices) before it stops.
+    pub usd_budget: Option<f64>,
 }
 
 impl Default for LoopConfig {
@@ -115,6 +144,7 @@ impl Default for LoopConfig {
             token_budget: 200_000,
             max_tool_calls_per_turn: 8,
             no_progress_repeats: 3,
+            usd_budget: None,
         }
     }
 }
@@ -205,6 +235,7 @@ impl Config {
             .validate_api()
             .and_then(|()| self.validate_limits())
             .and_then(|()| self.validate_thinking_and_key())
+            .and_then(|()| self.validate_cost())
             .and_then(|()| validate_operators_group(self.daemon.operators_group.as_deref()))
             .and_then(|()| validate_enabled_tools(self.tools.enabled.as_deref()));
         checked.map_err(|Bad { key, message }| {
@@ -288,6 +319,48 @@ impl Config {
             return Bad::at(
                 "api.api_key_env",
                 "must name an environment variable".into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    /// Prices that are amounts, and a USD budget only for a model with a price.
+    fn validate_cost(&self) -> Result<(), Bad> {
+        for (model, p) in &self.pricing {
+            for (field, v) in [
+                ("input", p.input),
+                ("output", p.output),
+                ("cache_write", p.cache_write),
+                ("cache_read", p.cache_read),
+            ] {
+                if !(v.is_finite() && v >= 0.0) {
+                    return Bad::at(
+                        &format!("pricing.{model}.{field}"),
+                        format!("{v} is not a price (US dollars per million tokens, >= 0)"),
+                    );
+                }
+            }
+        }
+        let Some(budget) = self.loop_.usd_budget else {
+            return Ok(());
+        };
+        if !(budget.is_finite() && budget > 0.0) {
+            return Bad::at(
+                "loop.usd_budget",
+                format!("{budget} must be greater than 0"),
+            );
+        }
+        let model = &self.api.model;
+        if crate::usage::price_of(model, &self.pricing).is_none() {
+            return Bad::at(
+                "loop.usd_budget",
+                format!(
+                    "the model {model:?} has no price, so its cost cannot be counted; add \
+                     [pricing.\"{model}\"] with input, output, cache_write and cache_read \
+                     (USD per million tokens) or remove the budget"
+                ),
             );
         }
         Ok(())

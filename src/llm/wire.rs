@@ -276,6 +276,9 @@ pub struct Request<'a> {
     /// Extended thinking, when enabled.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub thinking: Option<Value>,
+    /// Ask for server-sent events (`api.stream`); the assembled answer is the same.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub stream: bool,
 }
 
 #[cfg(test)]

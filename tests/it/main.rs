@@ -28,6 +28,7 @@ mod reload;
 mod resume;
 mod shell_diff;
 mod stops;
+mod streaming;
 mod systemd;
 mod terminal;
 mod tools;
