@@ -103,6 +103,8 @@ pub struct TaskOutcome {
     pub turns: u32,
     /// Tokens summed over the task's requests.
     pub usage: Usage,
+    /// The task's cost in US dollars; `None` when unknown.
+    pub usd: Option<f64>,
     /// The error, when stop_reason is `error`.
     pub error: Option<String>,
 }
@@ -428,29 +430,39 @@ impl TaskRun<'_> {
             Err(SendError::Model(e)) => return Ok(Err((StopReason::Error, Some(e.to_string())))),
         };
         let latency_ms = sent.elapsed().as_millis() as u64;
-        self.record_response(response, latency_ms).await.map(Ok)
+        let price = crate::usage::price_of(&request.model, &loaded.config.pricing);
+        let usd = price.map(|p| p.cost(&response.usage));
+        self.record_response(response, latency_ms, usd)
+            .await
+            .map(Ok)
     }
 
     /// Records a response (`model_response`, the usage, the turn record) and appends
     /// the assistant message exactly as received; returns its stop reason and calls.
+    /// `usd` is the response's cost, `None` when the model has no price.
     async fn record_response(
         &mut self,
         response: Response,
         latency_ms: u64,
+        usd: Option<f64>,
     ) -> Result<(String, Vec<calls::ToolUse>), EventError> {
         let model_stop = response.stop_reason.clone().unwrap_or_default();
         self.record(Event::ModelResponse {
             turn: self.turn,
             stop_reason: model_stop.clone(),
             usage: response.usage,
+            usd,
             latency_ms,
         })
         .await?;
         self.transcript.usage.add(&response.usage);
+        // One unpriced request makes the task's cost unknown for good.
+        self.transcript.usd = self.transcript.usd.zip(usd).map(|(a, b)| a + b);
         self.transcript.turns.push(TurnRecord {
             turn: self.turn,
             stop_reason: model_stop.clone(),
             usage: response.usage,
+            usd,
             latency_ms,
         });
         let message = Message {
@@ -544,6 +556,16 @@ impl TaskRun<'_> {
             self.unexecuted(uses, &why).await?;
             return Ok(Some(StopReason::TokenBudget));
         }
+        if let (Some(budget), Some(spent)) = (limits.usd_budget, self.transcript.usd)
+            && spent >= budget
+        {
+            let why = format!(
+                "not executed: the task's USD budget (${budget}) is used up (${spent:.4} \
+                 spent); the task stops here"
+            );
+            self.unexecuted(uses, &why).await?;
+            return Ok(Some(StopReason::UsdBudget));
+        }
         let repeated = repeats.observe(uses);
         if repeated >= limits.no_progress_repeats {
             let why = format!(
@@ -632,6 +654,7 @@ impl TaskRun<'_> {
             stop_reason: stop_reason.as_str().into(),
             turns: self.turn,
             usage: self.transcript.usage,
+            usd: self.transcript.usd,
             duration_ms: self.started.elapsed().as_millis() as u64,
             error: error.clone(),
         })
@@ -641,6 +664,7 @@ impl TaskRun<'_> {
             answer,
             turns: self.turn,
             usage: self.transcript.usage,
+            usd: self.transcript.usd,
             error,
         })
     }
@@ -734,6 +758,7 @@ fn fresh_transcript(spec: &TaskSpec) -> Transcript {
         answer: None,
         error: None,
         usage: Usage::default(),
+        usd: Some(0.0),
         messages: vec![Message::user(vec![Block::text(spec.prompt.clone())])],
         turns: Vec::new(),
         max_turns: spec.max_turns,
@@ -770,6 +795,7 @@ impl TaskRun<'_> {
             stop_reason: StopReason::Error.as_str().into(),
             turns: self.turn,
             usage: self.transcript.usage,
+            usd: self.transcript.usd,
             duration_ms: self.started.elapsed().as_millis() as u64,
             error: Some(error.clone()),
         })
@@ -779,6 +805,7 @@ impl TaskRun<'_> {
             answer: String::new(),
             turns: self.turn,
             usage: self.transcript.usage,
+            usd: self.transcript.usd,
             error: Some(error),
         })
     }

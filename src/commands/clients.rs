@@ -94,11 +94,13 @@ fn enc(s: &str) -> String {
 fn print_task(out: &mut impl Write, t: &Task) -> std::io::Result<()> {
     writeln!(
         out,
-        "{:<30} {:<18} {:<13} {:>8} tokens  {}",
+        "{:<30} {:<18} {:<13} {:>8} tokens {:>9}  {}",
         escape_line(&t.task_id),
         t.status.as_str(),
         t.stop_reason.map_or("-", StopReason::as_str),
         t.usage.total(),
+        t.usd
+            .map_or_else(|| "cost ?".to_string(), |d| format!("${d:.4}")),
         escape_line(&t.updated)
     )
 }

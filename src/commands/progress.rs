@@ -56,10 +56,11 @@ pub fn line(ev: &Value, total_tokens: &mut u64) -> Option<String> {
         ),
         "tool_finished" => tool_finished(ev),
         "task_finished" => format!(
-            "[done] {} after {} turns · {} tokens · {} ms",
+            "[done] {} after {} turns · {} tokens · {} · {} ms",
             short(&ev["stop_reason"], 20),
             ev["turns"],
             total_tokens,
+            usd(&ev["usd"]),
             ev["duration_ms"]
         ),
         "events_repaired" => format!(
@@ -90,6 +91,14 @@ fn model_response(ev: &Value, turn: u64, total_tokens: &mut u64) -> String {
         n("cache_creation_input_tokens"),
         total_tokens
     )
+}
+
+/// A cost as shown: dollars, or "cost unknown" for a model without a price.
+pub fn usd(v: &Value) -> String {
+    match v.as_f64() {
+        Some(d) => format!("${d:.4}"),
+        None => "cost unknown".to_string(),
+    }
 }
 
 /// The line of a `model_error`, saying when it is retried.

@@ -30,7 +30,7 @@ pub struct SubmitResponse {
 
 /// A task as the API shows it (`GET /v1/tasks/{id}`, and the answer to cancel and
 /// resume).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Task {
     /// The task's id.
     pub task_id: String,
@@ -40,6 +40,9 @@ pub struct Task {
     pub stop_reason: Option<StopReason>,
     /// Tokens used so far.
     pub usage: Usage,
+    /// US dollars spent so far; absent when unknown (a model without a price).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usd: Option<f64>,
     /// The model's final text, once finished. Absent from list items: an answer
     /// may be megabytes, and `GET /v1/tasks/{id}` reads it from the transcript.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -54,7 +57,7 @@ pub struct Task {
 }
 
 /// The answer to `GET /v1/tasks`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskList {
     /// One page of tasks, newest first, without their answers.
     pub tasks: Vec<Task>,

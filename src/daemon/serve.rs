@@ -174,6 +174,7 @@ async fn recover_tasks(
             status,
             stop_reason: t.stop_reason,
             usage: t.usage,
+            usd: t.usd,
             answer: None,
             error: t.error,
             updated: t.created.clone(),

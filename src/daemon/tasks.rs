@@ -209,6 +209,7 @@ impl Registry {
                 info.status = TaskStatus::Finished;
                 info.stop_reason = Some(outcome.stop_reason);
                 info.usage = outcome.usage;
+                info.usd = outcome.usd;
                 info.answer = None;
                 info.error = outcome.error.clone();
                 info.updated = now();
@@ -447,6 +448,7 @@ impl Scheduler {
             stop_reason: StopReason::Error.as_str().into(),
             turns: 0,
             usage: Usage::default(),
+            usd: Some(0.0),
             duration_ms: 0,
             error: Some(format!(
                 "not accepted: the task's transcript cannot be saved: {error}"
@@ -548,6 +550,7 @@ impl Scheduler {
                 status: TaskStatus::Queued,
                 stop_reason: None,
                 usage: spec.resume.as_ref().map(|t| t.usage).unwrap_or_default(),
+                usd: spec.resume.as_ref().map_or(Some(0.0), |t| t.usd),
                 answer: None,
                 error: None,
                 created,
@@ -616,6 +619,7 @@ impl Scheduler {
                 answer: String::new(),
                 turns: 0,
                 usage: Usage::default(),
+                usd: None,
                 error: Some(error),
             },
         );
@@ -632,6 +636,7 @@ mod tests {
             status,
             stop_reason: None,
             usage: Usage::default(),
+            usd: None,
             answer: Some("a long answer".into()),
             error: Some("e".repeat(10_000)),
             created: created.into(),
@@ -689,6 +694,7 @@ mod tests {
                 answer: "x".repeat(1000),
                 turns: 1,
                 usage: Usage::default(),
+                usd: None,
                 error: None,
             },
         );

@@ -113,6 +113,9 @@ pub enum Event {
         stop_reason: String,
         /// Tokens of this request.
         usage: Usage,
+        /// What this request cost in US dollars; `null` when the model has no
+        /// price (cost unknown).
+        usd: Option<f64>,
         /// Time from sending to the full response.
         latency_ms: u64,
     },
@@ -216,6 +219,9 @@ pub enum Event {
         turns: u32,
         /// Tokens summed over the task.
         usage: Usage,
+        /// What the task cost in US dollars; `null` when unknown (a request to a
+        /// model without a price).
+        usd: Option<f64>,
         /// Wall-clock time.
         duration_ms: u64,
         /// The error, when stop_reason is `error`.

@@ -13,6 +13,7 @@ mod bounded;
 mod cgroup_cleanup;
 mod check;
 mod connections;
+mod cost;
 mod daemon;
 mod disk_full;
 mod escape;
