@@ -9,6 +9,7 @@
 //! never its caller or the process.
 
 mod calls;
+mod compact;
 mod guard;
 mod stop;
 mod transcript;
@@ -126,6 +127,13 @@ fn model_error(turn: u32, f: FailedAttempt) -> Event {
     }
 }
 
+/// Whether the API refused the request because the prompt is longer than the
+/// model's context window.
+fn prompt_too_long(e: &LlmError) -> bool {
+    matches!(e, LlmError::Status { status: 400, message }
+        if message.to_ascii_lowercase().contains("prompt is too long"))
+}
+
 /// Canonical signature of a turn's tool calls, order ignored.
 fn call_signature(uses: &[calls::ToolUse]) -> String {
     let mut parts: Vec<String> = uses
@@ -175,6 +183,12 @@ fn build_request<'a>(loaded: &Loaded, messages: &'a [Message], summary: bool) ->
         thinking: api
             .thinking_budget_tokens
             .map(|b| json!({"type": "enabled", "budget_tokens": b})),
+        // A compacted history's summary ends a prefix that stays the same from
+        // turn to turn: its own breakpoint keeps it cached.
+        cache_prefix: messages
+            .first()
+            .filter(|m| m.content.iter().any(compact::is_summary))
+            .map(|_| 0),
         stream: api.stream,
     }
 }
@@ -224,6 +238,9 @@ struct TaskRun<'a> {
     started: Instant,
     /// How far the current turn's calls got; read only after a panic.
     ledger: guard::Ledger,
+    /// Input tokens of the last response, when over
+    /// `context.compress_threshold_tokens`: compact before the next request.
+    compact_due: Option<u64>,
 }
 
 impl TaskRun<'_> {
@@ -319,6 +336,7 @@ impl TaskRun<'_> {
             }
             self.ledger.clear();
             let loaded = self.env.services.config.current();
+            self.compact_if_due(&loaded).await?;
             let max_turns = self
                 .spec
                 .max_turns
@@ -383,14 +401,60 @@ impl TaskRun<'_> {
         summary
     }
 
+    /// Compacts the history if the last response asked for it. Never between a
+    /// `pause_turn` answer and its continuation, which must be resent as is.
+    async fn compact_if_due(&mut self, loaded: &Loaded) -> Result<(), EventError> {
+        let last_is_user = self
+            .transcript
+            .messages
+            .last()
+            .is_some_and(|m| m.role == Role::User);
+        if let Some(tokens) = self.compact_due.filter(|_| last_is_user) {
+            self.compact_due = None;
+            self.compact(loaded, compact::Trigger::Reported(tokens))
+                .await?;
+        }
+        Ok(())
+    }
+
     /// Sends the history and records the response. `Ok(Ok(_))` is the model's stop
     /// reason and the calls it asks for, its message already in the history;
-    /// `Ok(Err(_))` ends the task (cancelled, or the model failed for good).
+    /// `Ok(Err(_))` ends the task (cancelled, or the model failed for good). A 400
+    /// "prompt is too long" compacts the history and sends it once more.
     async fn send(
         &mut self,
         loaded: &Loaded,
         summary: bool,
     ) -> Result<Result<(String, Vec<calls::ToolUse>), Ended>, EventError> {
+        let mut compacted = false;
+        loop {
+            let error = match self.send_once(loaded, summary).await? {
+                Ok((response, latency_ms, usd)) => {
+                    return self
+                        .record_response(response, latency_ms, usd)
+                        .await
+                        .map(Ok);
+                }
+                Err(LlmError::Cancelled) => return Ok(Err((StopReason::Cancelled, None))),
+                Err(e) => e,
+            };
+            if !compacted && prompt_too_long(&error) {
+                compacted = true;
+                if self.compact(loaded, compact::Trigger::TooLong).await? {
+                    continue;
+                }
+            }
+            return Ok(Err((StopReason::Error, Some(error.to_string()))));
+        }
+    }
+
+    /// One request with its retries: the response, its latency and its cost, or
+    /// why there is none.
+    async fn send_once(
+        &mut self,
+        loaded: &Loaded,
+        summary: bool,
+    ) -> Result<Result<(Response, u64, Option<f64>), LlmError>, EventError> {
         let request = build_request(loaded, &self.transcript.messages, summary);
         self.record(Event::ModelRequest {
             turn: self.turn,
@@ -423,18 +487,13 @@ impl TaskRun<'_> {
             .await
         {
             Ok(r) => r,
-            Err(SendError::Model(LlmError::Cancelled)) => {
-                return Ok(Err((StopReason::Cancelled, None)));
-            }
             Err(SendError::Callback(e)) => return Err(e),
-            Err(SendError::Model(e)) => return Ok(Err((StopReason::Error, Some(e.to_string())))),
+            Err(SendError::Model(e)) => return Ok(Err(e)),
         };
         let latency_ms = sent.elapsed().as_millis() as u64;
         let price = crate::usage::price_of(&request.model, &loaded.config.pricing);
         let usd = price.map(|p| p.cost(&response.usage));
-        self.record_response(response, latency_ms, usd)
-            .await
-            .map(Ok)
+        Ok(Ok((response, latency_ms, usd)))
     }
 
     /// Records a response (`model_response`, the usage, the turn record) and appends
@@ -455,6 +514,17 @@ impl TaskRun<'_> {
             latency_ms,
         })
         .await?;
+        let u = &response.usage;
+        let input = u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens;
+        let threshold = self
+            .env
+            .services
+            .config
+            .current()
+            .config
+            .context
+            .compress_threshold_tokens;
+        self.compact_due = (input > threshold).then_some(input);
         self.transcript.usage.add(&response.usage);
         // One unpriced request makes the task's cost unknown for good.
         self.transcript.usd = self.transcript.usd.zip(usd).map(|(a, b)| a + b);
@@ -699,6 +769,7 @@ pub async fn run_task(env: &TaskEnv, spec: &TaskSpec) -> Result<TaskOutcome, Eve
         transcript,
         started: Instant::now(),
         ledger: guard::Ledger::default(),
+        compact_due: None,
     };
     let (ended, panic) = match guard::catch(run.drive()).await {
         Ok(Ok(ended)) => (ended, None),

@@ -63,6 +63,13 @@ pub fn line(ev: &Value, total_tokens: &mut u64) -> Option<String> {
             usd(&ev["usd"]),
             ev["duration_ms"]
         ),
+        "context_compacted" => format!(
+            "[turn {turn}] context compacted ({}): ~{} → ~{} tokens; earlier history in {}",
+            short(&ev["method"], 20),
+            ev["tokens_before"],
+            ev["tokens_after"],
+            short(&ev["history_file"], 200)
+        ),
         "events_repaired" => format!(
             "[log] a torn last line of events.jsonl was moved to {}",
             short(&ev["torn_file"], 200)

@@ -119,6 +119,27 @@ pub enum Event {
         /// Time from sending to the full response.
         latency_ms: u64,
     },
+    /// The history was compacted before the next request (SPEC §6).
+    ContextCompacted {
+        /// The request whose response triggered it (or whose 400 did).
+        turn: u32,
+        /// Input tokens the last response reported (estimated from the request
+        /// size when a 400 "prompt is too long" triggered it).
+        tokens_before: u64,
+        /// Input tokens of the compacted history, estimated by scaling
+        /// `tokens_before` with the history's size.
+        tokens_after: u64,
+        /// The history before compaction, relative to the root.
+        history_file: String,
+        /// `placeholders` (old tool results replaced) or `summary` (older turns
+        /// summarised too).
+        method: String,
+        /// Tokens of the summarisation request, when there was one.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        summary_usage: Option<Usage>,
+        /// Time spent compacting, the summarisation request included.
+        duration_ms: u64,
+    },
     /// One attempt of a model request failed.
     ModelError {
         /// Request number.

@@ -447,21 +447,25 @@ pub(crate) fn request_body(req: &Request<'_>) -> Result<Vec<u8>, serde_json::Err
     let mut system = req.system.clone();
     mark_last(&mut system);
     let newest_user = req.messages.iter().rposition(|m| m.role == Role::User);
-    let marked = newest_user.map(|i| {
-        let mut m = req.messages[i].clone();
+    let mark = |i: usize| {
+        let mut m = req.messages.get(i)?.clone();
         if let Some(Block(last)) = m.content.last_mut() {
             last["cache_control"] = json!({"type": "ephemeral"});
         }
-        m
-    });
+        Some((i, m))
+    };
+    // At most four breakpoints: tools, system, a compacted prefix, the newest.
+    let prefix = req.cache_prefix.filter(|p| Some(*p) != newest_user);
+    let marked: Vec<(usize, Message)> = [prefix, newest_user]
+        .into_iter()
+        .flatten()
+        .filter_map(mark)
+        .collect();
     let messages = req
         .messages
         .iter()
         .enumerate()
-        .map(|(i, m)| match &marked {
-            Some(marked) if Some(i) == newest_user => marked,
-            _ => m,
-        })
+        .map(|(i, m)| marked.iter().find(|(j, _)| *j == i).map_or(m, |(_, c)| c))
         .collect();
     serde_json::to_vec(&WireRequest {
         model: &req.model,
@@ -505,6 +509,7 @@ mod tests {
             messages: &messages,
             tool_choice: None,
             thinking: None,
+            cache_prefix: None,
             stream: false,
         };
         let body: Value = serde_json::from_slice(&request_body(&req).unwrap()).unwrap();
@@ -591,6 +596,7 @@ mod tests {
             messages: &messages,
             tool_choice: None,
             thinking: None,
+            cache_prefix: None,
             stream: false,
         };
         let mut attempts = 0;

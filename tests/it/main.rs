@@ -12,6 +12,7 @@ mod attack_regressions;
 mod bounded;
 mod cgroup_cleanup;
 mod check;
+mod compaction;
 mod connections;
 mod cost;
 mod daemon;
