@@ -75,6 +75,14 @@ impl AnthropicClient {
                 }
             }
         }
+        // What follows message_stop (the end of the HTTP body) is read off in the
+        // background, so the connection goes back to the pool for the next turn
+        // instead of being closed, and the answer is not held up by it.
+        let timeout = self.timeout;
+        tokio::spawn(async move {
+            let drain = async { while let Ok(Some(_)) = resp.chunk().await {} };
+            let _ = tokio::time::timeout(timeout, drain).await;
+        });
         let response = assembler.finish().map_err(stream_failure)?;
         check_role(response).map_err(Err)
     }

@@ -256,6 +256,9 @@ pub fn check_pairing(body: &Value) -> Result<(), String> {
 }
 
 fn serve(stream: TcpStream, state: Arc<Mutex<State>>) {
+    // As a real server does: a stream's small writes go out at once, not held
+    // back by Nagle's algorithm until the client's delayed ACK.
+    let _ = stream.set_nodelay(true);
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut writer = stream;
     loop {
