@@ -470,14 +470,29 @@ async fn finished_task(
 /// showing each approval it waits for as it is requested; whether
 /// `task_finished` came.
 async fn follow_until_finished(socket: &Path, id: &str) -> anyhow::Result<bool> {
-    let path = format!("/v1/events?task={}&follow=1", enc(id));
+    let path = format!("/v1/events?task={}&follow=1&text=1", enc(id));
     let mut events = client::LineStream::open(socket, &path).await?;
     let mut shown = HashSet::new();
+    let mut mid_text = false;
     while let Some(line) = events.next_line().await? {
         let Ok(event) = serde_json::from_str::<Value>(&line) else {
             continue;
         };
         match event["type"].as_str() {
+            // The model's text as it streams, escaped like an answer.
+            Some("text_delta") => {
+                let text = event["text"].as_str().unwrap_or("");
+                let mut err = std::io::stderr().lock();
+                let _ = write!(err, "{}", escape_text(text));
+                let _ = err.flush();
+                if !text.is_empty() {
+                    mid_text = !text.ends_with('\n');
+                }
+            }
+            Some("task_finished") if mid_text => {
+                eprintln!();
+                return Ok(true);
+            }
             Some("unreadable_line") => warn_unreadable(&event),
             Some("approval_requested") => show_waiting_approvals(socket, id, &mut shown).await?,
             Some("task_finished") => return Ok(true),

@@ -502,6 +502,9 @@ struct EventsQuery {
     #[serde(rename = "type")]
     kind: Option<String>,
     follow: Option<String>,
+    /// `1`: a followed stream also carries the model's text as it streams
+    /// (`text_delta` objects, which have no `seq` and are not in events.jsonl).
+    text: Option<String>,
 }
 
 fn matches(ev: &Value, q: &EventsQuery) -> bool {
@@ -578,7 +581,12 @@ async fn send_live(
     loop {
         match live.recv().await {
             Ok(ev) => {
-                if ev["seq"].as_u64().unwrap_or(0) <= last_seq || !matches(&ev, q) {
+                let wanted = if ev["type"] == "text_delta" {
+                    q.text.as_deref() == Some("1")
+                } else {
+                    ev["seq"].as_u64().unwrap_or(0) > last_seq
+                };
+                if !wanted || !matches(&ev, q) {
                     continue;
                 }
                 let mut line = ev.to_string();

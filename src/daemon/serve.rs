@@ -399,8 +399,21 @@ async fn wire(
     let registry = Registry::default();
     let queued = recover_tasks(&services.loaded, &registry, &services.events).await?;
     let approvals = Approvals::new(registry.clone(), services.live.clone());
+    let mut task_services = services.task_services(Arc::new(approvals.clone()));
+    // The model's text, as it streams, goes to the live event stream only (it is
+    // not an audit event and feeds no metric).
+    let (text_tx, mut text_rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    task_services.live_text = Some(text_tx);
+    {
+        let live_tx = live_tx.clone();
+        tokio::spawn(async move {
+            while let Some(delta) = text_rx.recv().await {
+                let _ = live_tx.send(delta);
+            }
+        });
+    }
     let scheduler = Scheduler::new(SchedulerParts {
-        services: services.task_services(Arc::new(approvals.clone())),
+        services: task_services,
         registry,
     });
     let requeued = scheduler.requeue(queued).await?;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::common::daemon::Daemon;
 use crate::common::{FakeApi, Reply, TestRoot, stderr, stdout};
 
 /// Replies that exercise every block kind the assembler handles: thinking with a
@@ -200,4 +201,24 @@ fn streamed_text_reaches_stderr_live_and_escaped() {
     let live = err.find("Bonjour \\x1b[31mrouge").expect("streamed text");
     let response = err.find("[turn 1] end_turn").expect("response line");
     assert!(live < response, "{err}");
+}
+
+#[test]
+fn submit_wait_shows_the_streamed_text_through_the_daemon() {
+    // The answer comes 2 s after the request, long after `submit --wait` has
+    // started following the task: text streamed before it follows is not replayed.
+    let mut answer = Reply::text("Réponse \u{1b}]0;titre\u{7} en direct");
+    answer.delay = Duration::from_secs(2);
+    let api = FakeApi::start(vec![answer]);
+    let root = TestRoot::new(&api.url);
+    let _d = Daemon::start(&root);
+    let out = root.run(&["submit", "--wait", "go"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("Réponse \\x1b]0;titre\\x07 en direct\n[done] end_turn"),
+        "{err:?}"
+    );
+    // Not an audit event.
+    assert!(root.events_of("text_delta").is_empty());
 }
