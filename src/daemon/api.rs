@@ -57,6 +57,10 @@ pub struct AppState {
     pub config: Arc<LiveConfig>,
     /// Every event as it is written (for `follow`).
     pub live_events: broadcast::Sender<Value>,
+    /// The model's text as it streams (`text_delta` objects, for `follow` with
+    /// `text=1`). A channel of its own: a flood of text that makes a slow follower
+    /// lag must not make it skip audit events.
+    pub live_text: broadcast::Sender<Value>,
 }
 
 /// The peer of a connection: its credentials, read from SO_PEERCRED when the
@@ -574,19 +578,28 @@ async fn send_file_lines(
 /// Sends the matching events written after `last_seq`, as they come.
 async fn send_live(
     mut live: broadcast::Receiver<Value>,
+    mut text: Option<broadcast::Receiver<Value>>,
     last_seq: u64,
     q: &EventsQuery,
     tx: &tokio::sync::mpsc::Sender<Bytes>,
 ) {
     loop {
-        match live.recv().await {
+        // Text has no seq: it is never in the file, so never sent twice.
+        let (next, from_text) = match &mut text {
+            Some(text) => tokio::select! {
+                ev = live.recv() => (ev, false),
+                delta = text.recv() => (delta, true),
+            },
+            None => (live.recv().await, false),
+        };
+        if from_text && matches!(next, Err(broadcast::error::RecvError::Closed)) {
+            text = None;
+            continue;
+        }
+        match next {
             Ok(ev) => {
-                let wanted = if ev["type"] == "text_delta" {
-                    q.text.as_deref() == Some("1")
-                } else {
-                    ev["seq"].as_u64().unwrap_or(0) > last_seq
-                };
-                if !wanted || !matches(&ev, q) {
+                let is_text = ev["type"] == "text_delta";
+                if (!is_text && ev["seq"].as_u64().unwrap_or(0) <= last_seq) || !matches(&ev, q) {
                     continue;
                 }
                 let mut line = ev.to_string();
@@ -612,6 +625,7 @@ async fn events(
     // Subscribe before reading the file, so nothing written in between is missed;
     // lines already read are skipped by seq.
     let live = s.live_events.subscribe();
+    let text = (q.text.as_deref() == Some("1")).then(|| s.live_text.subscribe());
     let path = s.config.current().paths.events.clone();
     let file = match tokio::fs::File::open(&path).await {
         Ok(f) => Some(f),
@@ -635,7 +649,7 @@ async fn events(
             None => 0,
         };
         if follow {
-            send_live(live, last_seq, &q, &tx).await;
+            send_live(live, text, last_seq, &q, &tx).await;
         }
     });
     (

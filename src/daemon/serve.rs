@@ -386,6 +386,7 @@ async fn wire(
     mut tap_rx: tokio::sync::mpsc::UnboundedReceiver<Value>,
 ) -> Result<(AppState, Scheduler), ServeError> {
     let (live_tx, _) = broadcast::channel::<Value>(1024);
+    let (text_live_tx, _) = broadcast::channel::<Value>(1024);
     let metrics = Metrics::new();
     {
         let (live_tx, metrics) = (live_tx.clone(), metrics.clone());
@@ -405,10 +406,10 @@ async fn wire(
     let (text_tx, mut text_rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
     task_services.live_text = Some(text_tx);
     {
-        let live_tx = live_tx.clone();
+        let text_live_tx = text_live_tx.clone();
         tokio::spawn(async move {
             while let Some(delta) = text_rx.recv().await {
-                let _ = live_tx.send(delta);
+                let _ = text_live_tx.send(delta);
             }
         });
     }
@@ -430,6 +431,7 @@ async fn wire(
         metrics,
         config: services.live.clone(),
         live_events: live_tx,
+        live_text: text_live_tx,
     };
     Ok((state, scheduler))
 }

@@ -403,9 +403,14 @@ fn write_stream(writer: &mut TcpStream, message: &Value, reply: &Reply, chunk: u
         .is_ok()
 }
 
-/// `bytes` as HTTP chunks of `chunk` bytes (0: one chunk); `false` if the peer left.
+/// `bytes` as HTTP chunks of `chunk` bytes (0: one chunk), and in at most about
+/// 512 chunks, so a large answer is not a million writes; `false` if the peer left.
 fn write_chunks(writer: &mut TcpStream, bytes: &[u8], chunk: usize) -> bool {
-    let size = if chunk == 0 { bytes.len().max(1) } else { chunk };
+    let size = if chunk == 0 {
+        bytes.len().max(1)
+    } else {
+        chunk.max(bytes.len() / 512)
+    };
     for piece in bytes.chunks(size) {
         let mut framed = format!("{:x}\r\n", piece.len()).into_bytes();
         framed.extend_from_slice(piece);

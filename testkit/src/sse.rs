@@ -29,10 +29,12 @@ fn event(data: Value) -> String {
 }
 
 /// `s` in pieces of `n` characters (never inside a character: deltas are JSON
-/// strings; the byte stream is cut inside characters elsewhere).
+/// strings; the byte stream is cut inside characters elsewhere), and in at most
+/// about 64 pieces, so a megabyte answer is not a million events.
 fn pieces(s: &str, n: usize) -> Vec<String> {
     let chars: Vec<char> = s.chars().collect();
-    chars.chunks(n).map(|c| c.iter().collect()).collect()
+    let n = n.max(chars.len() / 64);
+    chars.chunks(n.max(1)).map(|c| c.iter().collect()).collect()
 }
 
 fn without(block: &Map<String, Value>, key: &str) -> Map<String, Value> {
