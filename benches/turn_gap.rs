@@ -38,11 +38,11 @@ fn setup(api_url: &str, turns: usize, stream: bool) -> std::path::PathBuf {
             ("token_budget = 200000", "token_budget = 100000000"),
             ("sync = \"before_action\"", sync.as_str()),
             (
-                "max_response_mb = 32",
+                "stream = true",
                 if stream {
-                    "max_response_mb = 32\nstream = true"
+                    "stream = true"
                 } else {
-                    "max_response_mb = 32\nstream = false"
+                    "stream = false"
                 },
             ),
         ],

@@ -489,6 +489,28 @@ mod tests {
     }
 
     #[test]
+    fn prices_and_the_usd_budget_are_checked_with_their_lines() {
+        let text = "[loop]\nusd_budget = 2.5\n[pricing.\"m1\"]\ninput = 1.0\noutput = -2.0\n\
+                    cache_write = 1.0\ncache_read = 0.1\n";
+        let s = Config::parse(text, "c.toml")
+            .expect_err("negative")
+            .to_string();
+        assert!(s.starts_with("c.toml:5:1: key `pricing.m1.output`"), "{s}");
+        let text = "[api]\nmodel = \"m1\"\n[loop]\nusd_budget = 2.5\n";
+        let s = Config::parse(text, "c.toml")
+            .expect_err("unpriced")
+            .to_string();
+        assert!(s.starts_with("c.toml:4:1: key `loop.usd_budget`"), "{s}");
+        assert!(s.contains("\"m1\" has no price"), "{s}");
+        let priced = format!(
+            "{text}[pricing.m1]\ninput = 1.0\noutput = 2.0\ncache_write = 1.0\ncache_read = 0.1\n"
+        );
+        let ok = Config::parse(&priced, "c.toml").expect("priced");
+        assert_eq!(ok.loop_.usd_budget, Some(2.5));
+        assert!(Config::parse("[loop]\nusd_budget = 2.5\n", "c.toml").is_ok());
+    }
+
+    #[test]
     fn zero_limit_is_rejected_with_its_line() {
         let text = "[loop]\nmax_turns = 0\n";
         let s = Config::parse(text, "c.toml").expect_err("zero").to_string();
