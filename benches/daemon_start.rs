@@ -90,6 +90,7 @@ fn transcript(i: usize) -> Transcript {
         turn,
         stop_reason: stop.into(),
         usage: u,
+        usd: None,
         latency_ms,
     };
     Transcript {
@@ -101,6 +102,7 @@ fn transcript(i: usize) -> Transcript {
         answer: Some(answer),
         error: None,
         usage: usage(1900, 240),
+        usd: None,
         messages,
         turns: vec![
             turn(1, "tool_use", usage(800, 60), 900 + (i % 500) as u64),

@@ -5,7 +5,10 @@
 //!   50-turn task whose every turn runs `run_bash("echo hi")` in a child process
 //!   (median, p90, and turn 5 against turn 50);
 //! - time from process start to the first request;
-//! - peak RSS of `harnessd run`.
+//! - peak RSS of `harnessd run`;
+//! - the same task with `api.stream = false`, and what streaming adds to the
+//!   median gap (the fake writes each stream at once, so this is the client's
+//!   framing and assembly, not the network).
 //!
 //! Run: `cargo bench --bench turn_gap` (prints the figures; asserts nothing).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
@@ -20,7 +23,7 @@ use std::time::{Duration, Instant};
 use fake_api::{FakeApi, Reply};
 use serde_json::json;
 
-fn setup(api_url: &str, turns: usize) -> std::path::PathBuf {
+fn setup(api_url: &str, turns: usize, stream: bool) -> std::path::PathBuf {
     let sync = std::env::var("BENCH_SYNC").unwrap_or_else(|_| "before_action".into());
     let max_turns = format!("max_turns = {}", turns + 1);
     // BENCH_SYNC=off measures without the audit log's fdatasync before actions.
@@ -34,6 +37,14 @@ fn setup(api_url: &str, turns: usize) -> std::path::PathBuf {
             ("no_progress_repeats = 3", "no_progress_repeats = 1000"),
             ("token_budget = 200000", "token_budget = 100000000"),
             ("sync = \"before_action\"", sync.as_str()),
+            (
+                "stream = true",
+                if stream {
+                    "stream = true"
+                } else {
+                    "stream = false"
+                },
+            ),
         ],
     );
     edit_file(
@@ -49,6 +60,18 @@ fn median(v: &mut [Duration]) -> Duration {
 }
 
 fn main() {
+    let streamed = run(true);
+    let plain = run(false);
+    println!(
+        "turn_gap: streaming adds {:+.3} ms to the median gap ({:.3} ms streamed, {:.3} ms plain)",
+        ms(streamed) - ms(plain),
+        ms(streamed),
+        ms(plain)
+    );
+}
+
+/// One task, streamed or not; prints its figures and returns its median gap.
+fn run(stream: bool) -> Duration {
     // BENCH_TOOL=get_time measures the loop without a child process, for comparison.
     let in_process = std::env::var("BENCH_TOOL").is_ok_and(|t| t == "get_time");
     // BENCH_TURNS changes the task's length (default 50); BENCH_SYNC=off turns the
@@ -69,7 +92,9 @@ fn main() {
         .collect();
     script.push(Reply::text("done"));
     let api = FakeApi::start(script);
-    let root = setup(&api.url, turns);
+    // The whole stream in one write: what is measured is harnessd's side.
+    api.stream_chunks_of(0);
+    let root = setup(&api.url, turns, stream);
     let started = Instant::now();
     let child = Command::new(env!("CARGO_BIN_EXE_harnessd"))
         .arg("--root")
@@ -100,7 +125,8 @@ fn main() {
     } else {
         "run_bash(\"echo hi\")"
     };
-    println!("turn_gap: {turns} turns of {tool} against a zero-latency fake API");
+    let mode = if stream { "streamed" } else { "not streamed" };
+    println!("turn_gap: {turns} turns of {tool} against a zero-latency fake API, {mode}");
     println!(
         "  gap response→next request: median {:.2} ms, p90 {:.2} ms, min {:.2} ms, max {:.2} ms",
         ms(med),
@@ -128,6 +154,7 @@ fn main() {
     );
     println!("  whole task: {:.1} ms", ms(total));
     let _ = std::fs::remove_dir_all(&root);
+    med
 }
 
 fn ms(d: Duration) -> f64 {

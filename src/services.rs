@@ -150,6 +150,7 @@ impl Services {
             events: self.events.clone(),
             executor: self.executor.clone(),
             approver,
+            live_text: None,
         }
     }
 

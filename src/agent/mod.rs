@@ -9,6 +9,7 @@
 //! never its caller or the process.
 
 mod calls;
+mod compact;
 mod guard;
 mod stop;
 mod transcript;
@@ -52,6 +53,10 @@ pub struct TaskServices {
     pub executor: Executor,
     /// Answers `ask` calls.
     pub approver: Arc<dyn Approver>,
+    /// Receives the model's text as it streams, as `{"type": "text_delta",
+    /// "task_id", "turn", "text"}` values (not audit events); sent by the loop,
+    /// received by `run`'s progress printer. `None`: nobody watches.
+    pub live_text: Option<tokio::sync::mpsc::UnboundedSender<Value>>,
 }
 
 impl TaskServices {
@@ -104,6 +109,8 @@ pub struct TaskOutcome {
     pub turns: u32,
     /// Tokens summed over the task's requests.
     pub usage: Usage,
+    /// The task's cost in US dollars; `None` when unknown.
+    pub usd: Option<f64>,
     /// The error, when stop_reason is `error`.
     pub error: Option<String>,
 }
@@ -123,6 +130,13 @@ fn model_error(turn: u32, f: FailedAttempt) -> Event {
         retry_in_ms: f.retry_in.map(|w| w.as_millis() as u64),
         message: f.message,
     }
+}
+
+/// Whether the API refused the request because the prompt is longer than the
+/// model's context window.
+fn prompt_too_long(e: &LlmError) -> bool {
+    matches!(e, LlmError::Status { status: 400, message }
+        if message.to_ascii_lowercase().contains("prompt is too long"))
 }
 
 /// Canonical signature of a turn's tool calls, order ignored.
@@ -183,6 +197,13 @@ fn build_request<'a>(
         thinking: api
             .thinking_budget_tokens
             .map(|b| json!({"type": "enabled", "budget_tokens": b})),
+        // A compacted history's summary ends a prefix that stays the same from
+        // turn to turn: its own breakpoint keeps it cached.
+        cache_prefix: messages
+            .first()
+            .filter(|m| m.content.iter().any(compact::is_summary))
+            .map(|_| 0),
+        stream: api.stream,
     }
 }
 
@@ -231,6 +252,9 @@ struct TaskRun<'a> {
     started: Instant,
     /// How far the current turn's calls got; read only after a panic.
     ledger: guard::Ledger,
+    /// Input tokens of the last response, when over
+    /// `context.compress_threshold_tokens`: compact before the next request.
+    compact_due: Option<u64>,
 }
 
 impl TaskRun<'_> {
@@ -326,6 +350,7 @@ impl TaskRun<'_> {
             }
             self.ledger.clear();
             let loaded = self.env.services.config.current();
+            self.compact_if_due(&loaded).await?;
             let max_turns = self
                 .spec
                 .max_turns
@@ -390,14 +415,60 @@ impl TaskRun<'_> {
         summary
     }
 
+    /// Compacts the history if the last response asked for it. Never between a
+    /// `pause_turn` answer and its continuation, which must be resent as is.
+    async fn compact_if_due(&mut self, loaded: &Loaded) -> Result<(), EventError> {
+        let last_is_user = self
+            .transcript
+            .messages
+            .last()
+            .is_some_and(|m| m.role == Role::User);
+        if let Some(tokens) = self.compact_due.filter(|_| last_is_user) {
+            self.compact_due = None;
+            self.compact(loaded, compact::Trigger::Reported(tokens))
+                .await?;
+        }
+        Ok(())
+    }
+
     /// Sends the history and records the response. `Ok(Ok(_))` is the model's stop
     /// reason and the calls it asks for, its message already in the history;
-    /// `Ok(Err(_))` ends the task (cancelled, or the model failed for good).
+    /// `Ok(Err(_))` ends the task (cancelled, or the model failed for good). A 400
+    /// "prompt is too long" compacts the history and sends it once more.
     async fn send(
         &mut self,
         loaded: &Loaded,
         summary: bool,
     ) -> Result<Result<(String, Vec<calls::ToolUse>), Ended>, EventError> {
+        let mut compacted = false;
+        loop {
+            let error = match self.send_once(loaded, summary).await? {
+                Ok((response, latency_ms, usd)) => {
+                    return self
+                        .record_response(response, latency_ms, usd)
+                        .await
+                        .map(Ok);
+                }
+                Err(LlmError::Cancelled) => return Ok(Err((StopReason::Cancelled, None))),
+                Err(e) => e,
+            };
+            if !compacted && prompt_too_long(&error) {
+                compacted = true;
+                if self.compact(loaded, compact::Trigger::TooLong).await? {
+                    continue;
+                }
+            }
+            return Ok(Err((StopReason::Error, Some(error.to_string()))));
+        }
+    }
+
+    /// One request with its retries: the response, its latency and its cost, or
+    /// why there is none.
+    async fn send_once(
+        &mut self,
+        loaded: &Loaded,
+        summary: bool,
+    ) -> Result<Result<(Response, u64, Option<f64>), LlmError>, EventError> {
         let request = build_request(
             loaded,
             &self.transcript.model,
@@ -421,42 +492,66 @@ impl TaskRun<'_> {
                 .await
                 .map(|_| ())
         };
+        let live = services.live_text.as_ref();
+        let on_text = move |text: &str| {
+            if let Some(tx) = live {
+                let delta =
+                    json!({"type": "text_delta", "task_id": task_id, "turn": turn, "text": text});
+                let _ = tx.send(delta);
+            }
+        };
         let response = match services
             .client
-            .send(&request, &self.env.cancel, on_failure)
+            .send_live(&request, &self.env.cancel, on_failure, &on_text)
             .await
         {
             Ok(r) => r,
-            Err(SendError::Model(LlmError::Cancelled)) => {
-                return Ok(Err((StopReason::Cancelled, None)));
-            }
             Err(SendError::Callback(e)) => return Err(e),
-            Err(SendError::Model(e)) => return Ok(Err((StopReason::Error, Some(e.to_string())))),
+            Err(SendError::Model(e)) => return Ok(Err(e)),
         };
         let latency_ms = sent.elapsed().as_millis() as u64;
-        self.record_response(response, latency_ms).await.map(Ok)
+        let price = crate::usage::price_of(&request.model, &loaded.config.pricing);
+        let usd = price.map(|p| p.cost(&response.usage));
+        Ok(Ok((response, latency_ms, usd)))
     }
 
     /// Records a response (`model_response`, the usage, the turn record) and appends
     /// the assistant message exactly as received; returns its stop reason and calls.
+    /// `usd` is the response's cost, `None` when the model has no price.
     async fn record_response(
         &mut self,
         response: Response,
         latency_ms: u64,
+        usd: Option<f64>,
     ) -> Result<(String, Vec<calls::ToolUse>), EventError> {
         let model_stop = response.stop_reason.clone().unwrap_or_default();
         self.record(Event::ModelResponse {
             turn: self.turn,
             stop_reason: model_stop.clone(),
             usage: response.usage,
+            usd,
             latency_ms,
         })
         .await?;
+        let u = &response.usage;
+        let input = u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens;
+        let threshold = self
+            .env
+            .services
+            .config
+            .current()
+            .config
+            .context
+            .compress_threshold_tokens;
+        self.compact_due = (input > threshold).then_some(input);
         self.transcript.usage.add(&response.usage);
+        // One unpriced request makes the task's cost unknown for good.
+        self.transcript.usd = self.transcript.usd.zip(usd).map(|(a, b)| a + b);
         self.transcript.turns.push(TurnRecord {
             turn: self.turn,
             stop_reason: model_stop.clone(),
             usage: response.usage,
+            usd,
             latency_ms,
         });
         let message = Message {
@@ -549,6 +644,16 @@ impl TaskRun<'_> {
             );
             self.unexecuted(uses, &why).await?;
             return Ok(Some(StopReason::TokenBudget));
+        }
+        if let (Some(budget), Some(spent)) = (limits.usd_budget, self.transcript.usd)
+            && spent >= budget
+        {
+            let why = format!(
+                "not executed: the task's USD budget (${budget}) is used up (${spent:.4} \
+                 spent); the task stops here"
+            );
+            self.unexecuted(uses, &why).await?;
+            return Ok(Some(StopReason::UsdBudget));
         }
         let repeated = repeats.observe(uses);
         if repeated >= limits.no_progress_repeats {
@@ -646,6 +751,7 @@ impl TaskRun<'_> {
             stop_reason: stop_reason.as_str().into(),
             turns: self.turn,
             usage: self.transcript.usage,
+            usd: self.transcript.usd,
             duration_ms: self.started.elapsed().as_millis() as u64,
             error: error.clone(),
         })
@@ -655,6 +761,7 @@ impl TaskRun<'_> {
             answer,
             turns: self.turn,
             usage: self.transcript.usage,
+            usd: self.transcript.usd,
             error,
         })
     }
@@ -689,6 +796,7 @@ pub async fn run_task(env: &TaskEnv, spec: &TaskSpec) -> Result<TaskOutcome, Eve
         transcript,
         started: Instant::now(),
         ledger: guard::Ledger::default(),
+        compact_due: None,
     };
     let (ended, panic) = match guard::catch(run.drive()).await {
         Ok(Ok(ended)) => (ended, None),
@@ -748,6 +856,7 @@ fn fresh_transcript(spec: &TaskSpec) -> Transcript {
         answer: None,
         error: None,
         usage: Usage::default(),
+        usd: Some(0.0),
         messages: vec![Message::user(vec![Block::text(spec.prompt.clone())])],
         turns: Vec::new(),
         max_turns: spec.max_turns,
@@ -784,6 +893,7 @@ impl TaskRun<'_> {
             stop_reason: StopReason::Error.as_str().into(),
             turns: self.turn,
             usage: self.transcript.usage,
+            usd: self.transcript.usd,
             duration_ms: self.started.elapsed().as_millis() as u64,
             error: Some(error.clone()),
         })
@@ -793,6 +903,7 @@ impl TaskRun<'_> {
             answer: String::new(),
             turns: self.turn,
             usage: self.transcript.usage,
+            usd: self.transcript.usd,
             error: Some(error),
         })
     }

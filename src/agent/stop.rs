@@ -15,6 +15,8 @@ pub enum StopReason {
     MaxTurns,
     /// The token budget was used up.
     TokenBudget,
+    /// The USD budget was used up.
+    UsdBudget,
     /// The same tool calls repeated.
     NoProgress,
     /// The model's output was cut.
@@ -34,6 +36,7 @@ impl StopReason {
             StopReason::EndTurn => "end_turn",
             StopReason::MaxTurns => "max_turns",
             StopReason::TokenBudget => "token_budget",
+            StopReason::UsdBudget => "usd_budget",
             StopReason::NoProgress => "no_progress",
             StopReason::MaxTokens => "max_tokens",
             StopReason::Refusal => "refusal",
@@ -47,7 +50,10 @@ impl StopReason {
         match self {
             StopReason::EndTurn => 0,
             StopReason::Error => 1,
-            StopReason::MaxTurns | StopReason::TokenBudget | StopReason::NoProgress => 3,
+            StopReason::MaxTurns
+            | StopReason::TokenBudget
+            | StopReason::UsdBudget
+            | StopReason::NoProgress => 3,
             StopReason::MaxTokens | StopReason::Refusal => 4,
             StopReason::Cancelled => 130,
         }

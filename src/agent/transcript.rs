@@ -23,6 +23,10 @@ pub struct TurnRecord {
     pub stop_reason: String,
     /// Tokens of this request.
     pub usage: Usage,
+    /// Its cost in US dollars; `None` when the model has no price (and in
+    /// transcripts older than cost accounting).
+    #[serde(default)]
+    pub usd: Option<f64>,
     /// Time to the full response.
     pub latency_ms: u64,
 }
@@ -45,6 +49,9 @@ pub struct TranscriptHead {
     pub error: Option<String>,
     /// Tokens summed over the task.
     pub usage: Usage,
+    /// The task's cost in US dollars; `None` when unknown.
+    #[serde(default)]
+    pub usd: Option<f64>,
 }
 
 /// The whole transcript file.
@@ -68,6 +75,10 @@ pub struct Transcript {
     pub error: Option<String>,
     /// Tokens summed over the task.
     pub usage: Usage,
+    /// The task's cost in US dollars, summed over its requests; `None` (absent)
+    /// when a request went to a model without a price (cost unknown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usd: Option<f64>,
     /// The API messages exactly as sent and received.
     pub messages: Vec<Message>,
     /// One record per model request.

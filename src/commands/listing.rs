@@ -24,10 +24,19 @@ fn cut(text: &str, max: usize) -> String {
     s
 }
 
+/// A cost in US dollars, or `?` when the model has no price.
+fn usd(cost: Option<f64>) -> String {
+    cost.map_or_else(|| "?".to_string(), |d| format!("${d:.4}"))
+}
+
 /// The `tasks` table: one row per task, newest first.
 pub fn print_tasks(out: &mut impl Write, tasks: &[Task]) -> std::io::Result<()> {
-    let mut rows =
-        vec![["TASK", "STATUS", "STOP", "TOKENS", "UPDATED", "PROMPT"].map(String::from)];
+    let mut rows = vec![
+        [
+            "TASK", "STATUS", "STOP", "TOKENS", "COST", "UPDATED", "PROMPT",
+        ]
+        .map(String::from),
+    ];
     for t in tasks {
         // Escaped first, then cut: the cut never splits an escape sequence's
         // meaning, since what is shown is the escaped text.
@@ -40,11 +49,12 @@ pub fn print_tasks(out: &mut impl Write, tasks: &[Task]) -> std::io::Result<()> 
             t.status.as_str().to_string(),
             t.stop_reason.map_or("-", StopReason::as_str).to_string(),
             t.usage.total().to_string(),
+            usd(t.usd),
             escape_line(&t.updated).into_owned(),
             prompt,
         ]);
     }
-    print_aligned(out, &rows, &[3])
+    print_aligned(out, &rows, &[3, 4])
 }
 
 /// One task field by field, then its error and its answer.
@@ -55,13 +65,14 @@ pub fn print_task(out: &mut impl Write, t: &Task) -> std::io::Result<()> {
     writeln!(out, "status   {}{stop}", t.status.as_str())?;
     writeln!(
         out,
-        "tokens   {} (in {} · out {} · cache read {} · cache write {}); cost not computed",
+        "tokens   {} (in {} · out {} · cache read {} · cache write {})",
         u.total(),
         u.input_tokens,
         u.output_tokens,
         u.cache_read_input_tokens,
         u.cache_creation_input_tokens
     )?;
+    writeln!(out, "cost     {}", usd(t.usd))?;
     writeln!(out, "created  {}", escape_line(&t.created))?;
     writeln!(out, "updated  {}", escape_line(&t.updated))?;
     if let Some(p) = &t.prompt {

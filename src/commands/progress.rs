@@ -57,11 +57,19 @@ pub fn line(ev: &Value, total_tokens: &mut u64) -> Option<String> {
         ),
         "tool_finished" => tool_finished(ev),
         "task_finished" => format!(
-            "[done] {} after {} turns · {} tokens · {} ms",
+            "[done] {} after {} turns · {} tokens · {} · {} ms",
             short(&ev["stop_reason"], 20),
             ev["turns"],
             total_tokens,
+            usd(&ev["usd"]),
             ev["duration_ms"]
+        ),
+        "context_compacted" => format!(
+            "[turn {turn}] context compacted ({}): ~{} → ~{} tokens; earlier history in {}",
+            short(&ev["method"], 20),
+            ev["tokens_before"],
+            ev["tokens_after"],
+            short(&ev["history_file"], 200)
         ),
         "events_repaired" => format!(
             "[log] a torn last line of events.jsonl was moved to {}",
@@ -91,6 +99,14 @@ fn model_response(ev: &Value, turn: u64, total_tokens: &mut u64) -> String {
         n("cache_creation_input_tokens"),
         total_tokens
     )
+}
+
+/// A cost as shown: dollars, or "cost unknown" for a model without a price.
+pub fn usd(v: &Value) -> String {
+    match v.as_f64() {
+        Some(d) => format!("${d:.4}"),
+        None => "cost unknown".to_string(),
+    }
 }
 
 /// The line of a `model_error`, saying when it is retried.
@@ -169,21 +185,34 @@ struct Waiting {
     next: u64,
 }
 
-/// Prints lines for events received until the channel closes. With `live` (stderr
-/// is a terminal), a long wait on the model or a tool is said with how long it
-/// has lasted (`… waiting for the model: 20s`), as new lines: nothing is redrawn,
-/// so no control sequence reaches the terminal, not even our own.
+/// Prints lines for events received until the channel closes, and the model's
+/// text as it streams (`text_delta` values, escaped like an answer), ended by a
+/// newline before the next line. With `live` (stderr is a terminal), a long wait
+/// on the model or a tool is said with how long it has lasted (`… waiting for the
+/// model: 20s`), as new lines: nothing is redrawn, so no control sequence reaches
+/// the terminal, not even our own.
 pub async fn print(mut rx: tokio::sync::mpsc::UnboundedReceiver<Value>, live: bool) {
     let mut total = 0u64;
     let mut waiting: Option<Waiting> = None;
+    let mut mid_text = false;
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tokio::select! {
             ev = rx.recv() => {
                 let Some(ev) = ev else { break };
+                if ev["type"] == "text_delta" {
+                    // The model is answering: no note breaks its text.
+                    waiting = None;
+                    stream_text(&ev, &mut mid_text);
+                    continue;
+                }
                 if let Some(l) = line(&ev, &mut total) {
-                    let _ = writeln!(std::io::stderr().lock(), "{l}");
+                    let mut err = std::io::stderr().lock();
+                    if std::mem::take(&mut mid_text) {
+                        let _ = writeln!(err);
+                    }
+                    let _ = writeln!(err, "{l}");
                 }
                 waiting = waiting_on(&ev).map(|what| Waiting {
                     what,
@@ -207,6 +236,18 @@ pub async fn print(mut rx: tokio::sync::mpsc::UnboundedReceiver<Value>, live: bo
                 }
             }
         }
+    }
+}
+
+/// Writes a streamed piece of the model's text, escaped; `mid_text` says whether
+/// the last piece left a line open.
+pub(super) fn stream_text(ev: &Value, mid_text: &mut bool) {
+    let text = ev["text"].as_str().unwrap_or("");
+    let mut err = std::io::stderr().lock();
+    let _ = write!(err, "{}", crate::text::escape_text(text));
+    let _ = err.flush();
+    if !text.is_empty() {
+        *mid_text = !text.ends_with('\n');
     }
 }
 

@@ -56,6 +56,7 @@ async fn run_async(
     // The elapsed-time line only where a person watches: a terminal on stderr.
     let live = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let printer = tokio::spawn(super::progress::print(tap_rx, live));
+    let live_text = tap_tx.clone();
     let start = StartOptions {
         helper: opts.helper.clone(),
         tap: Some(tap_tx),
@@ -73,7 +74,13 @@ async fn run_async(
     // `[a]lways` at the prompt writes the call's allow rule and reloads at once.
     let remember = LiveRemember::new(services.live.clone(), services.events.clone());
     let approver = TerminalApprover::new(opts.yes).with_remember(Arc::new(remember));
-    let env = services.task_services(Arc::new(approver)).for_task(cancel);
+    let env = {
+        let mut task_services = services.task_services(Arc::new(approver));
+        // The model's text streams to the same printer as the progress lines; only
+        // `env` keeps the sender, so the printer ends when `env` is dropped.
+        task_services.live_text = Some(live_text);
+        task_services.for_task(cancel)
+    };
     let spec = TaskSpec {
         task_id: new_task_id(),
         prompt: opts.task,

@@ -44,6 +44,8 @@ struct Shown {
     stop_reason: Option<String>,
     error: Option<String>,
     usage: crate::usage::Usage,
+    /// US dollars, when the model has a price.
+    usd: Option<f64>,
     created: String,
     duration_ms: Option<u64>,
     submitted_by: Option<String>,
@@ -104,6 +106,7 @@ fn build(t: &Transcript, events: &Path) -> anyhow::Result<Shown> {
         stop_reason: t.stop_reason.map(|s| s.as_str().to_string()),
         error: t.error.clone(),
         usage: t.usage,
+        usd: t.usd,
         created: t.created.clone(),
         duration_ms: None,
         // A `run` is the operator at the terminal (SPEC §7: `cli`).
@@ -195,12 +198,17 @@ fn print(out: &mut impl Write, s: &Shown) -> std::io::Result<()> {
     }
     writeln!(
         out,
-        "usage    {} in, {} out, {} cache write, {} cache read tokens (cost: no pricing configured)",
+        "usage    {} in, {} out, {} cache write, {} cache read tokens",
         s.usage.input_tokens,
         s.usage.output_tokens,
         s.usage.cache_creation_input_tokens,
         s.usage.cache_read_input_tokens
     )?;
+    let cost = s.usd.map_or_else(
+        || "unknown (no price for this model)".to_string(),
+        |d| format!("${d:.4}"),
+    );
+    writeln!(out, "cost     {cost}")?;
     let duration = s.duration_ms.map_or("-".to_string(), |d| format!("{d} ms"));
     writeln!(
         out,

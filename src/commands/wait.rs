@@ -137,14 +137,24 @@ async fn follow_until_finished(
     id: &str,
     prefix: &CommandPrefix,
 ) -> anyhow::Result<bool> {
-    // Only this task's events come: the stream is filtered by task.
-    let path = format!("/v1/events?task={}&follow=1", enc(id));
+    // Only this task's events come: the stream is filtered by task; `text=1` adds
+    // the model's text as it streams.
+    let path = format!("/v1/events?task={}&follow=1&text=1", enc(id));
     let mut events = client::LineStream::open(socket, &path).await?;
     let mut shown: HashSet<String> = HashSet::new();
+    let mut mid_text = false;
     while let Some(line) = events.next_line().await? {
         let Ok(event) = serde_json::from_str::<Value>(&line) else {
             continue;
         };
+        if event["type"] == "text_delta" {
+            super::progress::stream_text(&event, &mut mid_text);
+            continue;
+        }
+        // Every other line starts on a line of its own.
+        if std::mem::take(&mut mid_text) {
+            eprintln!();
+        }
         match event["type"].as_str() {
             Some("unreadable_line") => warn_unreadable(&event),
             Some("approval_requested") => {

@@ -37,6 +37,12 @@ const EXAMPLES: &[(&str, &str)] = &[
     ("daemon.operators_group", "\"harnessd-operators\""),
 ];
 
+/// Sections that are maps with no entry by default, shown as a commented entry.
+const MAP_EXAMPLES: &[(&str, &str)] = &[(
+    "pricing",
+    "# [pricing.\"my-model\"]\n# input = 3.0\n# output = 15.0\n# cache_write = 3.75\n# cache_read = 0.3\n",
+)];
+
 const HEADER: &str = "\
 # harnessd configuration, as `harnessd init` writes it from the built-in defaults.
 # Every key is listed with its default; a commented-out key is unset. The keys are
@@ -73,6 +79,14 @@ pub fn default_config() -> String {
     let mut out = String::from(HEADER);
     for section in config_sections() {
         out.push('\n');
+        if let Some((_, example)) = MAP_EXAMPLES.iter().find(|(n, _)| *n == section.name)
+            && section.keys.is_empty()
+        {
+            // A table of tables empty by default: its doc and a commented entry.
+            comment(&mut out, &section.doc);
+            out.push_str(example);
+            continue;
+        }
         out.push_str(&format!("[{}]\n", section.name));
         for key in &section.keys {
             comment(&mut out, &key.doc);

@@ -150,6 +150,8 @@ pub fn find_key(text: &str, key_path: &str) -> Option<Location> {
         let candidates = [
             format!("\"{segment}\""),
             format!("[{segment}]"),
+            // A dotted table header: `[pricing."model"]`.
+            format!("[{segment}."),
             format!("{segment} ="),
             format!("{segment}="),
         ];

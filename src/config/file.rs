@@ -26,6 +26,31 @@ pub struct Config {
     pub daemon: DaemonConfig,
     /// How the audit log reaches the disk.
     pub audit: AuditConfig,
+    /// When the history is compacted.
+    pub context: ContextConfig,
+    /// Prices in US dollars per million tokens, by model id, adding to or replacing
+    /// the built-in ones for current Claude models.
+    pub pricing: std::collections::BTreeMap<String, crate::usage::Price>,
+}
+
+/// `[context]`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ContextConfig {
+    /// Input tokens of a response (cache reads and writes included) above which
+    /// the history is compacted before the next request.
+    pub compress_threshold_tokens: u64,
+    /// Messages at the end of the history that compaction never touches.
+    pub keep_recent_messages: u32,
+}
+
+impl Default for ContextConfig {
+    fn default() -> Self {
+        ContextConfig {
+            compress_threshold_tokens: 60_000,
+            keep_recent_messages: 6,
+        }
+    }
 }
 
 /// `[audit]`.
@@ -94,6 +119,8 @@ pub struct ApiConfig {
     pub thinking_budget_tokens: Option<u32>,
     /// Largest model response read, in MiB: a larger one is an error, not retried.
     pub max_response_mb: u64,
+    /// Requests use server-sent events; the assembled answer is the same.
+    pub stream: bool,
 }
 
 impl Default for ApiConfig {
@@ -110,6 +137,7 @@ impl Default for ApiConfig {
             system_prompt_file: None,
             thinking_budget_tokens: None,
             max_response_mb: 32,
+            stream: true,
         }
     }
 }
@@ -126,6 +154,8 @@ pub struct LoopConfig {
     pub max_tool_calls_per_turn: u32,
     /// Identical tool-call sets in a row that stop the task.
     pub no_progress_repeats: u32,
+    /// US dollars a task may cost (from usage and prices) before it stops.
+    pub usd_budget: Option<f64>,
 }
 
 impl Default for LoopConfig {
@@ -135,6 +165,7 @@ impl Default for LoopConfig {
             token_budget: 200_000,
             max_tool_calls_per_turn: 8,
             no_progress_repeats: 3,
+            usd_budget: None,
         }
     }
 }
@@ -225,6 +256,7 @@ impl Config {
             .validate_api()
             .and_then(|()| self.validate_limits())
             .and_then(|()| self.validate_thinking_and_key())
+            .and_then(|()| self.validate_cost())
             .and_then(|()| validate_operators_group(self.daemon.operators_group.as_deref()))
             .and_then(|()| validate_enabled_tools(self.tools.enabled.as_deref()));
         checked.map_err(|Bad { key, message }| {
@@ -311,6 +343,48 @@ impl Config {
             return Bad::at(
                 "api.api_key_env",
                 "must name an environment variable".into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    /// Prices that are amounts, and a USD budget only for a model with a price.
+    fn validate_cost(&self) -> Result<(), Bad> {
+        for (model, p) in &self.pricing {
+            for (field, v) in [
+                ("input", p.input),
+                ("output", p.output),
+                ("cache_write", p.cache_write),
+                ("cache_read", p.cache_read),
+            ] {
+                if !(v.is_finite() && v >= 0.0) {
+                    return Bad::at(
+                        &format!("pricing.{model}.{field}"),
+                        format!("{v} is not a price (US dollars per million tokens, >= 0)"),
+                    );
+                }
+            }
+        }
+        let Some(budget) = self.loop_.usd_budget else {
+            return Ok(());
+        };
+        if !(budget.is_finite() && budget > 0.0) {
+            return Bad::at(
+                "loop.usd_budget",
+                format!("{budget} must be greater than 0"),
+            );
+        }
+        let model = &self.api.model;
+        if crate::usage::price_of(model, &self.pricing).is_none() {
+            return Bad::at(
+                "loop.usd_budget",
+                format!(
+                    "the model {model:?} has no price, so its cost cannot be counted; add \
+                     [pricing.\"{model}\"] with input, output, cache_write and cache_read \
+                     (USD per million tokens) or remove the budget"
+                ),
             );
         }
         Ok(())
@@ -429,6 +503,28 @@ mod tests {
             ),
             "{s}"
         );
+    }
+
+    #[test]
+    fn prices_and_the_usd_budget_are_checked_with_their_lines() {
+        let text = "[loop]\nusd_budget = 2.5\n[pricing.\"m1\"]\ninput = 1.0\noutput = -2.0\n\
+                    cache_write = 1.0\ncache_read = 0.1\n";
+        let s = Config::parse(text, "c.toml")
+            .expect_err("negative")
+            .to_string();
+        assert!(s.starts_with("c.toml:5:1: key `pricing.m1.output`"), "{s}");
+        let text = "[api]\nmodel = \"m1\"\n[loop]\nusd_budget = 2.5\n";
+        let s = Config::parse(text, "c.toml")
+            .expect_err("unpriced")
+            .to_string();
+        assert!(s.starts_with("c.toml:4:1: key `loop.usd_budget`"), "{s}");
+        assert!(s.contains("\"m1\" has no price"), "{s}");
+        let priced = format!(
+            "{text}[pricing.m1]\ninput = 1.0\noutput = 2.0\ncache_write = 1.0\ncache_read = 0.1\n"
+        );
+        let ok = Config::parse(&priced, "c.toml").expect("priced");
+        assert_eq!(ok.loop_.usd_budget, Some(2.5));
+        assert!(Config::parse("[loop]\nusd_budget = 2.5\n", "c.toml").is_ok());
     }
 
     #[test]

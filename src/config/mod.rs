@@ -17,7 +17,8 @@ mod settings;
 pub use debounce::Debouncer;
 pub use error::{ConfigError, Invalid, Location, find_key};
 pub use file::{
-    ApiConfig, AuditConfig, AuditSync, Config, DaemonConfig, LoopConfig, PathsConfig, ToolsConfig,
+    ApiConfig, AuditConfig, AuditSync, Config, ContextConfig, DaemonConfig, LoopConfig,
+    PathsConfig, ToolsConfig,
 };
 pub use key::ApiKey;
 pub use live::{LiveConfig, ReloadOutcome};

@@ -33,7 +33,7 @@ pub struct SubmitResponse {
 
 /// A task as the API shows it (`GET /v1/tasks/{id}`, and the answer to cancel and
 /// resume).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Task {
     /// The task's id.
     pub task_id: String,
@@ -47,6 +47,9 @@ pub struct Task {
     /// listings; absent for tasks the daemon found on disk at start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt: Option<String>,
+    /// US dollars spent so far; absent when unknown (a model without a price).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usd: Option<f64>,
     /// The model's final text, once finished. Absent from list items: an answer
     /// may be megabytes, and `GET /v1/tasks/{id}` reads it from the transcript.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -78,7 +81,7 @@ impl Task {
 }
 
 /// The answer to `GET /v1/tasks`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskList {
     /// One page of tasks, newest first, without their answers.
     pub tasks: Vec<Task>,

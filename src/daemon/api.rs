@@ -57,6 +57,10 @@ pub struct AppState {
     pub config: Arc<LiveConfig>,
     /// Every event as it is written (for `follow`).
     pub live_events: broadcast::Sender<Value>,
+    /// The model's text as it streams (`text_delta` objects, for `follow` with
+    /// `text=1`). A channel of its own: a flood of text that makes a slow follower
+    /// lag must not make it skip audit events.
+    pub live_text: broadcast::Sender<Value>,
 }
 
 /// The peer of a connection: its credentials, read from SO_PEERCRED when the

@@ -39,6 +39,9 @@ pub(super) struct EventsQuery {
     until: Option<String>,
     grep: Option<String>,
     follow: Option<String>,
+    /// `1`: a followed stream also carries the model's text as it streams
+    /// (`text_delta` objects: no `seq`, never in events.jsonl, never replayed).
+    text: Option<String>,
 }
 
 /// An `unreadable_line` object, newline included: what a reader sends in place of
@@ -88,13 +91,36 @@ async fn send_from_files(live: PathBuf, q: Query, tx: mpsc::Sender<Bytes>) -> bo
 async fn send_live(
     s: &AppState,
     mut live: broadcast::Receiver<Value>,
+    mut text: Option<TextFeed>,
     mut done: u64,
     q: &Query,
     tx: &mpsc::Sender<Bytes>,
 ) {
     let path = s.config.current().paths.events.clone();
     loop {
-        match live.recv().await {
+        let next = match text.as_mut() {
+            Some(feed) => tokio::select! {
+                ev = live.recv() => ev,
+                delta = feed.rx.recv() => {
+                    match delta {
+                        Ok(delta) if feed.wants(&delta) => {
+                            let mut line = delta.to_string();
+                            line.push('\n');
+                            if tx.send(Bytes::from(line)).await.is_err() {
+                                return;
+                            }
+                        }
+                        // Text is a courtesy: a lagging or closed feed loses
+                        // only text, never an event.
+                        Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                        Err(broadcast::error::RecvError::Closed) => text = None,
+                    }
+                    continue;
+                }
+            },
+            None => live.recv().await,
+        };
+        match next {
             Ok(ev) => {
                 let seq = ev["seq"].as_u64().unwrap_or(0);
                 if seq <= done {
@@ -126,6 +152,20 @@ async fn send_live(
     }
 }
 
+/// The live text of one task (or all), for a follower that asked with `text=1`.
+struct TextFeed {
+    rx: broadcast::Receiver<Value>,
+    task: Option<String>,
+}
+
+impl TextFeed {
+    fn wants(&self, delta: &Value) -> bool {
+        self.task
+            .as_deref()
+            .is_none_or(|t| delta["task_id"].as_str() == Some(t))
+    }
+}
+
 /// `GET /v1/events`.
 pub(super) async fn events(
     State(s): State<AppState>,
@@ -136,6 +176,11 @@ pub(super) async fn events(
         Err(r) => return ApiError::from(r).into_response(),
     };
     let follow = p.follow.as_deref().is_some_and(|f| f == "1" || f == "true");
+    let text =
+        (follow && p.text.as_deref().is_some_and(|t| t == "1" || t == "true")).then(|| TextFeed {
+            rx: s.live_text.subscribe(),
+            task: p.task.clone(),
+        });
     let q = match Query::new(QueryParams {
         task: p.task,
         kind: p.kind,
@@ -165,7 +210,7 @@ pub(super) async fn events(
             return;
         }
         if follow {
-            send_live(&s, live, head, &q, &tx).await;
+            send_live(&s, live, text, head, &q, &tx).await;
         }
     });
     let body = futures::stream::poll_fn(move |cx| {

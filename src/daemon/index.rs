@@ -74,6 +74,8 @@ pub struct Ended {
     pub stop_reason: Option<StopReason>,
     /// Tokens it used.
     pub usage: Usage,
+    /// US dollars it cost, when its model has a price.
+    pub usd: Option<f64>,
     /// The start of its error, if it stopped with one.
     pub error: Option<Box<str>>,
     /// The start of its prompt, for listings (none for a task found on disk at
@@ -92,6 +94,7 @@ impl Ended {
             status: info.status,
             stop_reason: info.stop_reason,
             usage: info.usage,
+            usd: info.usd,
             error: info.error.as_deref().map(short_error),
             prompt: info.prompt.as_deref().map(Box::from),
             created: Stamp::parse(&info.created),
@@ -106,6 +109,7 @@ impl Ended {
             status: self.status,
             stop_reason: self.stop_reason,
             usage: self.usage,
+            usd: self.usd,
             answer: None,
             error: self.error.as_deref().map(str::to_string),
             prompt: self.prompt.as_deref().map(str::to_string),
@@ -147,7 +151,7 @@ mod tests {
         // The index's whole point: one entry (key aside) stays well under the
         // ~450 bytes an ended `Task` took.
         assert!(
-            std::mem::size_of::<Ended>() <= 112,
+            std::mem::size_of::<Ended>() <= 128,
             "{}",
             std::mem::size_of::<Ended>()
         );

@@ -108,6 +108,8 @@ fn finished(stop_reason: StopReason, turns: u32, usage: Usage, error: Option<Str
         usage,
         duration_ms: 0,
         error,
+        // Closed from the record, not a run: its cost is not known here.
+        usd: None,
     }
 }
 

@@ -23,6 +23,8 @@ pub struct Metrics {
     model_requests: Counter,
     model_errors: Family<Labels, Counter>,
     tokens: Family<Labels, Counter>,
+    /// US dollars of priced model responses (an unpriced one adds nothing).
+    cost_usd: Counter<f64, std::sync::atomic::AtomicU64>,
     tool_runs: Family<Labels, Counter>,
     policy_decisions: Family<Labels, Counter>,
     approval_wait: Histogram,
@@ -47,6 +49,7 @@ impl Metrics {
             model_requests: Counter::default(),
             model_errors: Family::default(),
             tokens: Family::default(),
+            cost_usd: Counter::default(),
             tool_runs: Family::default(),
             policy_decisions: Family::default(),
             approval_wait: Histogram::new([1.0, 5.0, 15.0, 60.0, 300.0, 600.0, 1800.0]),
@@ -69,6 +72,11 @@ impl Metrics {
             "tokens",
             "Tokens by kind (input, output, cache_read, cache_write)",
             m.tokens.clone(),
+        );
+        registry.register(
+            "cost_usd",
+            "US dollars spent on model requests to priced models",
+            m.cost_usd.clone(),
         );
         registry.register(
             "tool_runs",
@@ -120,6 +128,9 @@ impl Metrics {
                         .get_or_create(&labels(&[("kind", kind)]))
                         .inc_by(u[key].as_u64().unwrap_or(0));
                 }
+                if let Some(usd) = ev["usd"].as_f64().filter(|v| v.is_finite() && *v >= 0.0) {
+                    self.cost_usd.inc_by(usd);
+                }
             }
             "tool_finished" => {
                 let outcome = if ev["is_error"] == true {
@@ -165,6 +176,12 @@ impl Metrics {
         }
     }
 
+    /// The cost counter's value (for tests).
+    #[cfg(test)]
+    fn cost_usd(&self) -> f64 {
+        self.cost_usd.get()
+    }
+
     /// The text exposition, with task gauges from `tasks`.
     pub fn render(&self, tasks: &Registry) -> String {
         let counts = tasks.counts();
@@ -177,5 +194,24 @@ impl Metrics {
         let mut out = String::new();
         let _ = encode(&mut out, &self.registry);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn priced_responses_add_to_the_cost_and_unpriced_ones_do_not() {
+        let m = Metrics::new();
+        let response =
+            |usd: Value| serde_json::json!({"type": "model_response", "usage": {}, "usd": usd});
+        m.observe(&response(serde_json::json!(0.25)));
+        m.observe(&response(Value::Null));
+        m.observe(&response(serde_json::json!(0.5)));
+        assert!((m.cost_usd() - 0.75).abs() < 1e-12);
+        let mut out = String::new();
+        let _ = encode(&mut out, &m.registry);
+        assert!(out.contains("harnessd_cost_usd_total 0.75"), "{out}");
     }
 }

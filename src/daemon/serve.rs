@@ -191,6 +191,7 @@ async fn recover_tasks(
             stop_reason: t.stop_reason,
             usage: t.usage,
             prompt: None,
+            usd: t.usd,
             answer: None,
             error: t.error,
             updated: t.created.clone(),
@@ -484,6 +485,7 @@ async fn wire(
     mut tap_rx: tokio::sync::mpsc::UnboundedReceiver<Value>,
 ) -> Result<(AppState, Scheduler), ServeError> {
     let (live_tx, _) = broadcast::channel::<Value>(1024);
+    let (text_live_tx, _) = broadcast::channel::<Value>(1024);
     let metrics = Metrics::new();
     let registry = Registry::default();
     {
@@ -500,8 +502,21 @@ async fn wire(
     let remember =
         super::remember::LiveRemember::new(services.live.clone(), services.events.clone());
     let approvals = Approvals::new(registry.clone(), services.live.clone(), Arc::new(remember));
+    let mut task_services = services.task_services(Arc::new(approvals.clone()));
+    // The model's text, as it streams, goes to the live event stream only (it is
+    // not an audit event and feeds no metric).
+    let (text_tx, mut text_rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    task_services.live_text = Some(text_tx);
+    {
+        let text_live_tx = text_live_tx.clone();
+        tokio::spawn(async move {
+            while let Some(delta) = text_rx.recv().await {
+                let _ = text_live_tx.send(delta);
+            }
+        });
+    }
     let scheduler = Scheduler::new(SchedulerParts {
-        services: services.task_services(Arc::new(approvals.clone())),
+        services: task_services,
         registry,
     });
     let paths = &services.loaded.paths;
@@ -532,6 +547,7 @@ async fn wire(
         metrics,
         config: services.live.clone(),
         live_events: live_tx,
+        live_text: text_live_tx,
     };
     Ok((state, scheduler))
 }

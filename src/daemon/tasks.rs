@@ -234,6 +234,7 @@ impl Registry {
                 info.status = TaskStatus::Finished;
                 info.stop_reason = Some(outcome.stop_reason);
                 info.usage = outcome.usage;
+                info.usd = outcome.usd;
                 info.answer = None;
                 info.error = outcome.error.clone();
                 info.updated = now();
@@ -500,6 +501,7 @@ impl Scheduler {
             stop_reason: StopReason::Error.as_str().into(),
             turns: 0,
             usage: Usage::default(),
+            usd: Some(0.0),
             duration_ms: 0,
             error: Some(error.clone()),
         };
@@ -653,6 +655,7 @@ impl Scheduler {
                     let t = spec.resume.as_ref()?;
                     Task::prompt_start(&t.messages.first()?.text())
                 }),
+                usd: spec.resume.as_ref().map_or(Some(0.0), |t| t.usd),
                 answer: None,
                 error: None,
                 created,
@@ -722,6 +725,7 @@ impl Scheduler {
                 answer: String::new(),
                 turns: 0,
                 usage: Usage::default(),
+                usd: None,
                 error: Some(error),
             },
         );
@@ -740,6 +744,7 @@ mod tests {
             stop_reason: None,
             usage: Usage::default(),
             prompt: None,
+            usd: None,
             answer: Some("a long answer".into()),
             error: Some("e".repeat(10_000)),
             created: created.into(),
@@ -797,6 +802,7 @@ mod tests {
                 answer: "x".repeat(1000),
                 turns: 1,
                 usage: Usage::default(),
+                usd: None,
                 error: None,
             },
         );

@@ -146,8 +146,32 @@ pub enum Event {
         stop_reason: String,
         /// Tokens of this request.
         usage: Usage,
+        /// What this request cost in US dollars; `null` when the model has no
+        /// price (cost unknown).
+        usd: Option<f64>,
         /// Time from sending to the full response.
         latency_ms: u64,
+    },
+    /// The history was compacted before the next request (SPEC §6).
+    ContextCompacted {
+        /// The request whose response triggered it (or whose 400 did).
+        turn: u32,
+        /// Input tokens the last response reported (estimated from the request
+        /// size when a 400 "prompt is too long" triggered it).
+        tokens_before: u64,
+        /// Input tokens of the compacted history, estimated by scaling
+        /// `tokens_before` with the history's size.
+        tokens_after: u64,
+        /// The history before compaction, relative to the root.
+        history_file: String,
+        /// `placeholders` (old tool results replaced) or `summary` (older turns
+        /// summarised too).
+        method: String,
+        /// Tokens of the summarisation request, when there was one.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        summary_usage: Option<Usage>,
+        /// Time spent compacting, the summarisation request included.
+        duration_ms: u64,
     },
     /// One attempt of a model request failed.
     ModelError {
@@ -253,6 +277,9 @@ pub enum Event {
         turns: u32,
         /// Tokens summed over the task.
         usage: Usage,
+        /// What the task cost in US dollars; `null` when unknown (a request to a
+        /// model without a price).
+        usd: Option<f64>,
         /// Wall-clock time.
         duration_ms: u64,
         /// The error, when stop_reason is `error`.
@@ -342,10 +369,11 @@ mod tests {
             "task_cancelled",
             "tool_finished",
             "transcript_refused",
+            "context_compacted",
         ] {
             assert!(types.iter().any(|x| x == t), "{t} missing from {types:?}");
         }
-        assert_eq!(types.len(), 22, "{types:?}");
+        assert_eq!(types.len(), 23, "{types:?}");
     }
 
     #[test]

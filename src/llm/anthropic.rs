@@ -1,7 +1,9 @@
 //! The Anthropic Messages API over reqwest (rustls): one request, retried exactly
 //! as SPEC §3 says, each failed attempt reported to the caller's callback before
-//! the wait (the agent loop records it as a `model_error` event). Prompt-cache breakpoints are placed here, on the last tool definition,
-//! the system prompt and the newest message, so they move forward every turn.
+//! the wait (the agent loop records it as a `model_error` event). Prompt-cache
+//! breakpoints are placed here, on the last tool definition, the system prompt and
+//! the newest message, so they move forward every turn. A streamed answer is read
+//! by [`super::streamed`].
 
 use std::future::Future;
 use std::time::{Duration, SystemTime};
@@ -76,12 +78,37 @@ pub struct FailedAttempt {
 }
 
 /// A failed attempt.
-struct Failure {
-    status: Option<u16>,
-    message: String,
-    retryable: bool,
-    retry_after: Option<Duration>,
+pub(super) struct Failure {
+    pub(super) status: Option<u16>,
+    pub(super) message: String,
+    pub(super) retryable: bool,
+    pub(super) retry_after: Option<Duration>,
 }
+
+impl Failure {
+    /// A failure worth another attempt, with no `retry-after`.
+    pub(super) fn retryable(status: Option<u16>, message: String) -> Failure {
+        Failure {
+            status,
+            message,
+            retryable: true,
+            retry_after: None,
+        }
+    }
+
+    /// A failure with this status, retried if the status is (SPEC §3).
+    pub(super) fn with_status(status: u16, message: String) -> Failure {
+        Failure {
+            status: Some(status),
+            message,
+            retryable: RETRYABLE.contains(&status),
+            retry_after: None,
+        }
+    }
+}
+
+/// Receives the text of each `text_delta` of a streamed answer as it arrives.
+pub type OnText<'a> = &'a (dyn Fn(&str) + Send + Sync);
 
 /// Client of the Messages API.
 #[derive(Debug, Clone)]
@@ -90,16 +117,19 @@ pub struct AnthropicClient {
     url: String,
     key: ApiKey,
     max_retries: u32,
+    /// `api.timeout_secs`: the whole of a plain request, or the longest wait for
+    /// the next event of a streamed one (a long answer may stream for longer).
+    pub(super) timeout: Duration,
     /// `api.max_response_mb`, in MiB (for messages) and bytes (for reading).
-    max_response_mb: u64,
-    max_response_bytes: usize,
+    pub(super) max_response_mb: u64,
+    pub(super) max_response_bytes: usize,
 }
 
 impl AnthropicClient {
     /// Builds a client from `[api]` and the key.
     pub fn new(api: &ApiConfig, key: ApiKey) -> Result<AnthropicClient, LlmError> {
+        // No client-wide timeout: it would cut a stream that is alive but long.
         let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(api.timeout_secs))
             .connect_timeout(Duration::from_secs(api.timeout_secs.min(10)))
             .build()
             .map_err(|e| LlmError::Client(e.to_string()))?;
@@ -108,6 +138,7 @@ impl AnthropicClient {
             url: format!("{}/v1/messages", api.base_url.trim_end_matches('/')),
             key,
             max_retries: api.max_retries,
+            timeout: Duration::from_secs(api.timeout_secs),
             max_response_mb: api.max_response_mb,
             max_response_bytes: usize::try_from(api.max_response_mb.saturating_mul(1024 * 1024))
                 .unwrap_or(usize::MAX),
@@ -124,7 +155,24 @@ impl AnthropicClient {
         &self,
         req: &Request<'_>,
         cancel: &CancellationToken,
+        on_failure: F,
+    ) -> Result<Response, SendError<E>>
+    where
+        F: FnMut(FailedAttempt) -> Fut,
+        Fut: Future<Output = Result<(), E>>,
+    {
+        self.send_live(req, cancel, on_failure, &|_| {}).await
+    }
+
+    /// [`Self::send`], passing the text of a streamed answer to `on_text` as it
+    /// arrives (an attempt that fails after some text and is retried streams its
+    /// text again).
+    pub async fn send_live<E, F, Fut>(
+        &self,
+        req: &Request<'_>,
+        cancel: &CancellationToken,
         mut on_failure: F,
+        on_text: OnText<'_>,
     ) -> Result<Response, SendError<E>>
     where
         F: FnMut(FailedAttempt) -> Fut,
@@ -136,7 +184,7 @@ impl AnthropicClient {
         loop {
             attempt += 1;
             let result = tokio::select! {
-                r = self.attempt_once(&body) => r,
+                r = self.attempt_once(&body, req.stream, on_text) => r,
                 () = cancel.cancelled() => return Err(LlmError::Cancelled.into()),
             };
             let failure = match result {
@@ -192,27 +240,35 @@ impl AnthropicClient {
     }
 
     /// One HTTP exchange. `Err(Ok(_))` may be retried; `Err(Err(_))` may not.
-    async fn attempt_once(&self, body: &[u8]) -> Result<Response, Result<Failure, LlmError>> {
-        let sent = self
+    async fn attempt_once(
+        &self,
+        body: &[u8],
+        stream: bool,
+        on_text: OnText<'_>,
+    ) -> Result<Response, Result<Failure, LlmError>> {
+        let builder = self
             .http
             .post(&self.url)
             .header("x-api-key", self.key.expose())
             .header("anthropic-version", ANTHROPIC_VERSION)
             .header("content-type", "application/json")
-            .body(body.to_vec())
-            .send()
-            .await;
+            .body(body.to_vec());
+        // A plain request is timed whole; a stream until its headers, then per event.
+        let sent = if stream {
+            match tokio::time::timeout(self.timeout, builder.send()).await {
+                Ok(sent) => sent,
+                Err(_) => return Err(Ok(Failure::retryable(None, self.idle_message()))),
+            }
+        } else {
+            builder.timeout(self.timeout).send().await
+        };
         let resp = match sent {
             Ok(resp) => resp,
-            Err(e) => {
-                return Err(Ok(Failure {
-                    status: None,
-                    message: transport_message(&e),
-                    retryable: true,
-                    retry_after: None,
-                }));
-            }
+            Err(e) => return Err(Ok(Failure::retryable(None, transport_message(&e)))),
         };
+        if resp.status().is_success() && super::streamed::is_event_stream(&resp) {
+            return self.read_stream(resp, on_text).await;
+        }
         let status = resp.status().as_u16();
         let retry_after = resp
             .headers()
@@ -348,6 +404,11 @@ fn parse_response(bytes: &[u8]) -> Result<Response, LlmError> {
         let start = crate::text::truncate_middle(&text, 200, 0).0;
         LlmError::Malformed(format!("{e}; body: {start}"))
     })?;
+    check_role(resp)
+}
+
+/// A response is the assistant's, or it is not a Messages API response.
+pub(super) fn check_role(resp: Response) -> Result<Response, LlmError> {
     if resp.role != Role::Assistant {
         return Err(LlmError::Malformed("role is not \"assistant\"".into()));
     }
@@ -367,6 +428,8 @@ struct WireRequest<'a> {
     tool_choice: Option<ToolChoice>,
     #[serde(skip_serializing_if = "Option::is_none")]
     thinking: Option<&'a Value>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    stream: bool,
 }
 
 fn mark_last(blocks: &mut [Value]) {
@@ -384,21 +447,25 @@ pub(crate) fn request_body(req: &Request<'_>) -> Result<Vec<u8>, serde_json::Err
     let mut system = req.system.clone();
     mark_last(&mut system);
     let newest_user = req.messages.iter().rposition(|m| m.role == Role::User);
-    let marked = newest_user.map(|i| {
-        let mut m = req.messages[i].clone();
+    let mark = |i: usize| {
+        let mut m = req.messages.get(i)?.clone();
         if let Some(Block(last)) = m.content.last_mut() {
             last["cache_control"] = json!({"type": "ephemeral"});
         }
-        m
-    });
+        Some((i, m))
+    };
+    // At most four breakpoints: tools, system, a compacted prefix, the newest.
+    let prefix = req.cache_prefix.filter(|p| Some(*p) != newest_user);
+    let marked: Vec<(usize, Message)> = [prefix, newest_user]
+        .into_iter()
+        .flatten()
+        .filter_map(mark)
+        .collect();
     let messages = req
         .messages
         .iter()
         .enumerate()
-        .map(|(i, m)| match &marked {
-            Some(marked) if Some(i) == newest_user => marked,
-            _ => m,
-        })
+        .map(|(i, m)| marked.iter().find(|(j, _)| *j == i).map_or(m, |(_, c)| c))
         .collect();
     serde_json::to_vec(&WireRequest {
         model: &req.model,
@@ -408,6 +475,7 @@ pub(crate) fn request_body(req: &Request<'_>) -> Result<Vec<u8>, serde_json::Err
         messages,
         tool_choice: req.tool_choice,
         thinking: req.thinking.as_ref(),
+        stream: req.stream,
     })
 }
 
@@ -441,6 +509,8 @@ mod tests {
             messages: &messages,
             tool_choice: None,
             thinking: None,
+            cache_prefix: None,
+            stream: false,
         };
         let body: Value = serde_json::from_slice(&request_body(&req).unwrap()).unwrap();
         assert!(body["tools"][0].get("cache_control").is_none());
@@ -526,6 +596,8 @@ mod tests {
             messages: &messages,
             tool_choice: None,
             thinking: None,
+            cache_prefix: None,
+            stream: false,
         };
         let mut attempts = 0;
         let err = client

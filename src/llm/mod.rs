@@ -1,15 +1,20 @@
 //! The model side: wire types of the Anthropic Messages API and a client that
-//! sends one request with retries. The client knows nothing of tools, policy or
+//! sends one request with retries, streamed (server-sent events) or not. The client knows nothing of tools, policy or
 //! the audit log: it reports each failed attempt to a callback of its caller
 //! ([`AnthropicClient::send`]), which decides what to record.
 
 mod anthropic;
+mod assemble;
+mod sse;
+mod streamed;
 mod wire;
 
 /// Re-exported: responses carry it, and callers sum it (it lives in its own leaf
 /// module so the audit log can record it without importing this one).
 pub use crate::usage::Usage;
-pub use anthropic::{AnthropicClient, FailedAttempt, LlmError, SendError};
+pub use anthropic::{AnthropicClient, FailedAttempt, LlmError, OnText, SendError};
+pub use assemble::{Assembler, StreamError};
+pub use sse::{SseError, SseEvent, SseFramer};
 pub use wire::{
     Block, KNOWN_STOP_REASONS, KnownBlock, Message, ProtocolError, Request, Response, Role,
     ToolChoice, check_protocol,

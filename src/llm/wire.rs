@@ -276,6 +276,13 @@ pub struct Request<'a> {
     /// Extended thinking, when enabled.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub thinking: Option<Value>,
+    /// A message whose last block gets a cache breakpoint of its own: the end of
+    /// a compacted prefix, so it is cached again and stays cached.
+    #[serde(skip)]
+    pub cache_prefix: Option<usize>,
+    /// Ask for server-sent events (`api.stream`); the assembled answer is the same.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub stream: bool,
 }
 
 #[cfg(test)]

@@ -140,7 +140,7 @@ fn job_for(input: &ToolInput, judged: &Judged) -> Result<Option<Job>, String> {
 }
 
 /// A file name safe to build from a model-chosen id.
-fn safe_file_name(id: &str) -> String {
+pub fn safe_file_name(id: &str) -> String {
     id.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' || c == '_' {

@@ -1,6 +1,11 @@
 //! A fake Anthropic Messages API: a real HTTP/1.1 server on 127.0.0.1, scripted
 //! with one reply per expected request, recording every request it receives.
 //! Every recorded request is checked for tool_use/tool_result pairing.
+//!
+//! A request with `"stream": true` gets a 200 message as server-sent events
+//! ([`crate::sse`]), written in small HTTP chunks so that chunk boundaries fall
+//! inside UTF-8 characters and inside tool-input JSON; errors stay JSON bodies, as
+//! the API sends them before a stream starts.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -10,6 +15,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::sse::{StreamPlan, error_event, message_events};
+
 /// One scripted reply.
 #[derive(Debug, Clone)]
 pub struct Reply {
@@ -17,6 +24,8 @@ pub struct Reply {
     pub headers: Vec<(String, String)>,
     pub body: String,
     pub delay: Duration,
+    /// How a streamed answer departs from a clean stream.
+    pub stream: StreamPlan,
 }
 
 impl Reply {
@@ -69,7 +78,37 @@ impl Reply {
             headers: Vec::new(),
             body: body.to_string(),
             delay: Duration::ZERO,
+            stream: StreamPlan::default(),
         }
+    }
+
+    /// The reply's body as JSON (`Null` when it is not JSON).
+    pub fn body_json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or(Value::Null)
+    }
+
+    /// When streamed, block `index`'s tool input is sent as `json` (e.g. cut short).
+    pub fn streamed_input(mut self, index: usize, json: &str) -> Reply {
+        self.stream.partial_inputs.insert(index, json.to_string());
+        self
+    }
+
+    /// When streamed, the connection closes after `events` events.
+    pub fn cut_stream_after(mut self, events: usize) -> Reply {
+        self.stream.cut_after = Some(events);
+        self
+    }
+
+    /// When streamed, the fake goes silent for `pause` after `events` events.
+    pub fn stall_stream_after(mut self, events: usize, pause: Duration) -> Reply {
+        self.stream.stall_after = Some((events, pause));
+        self
+    }
+
+    /// When streamed, an `error` event of type `kind` follows `events` events.
+    pub fn stream_error_after(mut self, events: usize, kind: &str) -> Reply {
+        self.stream.error_after = Some((events, kind.to_string()));
+        self
     }
 
     /// An API error body with this status.
@@ -106,6 +145,8 @@ struct State {
     requests: Vec<Recorded>,
     /// When each reply finished being written.
     replied_at: Vec<Instant>,
+    /// Bytes per HTTP chunk of a stream; 0 means the whole stream in one write.
+    stream_chunk: Option<usize>,
 }
 
 /// The running fake. The server thread lives until the test process ends.
@@ -148,6 +189,11 @@ impl FakeApi {
             }
         }
         requests
+    }
+
+    /// Streams in HTTP chunks of `bytes` (default 7); 0 writes each stream at once.
+    pub fn stream_chunks_of(&self, bytes: usize) {
+        self.state.lock().unwrap().stream_chunk = Some(bytes);
     }
 
     /// When each reply finished being written (for the benchmark).
@@ -210,6 +256,9 @@ pub fn check_pairing(body: &Value) -> Result<(), String> {
 }
 
 fn serve(stream: TcpStream, state: Arc<Mutex<State>>) {
+    // As a real server does: a stream's small writes go out at once, not held
+    // back by Nagle's algorithm until the client's delayed ACK.
+    let _ = stream.set_nodelay(true);
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut writer = stream;
     loop {
@@ -246,6 +295,7 @@ fn serve(stream: TcpStream, state: Arc<Mutex<State>>) {
         }
         let received_at = Instant::now();
         let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let streamed = body["stream"] == true;
         let reply = {
             let mut s = state.lock().unwrap();
             let from_responder = s.responder.as_ref().map(|r| r(&body));
@@ -267,6 +317,15 @@ fn serve(stream: TcpStream, state: Arc<Mutex<State>>) {
         };
         if !reply.delay.is_zero() {
             std::thread::sleep(reply.delay);
+        }
+        let message: Value = serde_json::from_str(&reply.body).unwrap_or(Value::Null);
+        if streamed && reply.status == 200 && message["content"].is_array() {
+            let chunk = state.lock().unwrap().stream_chunk.unwrap_or(7);
+            if !write_stream(&mut writer, &message, &reply, chunk) {
+                return;
+            }
+            state.lock().unwrap().replied_at.push(Instant::now());
+            continue;
         }
         let reason = match reply.status {
             200 => "OK",
@@ -293,4 +352,72 @@ fn serve(stream: TcpStream, state: Arc<Mutex<State>>) {
         }
         state.lock().unwrap().replied_at.push(Instant::now());
     }
+}
+
+/// Writes `message` as an event stream in HTTP chunks of `chunk` bytes; `false`
+/// when the connection is done (cut on purpose, or gone).
+fn write_stream(writer: &mut TcpStream, message: &Value, reply: &Reply, chunk: usize) -> bool {
+    let mut events = message_events(message, &reply.stream);
+    let mut cut = false;
+    if let Some(n) = reply.stream.cut_after {
+        events.truncate(n);
+        cut = true;
+    }
+    if let Some((n, kind)) = &reply.stream.error_after {
+        events.truncate(*n);
+        events.push(error_event(kind));
+    }
+    let (before, after) = match reply.stream.stall_after {
+        Some((n, _)) => events.split_at(n.min(events.len())),
+        None => (&events[..], &[][..]),
+    };
+    let parts = [before.concat(), after.concat()];
+    let mut head = String::from(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n\
+         transfer-encoding: chunked\r\n",
+    );
+    for (k, v) in &reply.headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    if writer.write_all(head.as_bytes()).is_err() {
+        return false;
+    }
+    for (i, text) in parts.iter().enumerate() {
+        if i == 1
+            && let Some((_, pause)) = reply.stream.stall_after
+        {
+            std::thread::sleep(pause);
+        }
+        if !write_chunks(writer, text.as_bytes(), chunk) {
+            return false;
+        }
+    }
+    if cut {
+        let _ = writer.shutdown(std::net::Shutdown::Both);
+        return false;
+    }
+    writer
+        .write_all(b"0\r\n\r\n")
+        .and_then(|()| writer.flush())
+        .is_ok()
+}
+
+/// `bytes` as HTTP chunks of `chunk` bytes (0: one chunk), and in at most about
+/// 512 chunks, so a large answer is not a million writes; `false` if the peer left.
+fn write_chunks(writer: &mut TcpStream, bytes: &[u8], chunk: usize) -> bool {
+    let size = if chunk == 0 {
+        bytes.len().max(1)
+    } else {
+        chunk.max(bytes.len() / 512)
+    };
+    for piece in bytes.chunks(size) {
+        let mut framed = format!("{:x}\r\n", piece.len()).into_bytes();
+        framed.extend_from_slice(piece);
+        framed.extend_from_slice(b"\r\n");
+        if writer.write_all(&framed).and_then(|()| writer.flush()).is_err() {
+            return false;
+        }
+    }
+    true
 }

@@ -3,6 +3,7 @@
 //!
 //! - [`fake_api`]: a fake Anthropic Messages API, a real HTTP/1.1 server on
 //!   127.0.0.1, scripted per test, recording and checking every request;
+//! - [`sse`]: the event stream the fake sends when a request asks for one;
 //! - [`rss`]: the peak resident memory of a child process;
 //! - [`root`]: a fresh root made by `harnessd init`, its config edited.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
@@ -10,5 +11,6 @@
 pub mod fake_api;
 pub mod root;
 pub mod rss;
+pub mod sse;
 
 pub use fake_api::{FakeApi, Reply};
