@@ -53,13 +53,10 @@ pub fn narrowest_rules(
     match (name, &verdict.decision.shell) {
         (ToolName::RunBash, Some(view)) => {
             let command = verdict.judged.subject.as_deref().unwrap_or("");
-            if view.not_provable.is_none() && reads_input_redirect(command) {
-                return Err(RememberCallError::Unrememberable(
-                    "the command reads a file through `<`, which no rule can name: a rule \
-                     for its words would let it read any file (`python3 < other.py`); approve \
-                     it once"
-                        .into(),
-                ));
+            if view.not_provable.is_none()
+                && let Some(why) = input_from_elsewhere(command)
+            {
+                return Err(RememberCallError::Unrememberable(why.into()));
             }
             shell_rules(loaded, view)
         }
@@ -67,13 +64,17 @@ pub fn narrowest_rules(
     }
 }
 
-/// Whether a provable command has an input redirection (`< file`, `<&N`): an
-/// unquoted `<`. In a provable command every other `<` construct (here-documents,
-/// `<(…)`, `<>`) already made it not provable, and quotes hold no expansions, so a
-/// plain scan of quotes and backslashes finds it. Rules match the words alone, so
-/// the file it names would be lost from the remembered rule.
-fn reads_input_redirect(command: &str) -> bool {
-    let mut chars = command.chars();
+/// Why a provable command takes input that its words do not name, if it does:
+/// an input redirection (`< file`, `<&N`: an unquoted `<`) or a pipe (`|`, `|&`,
+/// not `||`). Rules match each simple command's words alone, so what feeds it
+/// would be lost from the remembered rule: `python3 < check.py` would remember
+/// `python3`, which then runs any file, and `cat x | python3` would remember
+/// `python3` for whatever another allowed command prints. In a provable command
+/// every other `<` construct (here-documents, `<(…)`, `<>`) already made it not
+/// provable, and quotes hold no expansions, so a plain scan of quotes and
+/// backslashes finds both.
+fn input_from_elsewhere(command: &str) -> Option<&'static str> {
+    let mut chars = command.chars().peekable();
     let mut quote: Option<char> = None;
     while let Some(c) = chars.next() {
         match (quote, c) {
@@ -83,11 +84,28 @@ fn reads_input_redirect(command: &str) -> bool {
             }
             (Some(_), _) => {}
             (None, '\'' | '"') => quote = Some(c),
-            (None, '<') => return true,
+            (None, '<') => {
+                return Some(
+                    "the command reads a file through `<`, which no rule can name: a rule \
+                     for its words would let it read any file (`python3 < other.py`); \
+                     approve it once",
+                );
+            }
+            (None, '|') if chars.peek() == Some(&'|') => {
+                chars.next();
+            }
+            (None, '|') => {
+                return Some(
+                    "the command pipes one program's output into another, which no rule \
+                     can name: a rule for each would let the last take any allowed \
+                     command's output (`cat x | python3` would remember `python3`); \
+                     approve it once",
+                );
+            }
             (None, _) => {}
         }
     }
-    false
+    None
 }
 
 /// One rule per simple command that no allow pattern covers yet.
@@ -148,12 +166,20 @@ pub fn remember_call(
 
 #[cfg(test)]
 mod tests {
-    use super::reads_input_redirect;
+    use super::input_from_elsewhere;
 
     #[test]
-    fn only_an_unquoted_less_than_is_an_input_redirection() {
-        for cmd in ["python3 < a.py", "sort<x", "cat 0<&3", "a '<' b | wc -l <f"] {
-            assert!(reads_input_redirect(cmd), "{cmd:?}");
+    fn only_an_unquoted_less_than_or_pipe_is_input_from_elsewhere() {
+        for cmd in [
+            "python3 < a.py",
+            "sort<x",
+            "cat 0<&3",
+            "a '<' b | wc -l <f",
+            "cat x | python3",
+            "make |& tee log",
+            "true || cat x|sh",
+        ] {
+            assert!(input_from_elsewhere(cmd).is_some(), "{cmd:?}");
         }
         for cmd in [
             "echo '<'",
@@ -161,8 +187,11 @@ mod tests {
             r"echo \<",
             "echo 'it''<'",
             "ls 2>&1",
+            "echo 'a|b'",
+            r"echo a\|b",
+            "test -f x || make",
         ] {
-            assert!(!reads_input_redirect(cmd), "{cmd:?}");
+            assert!(input_from_elsewhere(cmd).is_none(), "{cmd:?}");
         }
     }
 }

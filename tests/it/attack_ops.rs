@@ -49,6 +49,40 @@ fn remember_refuses_a_command_whose_input_file_no_rule_can_name() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
 
+/// The same through a pipe: remembering `cat scores.csv | python3` must not leave
+/// `python3` allowed alone, fed by whatever another allowed command prints.
+#[test]
+fn remember_refuses_a_pipeline_whose_input_no_rule_can_name() {
+    let api = FakeApi::start(vec![
+        Reply::tool(
+            "tu1",
+            "run_bash",
+            json!({"command": "cat scores.csv | python3"}),
+        ),
+        Reply::text("done"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    let _daemon = Daemon::start(&root);
+    let settings = root.dir.join("policies/settings.json");
+    let before = std::fs::read_to_string(&settings).unwrap();
+    let out = root.run(&["submit", "check"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let id = first_approval(&root);
+    let out = root.run(&["approve", &id, "--remember"]);
+    let code = |cmd: &str| root.run(&["policy", "test", "run_bash", cmd]).status.code();
+    assert_eq!(
+        code("git status | python3"),
+        Some(3),
+        "a remembered rule must not allow python3 fed by another command: {}",
+        stderr(&out)
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("pipes"), "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(&settings).unwrap(), before);
+    let out = root.run(&["deny", &id]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
 /// `approve --remember` renames a new settings.json into the settings file's
 /// directory; under the shipped unit's `ProtectSystem=strict` that directory must
 /// be among `ReadWritePaths`, or every remember fails with "Read-only file system"

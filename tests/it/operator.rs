@@ -512,7 +512,7 @@ fn remember_on_a_compound_command_adds_one_rule_per_part_not_yet_allowed() {
         Reply::tool(
             "tu1",
             "run_bash",
-            json!({"command": "ls -la && cat scores.csv | sort -r"}),
+            json!({"command": "ls -la && cat scores.csv; sort -r scores.csv"}),
         ),
         Reply::text("done"),
     ]);
@@ -533,14 +533,14 @@ fn remember_on_a_compound_command_adds_one_rule_per_part_not_yet_allowed() {
     // `ls -la` was allowed already (`run_bash(ls *)`): only the other two parts.
     assert_eq!(
         answer["remembered"],
-        json!(["run_bash(cat scores.csv)", "run_bash(sort -r)"])
+        json!(["run_bash(cat scores.csv)", "run_bash(sort -r scores.csv)"])
     );
     let code = |cmd: &str| root.run(&["policy", "test", "run_bash", cmd]).status.code();
-    assert_eq!(code("sort -r; cat scores.csv"), Some(0));
+    assert_eq!(code("sort -r scores.csv; cat scores.csv"), Some(0));
     assert_eq!(
         code("cat scores.csv.bak"),
         Some(3),
         "only the literal command"
     );
-    assert_eq!(code("sort -rn"), Some(3));
+    assert_eq!(code("sort -r other.csv"), Some(3));
 }
