@@ -206,6 +206,11 @@ pub enum AuditCommand {
     /// Check every line's `seq` and `prev` across all files of the log: exit 0
     /// with the chain head, or 1 naming the first bad file, line and seq.
     Verify {
+        /// Also check that the log still holds this line unchanged: `SEQ:HASH`, a
+        /// chain head as harnessd logged it (journald) at start, stop or hourly. A
+        /// log rewritten whole, chain and all, or cut after it, fails.
+        #[arg(long, value_name = "SEQ:HASH")]
+        head: Option<crate::events::verify::Head>,
         /// Print JSON.
         #[arg(long)]
         json: bool,

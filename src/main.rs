@@ -97,8 +97,8 @@ fn dispatch(cli: Cli, helper: std::path::PathBuf) -> anyhow::Result<i32> {
             PolicyCommand::Schema => commands::policy::schema(),
         },
         Command::Audit {
-            command: AuditCommand::Verify { json },
-        } => commands::audit::verify(&root, json),
+            command: AuditCommand::Verify { head, json },
+        } => commands::audit::verify(&root, head.as_ref(), json),
         Command::Audit {
             command: AuditCommand::Schema,
         } => commands::audit::schema(),

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde_json::json;
 
 use super::EXIT_CONFIG;
-use crate::events::verify::{VerifyError, verify as verify_log};
+use crate::events::verify::{Head, VerifyError, verify_against};
 use crate::text::escape_text;
 
 /// The live audit log of `root`, from `paths.events` in its config.toml.
@@ -25,7 +25,9 @@ pub fn events_path(root: &Path) -> Result<PathBuf, String> {
 
 /// `audit verify`: exit 0 and the chain head, 1 naming what is wrong, 2 when the
 /// root cannot be read.
-pub fn verify(root: &Path, json_out: bool) -> anyhow::Result<i32> {
+/// With `head`, the log must still hold that line unchanged (see
+/// [`crate::events::verify::Head`]).
+pub fn verify(root: &Path, head: Option<&Head>, json_out: bool) -> anyhow::Result<i32> {
     let live = match events_path(root) {
         Ok(p) => p,
         Err(e) => {
@@ -34,7 +36,7 @@ pub fn verify(root: &Path, json_out: bool) -> anyhow::Result<i32> {
         }
     };
     let mut out = std::io::stdout().lock();
-    match verify_log(&live) {
+    match verify_against(&live, head) {
         Ok(r) => {
             let (head_seq, head) = r.head.clone().unwrap_or((0, crate::events::GENESIS.into()));
             if json_out {

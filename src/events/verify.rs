@@ -106,8 +106,47 @@ impl Checked {
     }
 }
 
+/// A chain head recorded elsewhere (the diagnostic log, journald): the seq of a
+/// line and the SHA-256 of its bytes, as `harnessd` logs them at start, stop and
+/// hourly. A log rewritten whole, chain and all, or cut after that line, no
+/// longer holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    /// The line's seq.
+    pub seq: u64,
+    /// The hex SHA-256 of its exact bytes.
+    pub hash: String,
+}
+
+impl std::str::FromStr for Head {
+    type Err = String;
+
+    /// `SEQ:HASH` or `SEQ HASH`, as the diagnostic line prints them.
+    fn from_str(s: &str) -> Result<Head, String> {
+        let (seq, hash) = s
+            .trim()
+            .split_once([':', ' '])
+            .ok_or_else(|| format!("{s:?}: expected SEQ:HASH (as logged at start and stop)"))?;
+        let seq = seq
+            .trim()
+            .parse()
+            .map_err(|_| format!("{seq:?}: the seq is not a number"))?;
+        let hash = hash.trim().to_ascii_lowercase();
+        if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(format!("{hash:?}: expected 64 hex digits"));
+        }
+        Ok(Head { seq, hash })
+    }
+}
+
 /// Verifies the log whose live file is `live`.
 pub fn verify(live: &Path) -> Result<Report, VerifyError> {
+    verify_against(live, None)
+}
+
+/// Verifies the log whose live file is `live` and, with `expected`, that it still
+/// holds that line, unchanged.
+pub fn verify_against(live: &Path, expected: Option<&Head>) -> Result<Report, VerifyError> {
     let lines = SegmentLines::from_seq(live, 0).map_err(|source| VerifyError::Io {
         path: live.to_path_buf(),
         source,
@@ -133,12 +172,34 @@ pub fn verify(live: &Path) -> Result<Report, VerifyError> {
             _ => None,
         };
         check(last.as_ref(), &cur, next, &mut report)?;
+        if let Some(head) = expected
+            && cur.seq == Some(head.seq)
+            && cur.hash != head.hash
+        {
+            return Err(cur.broken(format!(
+                "rewritten: this line's hash is {}, the head logged for seq {} was {}",
+                cur.hash, head.seq, head.hash
+            )));
+        }
         if last.as_ref().is_none_or(|l| l.path != cur.path) {
             report.files += 1;
         }
         report.lines += 1;
         report.head = cur.seq.map(|s| (s, cur.hash.clone()));
         last = Some(cur);
+    }
+    if let Some(head) = expected
+        && report.head.as_ref().is_none_or(|(s, _)| *s < head.seq)
+    {
+        return Err(VerifyError::Broken(Break {
+            path: last.map_or_else(|| live.to_path_buf(), |l| l.path),
+            line: report.lines,
+            seq: report.head.as_ref().map(|(s, _)| *s),
+            what: format!(
+                "truncated: the log ends before seq {}, whose hash was logged as the head",
+                head.seq
+            ),
+        }));
     }
     Ok(report)
 }

@@ -307,3 +307,62 @@ fn the_schema_check_rejects_a_stray_field_a_wrong_type_and_an_unknown_event() {
         );
     }
 }
+
+/// A log rewritten whole with a recomputed chain, or cut at a line boundary,
+/// verifies on its own; against the head logged to journald it does not.
+#[test]
+fn a_rewritten_or_cut_log_fails_against_the_logged_head() {
+    let api = FakeApi::start(vec![Reply::text("one"), Reply::text("two")]);
+    let root = TestRoot::new(&api.url);
+    for prompt in ["first", "second"] {
+        let out = root.run(&["run", prompt]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let out = root.run(&["audit", "verify", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let head = format!(
+        "{}:{}",
+        report["head_seq"],
+        report["head"].as_str().unwrap()
+    );
+    let verify_head = |root: &TestRoot| root.run(&["audit", "verify", "--head", &head]);
+    assert_eq!(verify_head(&root).status.code(), Some(0), "{head}");
+    let file = root.dir.join("transcripts/events.jsonl");
+    let pristine: Vec<String> = std::fs::read_to_string(&file)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+
+    // Rewritten: one answer changed, every prev after it recomputed.
+    let mut prev = "0".repeat(64);
+    let mut forged = Vec::new();
+    for line in &pristine {
+        let mut v: Value = serde_json::from_str(line).unwrap();
+        if v["type"] == "task_started" {
+            v["source"] = json!("forged");
+        }
+        v["prev"] = json!(prev);
+        let text = v.to_string();
+        prev = sha256_hex(text.as_bytes());
+        forged.push(text);
+    }
+    write_lines(&file, &forged);
+    assert_chain(&forged);
+    assert_eq!(root.run(&["audit", "verify"]).status.code(), Some(0));
+    let out = verify_head(&root);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("rewritten"), "{}", stderr(&out));
+
+    // Cut: the last two lines gone, the rest untouched.
+    write_lines(&file, &pristine[..pristine.len() - 2]);
+    assert_eq!(root.run(&["audit", "verify"]).status.code(), Some(0));
+    let out = verify_head(&root);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("truncated"), "{}", stderr(&out));
+
+    // A malformed head is a usage error.
+    let out = root.run(&["audit", "verify", "--head", "12:nothex"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
