@@ -127,6 +127,17 @@ pub fn run(root: &Path, cmd: ClientCommand, json_out: bool) -> anyhow::Result<i3
             return Ok(EXIT_CONFIG);
         }
     };
+    // `tasks` with no daemon reads the transcripts instead (a permission error is
+    // not "no daemon": it is reported as such by the request below).
+    if matches!(cmd, ClientCommand::Tasks)
+        && let Err(e) = std::os::unix::net::UnixStream::connect(&socket)
+        && matches!(
+            e.kind(),
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+        )
+    {
+        return super::tasks_offline::run(root, json_out);
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -202,9 +213,6 @@ async fn run_async(
     }
 }
 
-/// `events`: the matching lines of the log, and with `follow` new ones as they
-/// are written. Exit 1 when the daemon refuses the query or names a line of the
-/// log that does not parse.
 /// `submit`: prints the new task's id, or with `wait` follows it like `run`.
 async fn submit(
     socket: &Path,

@@ -18,6 +18,7 @@ pub mod serve;
 pub mod show;
 pub mod signals;
 pub mod table;
+pub mod tasks_offline;
 pub mod wait;
 
 /// Exit code of a usage or config error.

@@ -68,3 +68,32 @@ fn show_without_a_daemon_lists_each_call_with_its_decision_and_approver() {
     assert_eq!(lines.len(), 1, "{}", stdout(&out));
     assert!(lines[0].contains("\"tool_use_id\":\"b1\""));
 }
+
+/// `tasks` with no daemon lists the transcripts, newest first, with the prompt's
+/// start; a transcript that does not parse is named and makes the exit 1.
+#[test]
+fn tasks_without_a_daemon_lists_the_transcripts() {
+    let api = FakeApi::start(vec![Reply::text("one"), Reply::text("two")]);
+    let root = TestRoot::new(&api.url);
+    for prompt in ["count the rows of scores.csv", "summarise the teams"] {
+        let out = root.run(&["run", prompt]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let out = root.run(&["tasks"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.starts_with("TASK"), "{text}");
+    assert!(stderr(&out).contains("no daemon"), "{}", stderr(&out));
+    let first = text.find("summarise the teams").expect(&text);
+    let second = text.find("count the rows").expect(&text);
+    assert!(first < second, "newest first: {text}");
+    let out = root.run(&["tasks", "--json"]);
+    let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(list["tasks"].as_array().unwrap().len(), 2, "{list}");
+    assert_eq!(list["tasks"][0]["status"], "finished");
+    std::fs::write(root.dir.join("transcripts/t-broken.json"), "{not json").unwrap();
+    let out = root.run(&["tasks"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("t-broken.json"), "{}", stderr(&out));
+    assert_eq!(stdout(&out).lines().count(), 3, "{}", stdout(&out));
+}
