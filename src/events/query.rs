@@ -186,12 +186,15 @@ impl Query {
         if last <= self.after_seq || self.until_seq.is_some_and(|u| first > u) {
             return false;
         }
-        if self.since.is_none() && self.until.is_none() {
+        let since = self
+            .since
+            .clone()
+            .max(self.task.as_deref().and_then(task_floor));
+        if since.is_none() && self.until.is_none() {
             return true;
         }
         let (first_ts, last_ts) = edge_ts(&seg.path);
-        let before = self
-            .since
+        let before = since
             .as_deref()
             .zip(last_ts.as_deref())
             .is_some_and(|(s, l)| l < s);
@@ -202,6 +205,24 @@ impl Query {
             .is_some_and(|(u, f)| f > u);
         !(before || after)
     }
+}
+
+/// How far before the second its id names a task's lines may be stamped: a
+/// clock stepped back by up to this much still finds every line.
+const TASK_FLOOR_SLACK_MINUTES: i64 = 60;
+
+/// The earliest `ts` a line of `task` can have: its id names its creation second
+/// (`t-YYYYMMDDTHHMMSSZ-…`), and nothing of a task is written before it exists,
+/// so `--task` skips rotated files that end earlier (less
+/// [`TASK_FLOOR_SLACK_MINUTES`]). `None` for an id of another form: every file is
+/// read.
+fn task_floor(task: &str) -> Option<String> {
+    let stamp = task.strip_prefix("t-")?.get(..16)?;
+    let created = chrono::NaiveDateTime::parse_from_str(stamp, "%Y%m%dT%H%M%SZ")
+        .ok()?
+        .and_utc();
+    let floor = created.checked_sub_signed(chrono::Duration::minutes(TASK_FLOOR_SLACK_MINUTES))?;
+    Some(ts_string(floor))
 }
 
 /// The `ts` of a file's first and last lines (read from its two ends only).
@@ -272,8 +293,17 @@ pub fn run(live: &Path, query: Query) -> std::io::Result<impl Iterator<Item = Fo
 
 fn filter_line(query: &Query, line: LogLine) -> Option<Found> {
     // A torn line can only be parsed to find it is torn: it always goes through.
+    // A line the cheap test rules out is still checked to be JSON (validated, not
+    // built): an unreadable line is reported whatever the filter, never skipped.
     if line.complete && !query.may_match(&line.bytes) {
-        return None;
+        return match serde_json::from_slice::<serde::de::IgnoredAny>(&line.bytes) {
+            Ok(_) => None,
+            Err(e) => Some(Found::Unreadable {
+                path: line.path,
+                line: line.number,
+                error: e.to_string(),
+            }),
+        };
     }
     match serde_json::from_slice::<Value>(&line.bytes) {
         Ok(ev) if line.complete => {
@@ -365,6 +395,48 @@ mod tests {
         assert_eq!(seqs("2026-06-02", "2026-06-30"), ["4"]);
         // The old file is in range: read, and its bad line reported.
         assert_eq!(seqs("2025-12-01", "2026-01-01"), ["1", "unreadable 2"]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_task_query_skips_files_that_end_before_the_task_existed() {
+        let dir = std::env::temp_dir().join(format!("harnessd-qt-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let id = "t-20260601T120000Z-abcdef";
+        let line = |seq: u64, ts: &str, task: &str| {
+            format!(r#"{{"seq":{seq},"ts":"{ts}","task_id":"{task}","type":"task_started"}}"#)
+        };
+        // An old file with a bad line: reported only if the file is read. It ends
+        // before the task was created, less the slack.
+        let old = format!("not json\n{}\n", line(2, "2026-06-01T10:59:00.000Z", "t-x"));
+        std::fs::write(dir.join("events-1-2.jsonl"), old).unwrap();
+        // Ends within the slack: read (a clock stepped back could stamp the task so).
+        let near = format!("{}\n", line(3, "2026-06-01T11:30:00.000Z", id));
+        std::fs::write(dir.join("events-3-3.jsonl"), near).unwrap();
+        let live = dir.join("events.jsonl");
+        std::fs::write(
+            &live,
+            format!("{}\n", line(4, "2026-06-01T12:00:01.000Z", id)),
+        )
+        .unwrap();
+        let found = |task: &str| -> Vec<String> {
+            let q = Query::new(QueryParams {
+                task: Some(task.into()),
+                ..QueryParams::default()
+            })
+            .unwrap();
+            run(&live, q)
+                .unwrap()
+                .map(|f| match f {
+                    Found::Line(_, ev) => ev["seq"].to_string(),
+                    Found::Unreadable { line, .. } => format!("unreadable {line}"),
+                })
+                .collect()
+        };
+        assert_eq!(found(id), ["3", "4"]);
+        // An id of another form gives no floor: every file is read.
+        assert_eq!(found("custom"), ["unreadable 1"]);
         let _ = std::fs::remove_dir_all(&dir);
     }
 
