@@ -152,7 +152,7 @@ pub enum Event {
         /// Time from sending to the full response.
         latency_ms: u64,
     },
-    /// The history was compacted before the next request (SPEC §6).
+    /// The history was compacted before the next request.
     ContextCompacted {
         /// The request whose response triggered it (or whose 400 did).
         turn: u32,
@@ -271,7 +271,7 @@ pub enum Event {
     },
     /// A task ended.
     TaskFinished {
-        /// The task's stop reason (SPEC §6).
+        /// The task's stop reason.
         stop_reason: String,
         /// Model requests made.
         turns: u32,
