@@ -19,13 +19,14 @@ use super::message::ErrorBody;
 pub enum ClientError {
     /// The daemon is not reachable.
     #[error(
-        "cannot reach harnessd at {path}: {source}; is `harnessd serve` running for this root?"
+        "cannot reach harnessd at {path}: {error}; is `harnessd serve` running for this root?"
     )]
     Connect {
         /// The socket.
         path: String,
-        /// Why the connection failed (absent socket, permission).
-        source: std::io::Error,
+        /// Why the connection failed (absent socket, refused). Not a `source`: the
+        /// message already says it, and a source would be printed a second time.
+        error: std::io::Error,
     },
     /// The socket (or its directory) does not let this user in: not an operator.
     #[error("permission denied: {hint}")]
@@ -69,7 +70,7 @@ async fn send(
             },
             _ => ClientError::Connect {
                 path: socket.display().to_string(),
-                source,
+                error: source,
             },
         })?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
