@@ -18,9 +18,7 @@ use super::message::ErrorBody;
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// The daemon is not reachable.
-    #[error(
-        "cannot reach harnessd at {path}: {error}; is `harnessd serve` running for this root?"
-    )]
+    #[error("cannot reach harnessd at {path}: {error}; is `harnessd serve` running for this root?")]
     Connect {
         /// The socket.
         path: String,

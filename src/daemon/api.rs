@@ -94,6 +94,16 @@ pub struct ApiError {
 }
 
 impl ApiError {
+    /// 507: the audit log cannot take the line that must precede the action, so
+    /// the action does not happen.
+    fn log_failing(message: impl Into<String>) -> ApiError {
+        ApiError::new(
+            StatusCode::INSUFFICIENT_STORAGE,
+            "insufficient_storage",
+            message,
+        )
+    }
+
     /// An error with this status, `type` and message.
     pub(crate) fn new(
         status: StatusCode,
@@ -324,13 +334,7 @@ async fn submit(
         .scheduler
         .submit(body.prompt, body.max_turns, body.model, by)
         .await
-        .map_err(|e| {
-            ApiError::new(
-                StatusCode::INSUFFICIENT_STORAGE,
-                "insufficient_storage",
-                e.to_string(),
-            )
-        })?;
+        .map_err(|e| ApiError::log_failing(e.to_string()))?;
     Ok((StatusCode::ACCEPTED, Json(SubmitResponse { task_id: id })).into_response())
 }
 
@@ -441,13 +445,7 @@ async fn cancel_task(
         .events()
         .record(Some(&id), Event::TaskCancelled { by: peer.by() })
         .await
-        .map_err(|e| {
-            ApiError::new(
-                StatusCode::INSUFFICIENT_STORAGE,
-                "insufficient_storage",
-                e.to_string(),
-            )
-        })?;
+        .map_err(|e| ApiError::log_failing(e.to_string()))?;
     let t = s
         .scheduler
         .registry
@@ -499,11 +497,9 @@ async fn resume_task(
         .resume(claim, transcript, lock, peer.by())
         .await
         .map_err(|e| {
-            ApiError::new(
-                StatusCode::INSUFFICIENT_STORAGE,
-                "insufficient_storage",
-                format!("the audit log cannot be written, so the task is not resumed: {e}"),
-            )
+            ApiError::log_failing(format!(
+                "the audit log cannot be written, so the task is not resumed: {e}"
+            ))
         })?;
     let t = task(&s, &id)?;
     Ok((StatusCode::ACCEPTED, Json(t)).into_response())

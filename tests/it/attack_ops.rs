@@ -18,13 +18,12 @@ fn first_approval(root: &TestRoot) -> String {
         .to_string()
 }
 
-/// `python3 < check.py` runs the code in check.py, but the rule's subject is the
-/// argv alone (`python3`): remembering it would let the model feed python3 any
-/// file without asking. Refused, the file untouched, the approval still pending.
-#[test]
-fn remember_refuses_a_command_whose_input_file_no_rule_can_name() {
+/// Submits a task whose one call is `run_bash(command)`, answers its approval
+/// with `--remember`, and checks it was refused (exit 1, `why` in the message, the
+/// approval still pending, settings.json untouched) and that `probe` still asks.
+fn assert_remember_refused(command: &str, probe: &str, why: &str) {
     let api = FakeApi::start(vec![
-        Reply::tool("tu1", "run_bash", json!({"command": "python3 < check.py"})),
+        Reply::tool("tu1", "run_bash", json!({"command": command})),
         Reply::text("done"),
     ]);
     let root = TestRoot::new(&api.url);
@@ -37,50 +36,36 @@ fn remember_refuses_a_command_whose_input_file_no_rule_can_name() {
     let out = root.run(&["approve", &id, "--remember"]);
     let code = |cmd: &str| root.run(&["policy", "test", "run_bash", cmd]).status.code();
     assert_eq!(
-        code("python3 < /usr/lib/python3/evil.py"),
+        code(probe),
         Some(3),
-        "a remembered rule must not allow python3 reading another file: {}",
+        "a remembered rule must not allow {probe:?}: {}",
         stderr(&out)
     );
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(stderr(&out).contains("still pending"), "{}", stderr(&out));
+    assert!(stderr(&out).contains(why), "{}", stderr(&out));
     assert_eq!(std::fs::read_to_string(&settings).unwrap(), before);
     let out = root.run(&["deny", &id]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+/// `python3 < check.py` runs the code in check.py, but the rule's subject is the
+/// argv alone (`python3`): remembering it would let the model feed python3 any
+/// file without asking. Refused, the file untouched, the approval still pending.
+#[test]
+fn remember_refuses_a_command_whose_input_file_no_rule_can_name() {
+    assert_remember_refused(
+        "python3 < check.py",
+        "python3 < /usr/lib/python3/evil.py",
+        "`<`",
+    );
 }
 
 /// The same through a pipe: remembering `cat scores.csv | python3` must not leave
 /// `python3` allowed alone, fed by whatever another allowed command prints.
 #[test]
 fn remember_refuses_a_pipeline_whose_input_no_rule_can_name() {
-    let api = FakeApi::start(vec![
-        Reply::tool(
-            "tu1",
-            "run_bash",
-            json!({"command": "cat scores.csv | python3"}),
-        ),
-        Reply::text("done"),
-    ]);
-    let root = TestRoot::new(&api.url);
-    let _daemon = Daemon::start(&root);
-    let settings = root.dir.join("policies/settings.json");
-    let before = std::fs::read_to_string(&settings).unwrap();
-    let out = root.run(&["submit", "check"]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let id = first_approval(&root);
-    let out = root.run(&["approve", &id, "--remember"]);
-    let code = |cmd: &str| root.run(&["policy", "test", "run_bash", cmd]).status.code();
-    assert_eq!(
-        code("git status | python3"),
-        Some(3),
-        "a remembered rule must not allow python3 fed by another command: {}",
-        stderr(&out)
-    );
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert!(stderr(&out).contains("pipes"), "{}", stderr(&out));
-    assert_eq!(std::fs::read_to_string(&settings).unwrap(), before);
-    let out = root.run(&["deny", &id]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_remember_refused("cat scores.csv | python3", "git status | python3", "pipes");
 }
 
 /// `approve --remember` renames a new settings.json into the settings file's

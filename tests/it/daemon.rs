@@ -535,7 +535,12 @@ fn clients_without_a_daemon_say_so() {
         stderr(&out)
     );
     // The cause once, not again after the question.
-    assert_eq!(stderr(&out).matches("os error").count(), 1, "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out).matches("os error").count(),
+        1,
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
