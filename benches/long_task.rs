@@ -13,49 +13,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 use std::process::{Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use harnessd_testkit::fake_api::{FakeApi, Reply};
 use harnessd_testkit::root::{edit_file, init_root};
 use harnessd_testkit::rss;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 const TURNS: usize = 300;
 
-fn model(body: &Value, counter: &AtomicUsize) -> Reply {
-    let usage = json!({"input_tokens": body.to_string().len() / 4, "output_tokens": 50});
-    if body["tool_choice"]["type"] == "none" {
-        let text = "Summary: big.txt was read repeatedly; it holds the same 10 KB each time.";
-        return Reply::message_with_usage(
-            json!([{"type": "text", "text": text}]),
-            "end_turn",
-            usage,
-        );
-    }
-    let n = counter.fetch_add(1, Ordering::SeqCst);
-    if n >= TURNS {
-        return Reply::message_with_usage(
-            json!([{"type": "text", "text": "done"}]),
-            "end_turn",
-            usage,
-        );
-    }
-    let note = format!("Turn {n}: reading the file once more. {}", "·".repeat(500));
-    Reply::message_with_usage(
-        json!([
-            {"type": "text", "text": note},
-            {"type": "tool_use", "id": format!("tu_{n}"), "name": "read_file", "input": {"path": "big.txt"}}
-        ]),
-        "tool_use",
-        usage,
-    )
-}
-
 fn main() {
-    let counter = Arc::new(AtomicUsize::new(0));
-    let api = FakeApi::with_responder(Box::new(move |b: &Value| model(b, &counter)));
+    let (_asked, api) = harnessd_testkit::long_task::long_task_api(TURNS);
     api.stream_chunks_of(0);
     let root = init_root(
         env!("CARGO_BIN_EXE_harnessd"),

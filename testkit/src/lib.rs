@@ -9,6 +9,7 @@
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod fake_api;
+pub mod long_task;
 pub mod root;
 pub mod rss;
 pub mod sse;

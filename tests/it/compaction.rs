@@ -2,9 +2,6 @@
 //! the threshold, keeps every tool pair valid and the first message, saves each
 //! pre-compaction history, and a 400 "prompt is too long" compacts and retries.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use serde_json::{Value, json};
 
 use crate::common::fake_api::check_pairing;
@@ -13,51 +10,9 @@ use crate::common::{FakeApi, Reply, TestRoot, stderr, stdout};
 const PROMPT: &str = "Read big.txt again and again.";
 const THRESHOLD: u64 = 60_000;
 
-/// Input tokens as the fake reports them: one per 4 bytes of the request.
-fn tokens_of(body: &Value) -> u64 {
-    body.to_string().len() as u64 / 4
-}
-
-fn is_summary_request(body: &Value) -> bool {
-    body["tool_choice"]["type"] == "none"
-}
-
-/// The fake model of the long task: a tool call with 1 KB of commentary per turn
-/// for `turns` turns, then an answer; a summary when asked for one.
-fn long_task_model(turns: usize) -> (Arc<AtomicUsize>, FakeApi) {
-    let asked = Arc::new(AtomicUsize::new(0));
-    let counter = asked.clone();
-    let api = FakeApi::with_responder(Box::new(move |body: &Value| {
-        let usage = json!({"input_tokens": tokens_of(body), "output_tokens": 50});
-        if is_summary_request(body) {
-            let text = "Summary: the task reads big.txt repeatedly; every read returned the same \
-                        10 KB; nothing else was changed; remaining: keep reading.";
-            return Reply::message_with_usage(
-                json!([{"type": "text", "text": text}]),
-                "end_turn",
-                usage,
-            );
-        }
-        let n = counter.fetch_add(1, Ordering::SeqCst);
-        if n >= turns {
-            return Reply::message_with_usage(
-                json!([{"type": "text", "text": "done"}]),
-                "end_turn",
-                usage,
-            );
-        }
-        let note = format!("Turn {n}: reading the file once more. {}", "·".repeat(500));
-        Reply::message_with_usage(
-            json!([
-                {"type": "text", "text": note},
-                {"type": "tool_use", "id": format!("tu_{n}"), "name": "read_file", "input": {"path": "big.txt"}}
-            ]),
-            "tool_use",
-            usage,
-        )
-    }));
-    (asked, api)
-}
+use harnessd_testkit::long_task::{
+    is_summary_request, long_task_api as long_task_model, tokens_of,
+};
 
 fn long_task_root(api: &FakeApi) -> TestRoot {
     let root = TestRoot::new(&api.url);
