@@ -28,3 +28,59 @@ fn the_torn_tail_moved_aside_is_as_private_as_the_log() {
     let mode = std::fs::metadata(&torn_file).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode & 0o077, 0, "the torn line is {mode:o}");
 }
+
+/// A server that answers every request with `head` (status line, headers, the
+/// start of a body) and then goes silent, the connection left open.
+fn stalling_api(head: &'static str) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let mut open = Vec::new();
+        for mut conn in listener.incoming().flatten() {
+            let mut buf = [0u8; 65536];
+            let _ = conn.read(&mut buf);
+            let _ = conn.write_all(head.as_bytes());
+            open.push(conn);
+        }
+    });
+    url
+}
+
+/// With `api.stream` on, only the headers and each event were timed: an answer
+/// that is not an event stream (an error status, or a server ignoring `stream`)
+/// was read with no timeout at all, so a body that stalls after its headers
+/// hung the task forever instead of timing out after `api.timeout_secs`.
+#[test]
+fn a_plain_body_that_stalls_under_streaming_times_out() {
+    for head in [
+        "HTTP/1.1 529 Overloaded\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n{\"type\"",
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n{\"id\"",
+    ] {
+        let url = stalling_api(head);
+        let root = TestRoot::new(&url);
+        root.set_config("api", "timeout_secs", "1");
+        root.set_config("api", "max_retries", "0");
+        let mut child = root
+            .command(&["run", "hello"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Not a speed figure: a bound far above the 1 s timeout, so that only a
+        // hang fails it.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let mut ended = false;
+        while !ended && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            ended = child.try_wait().unwrap().is_some();
+        }
+        if !ended {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("harnessd still waiting for a stalled body 60 s later ({head:?})");
+        }
+        let out = child.wait_with_output().unwrap();
+        assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+}
