@@ -272,6 +272,16 @@ pub fn run(live: &Path, query: Query) -> std::io::Result<impl Iterator<Item = Fo
 
 fn filter_line(query: &Query, line: LogLine) -> Option<Found> {
     // A torn line can only be parsed to find it is torn: it always goes through.
+    if line.overlong {
+        return Some(Found::Unreadable {
+            path: line.path,
+            line: line.number,
+            error: format!(
+                "a line longer than {} MiB (foreign: harnessd never writes one); skipped",
+                super::segments::MAX_LINE_BYTES >> 20
+            ),
+        });
+    }
     if line.complete && !query.may_match(&line.bytes) {
         return None;
     }

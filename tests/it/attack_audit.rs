@@ -84,3 +84,45 @@ fn a_plain_body_that_stalls_under_streaming_times_out() {
         assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
     }
 }
+
+
+/// `audit verify` with its address space capped at 1 GiB, so a reader that would
+/// hold a huge "line" whole fails here instead of taking the machine's memory.
+fn verify_capped(root: &TestRoot) -> std::process::Output {
+    std::process::Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 1048576; exec \"$@\"")
+        .arg("sh")
+        .arg(crate::common::bin())
+        .arg("--root")
+        .arg(&root.dir)
+        .args(["audit", "verify"])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// A file dropped in the log's directory with a rotated file's name, holding one
+/// 4 GiB "line" (sparse: no disk used): `audit verify`, `events` and the daemon's
+/// `/v1/events` read a line whole, however long, so they took 4 GiB of memory or
+/// died trying ("Streams; bounded memory"). A line longer than any harnessd writes
+/// is now reported as foreign with its file and line, after reading only its start.
+#[test]
+fn a_forged_file_with_a_huge_line_is_reported_not_read_whole() {
+    let api = FakeApi::start(vec![Reply::text("a")]);
+    let root = TestRoot::new(&api.url);
+    assert_eq!(root.run(&["run", "one"]).status.code(), Some(0));
+    let forged = root.dir.join("transcripts/events-0-0.jsonl");
+    std::fs::File::create(&forged)
+        .unwrap()
+        .set_len(4 << 30)
+        .unwrap();
+    let out = verify_capped(&root);
+    let _ = std::fs::remove_file(&forged);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("events-0-0.jsonl:1:"), "{err}");
+    assert!(err.contains("longer than"), "{err}");
+}
