@@ -153,7 +153,7 @@ impl SegmentLines {
         loop {
             let seg = self.pending.pop_front()?;
             if seg.seqs.is_some() {
-                return Some(match File::open(&seg.path) {
+                return Some(match open_rotated(&seg.path) {
                     Ok(f) => {
                         self.current = Some((seg.path, BufReader::new(f), 0));
                         Ok(())
@@ -238,6 +238,29 @@ impl Iterator for SegmentLines {
             }
         }
     }
+}
+
+/// Opens a rotated file for reading: harnessd only ever renames its live file to
+/// that name, so anything but a regular file (a FIFO would block every reader, a
+/// link could point anywhere) was put there by someone else, and is refused.
+pub(crate) fn open_rotated(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => not_regular(),
+            _ => e,
+        })?;
+    if !file.metadata()?.is_file() {
+        return Err(not_regular());
+    }
+    Ok(file)
+}
+
+fn not_regular() -> std::io::Error {
+    std::io::Error::other("not a regular file (a link, FIFO or device put in the log's place)")
 }
 
 /// Reads past the rest of the current line, a buffer at a time.

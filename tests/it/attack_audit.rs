@@ -85,7 +85,6 @@ fn a_plain_body_that_stalls_under_streaming_times_out() {
     }
 }
 
-
 /// `audit verify` with its address space capped at 1 GiB, so a reader that would
 /// hold a huge "line" whole fails here instead of taking the machine's memory.
 fn verify_capped(root: &TestRoot) -> std::process::Output {
@@ -125,4 +124,68 @@ fn a_forged_file_with_a_huge_line_is_reported_not_read_whole() {
     let err = stderr(&out);
     assert!(err.contains("events-0-0.jsonl:1:"), "{err}");
     assert!(err.contains("longer than"), "{err}");
+}
+
+/// A FIFO, or a symlink to one or to a device, dropped with a rotated file's name:
+/// every reader of the log opened it and blocked for ever (`audit verify` hung,
+/// and so would `events` and the daemon's `/v1/events`). Only regular files are
+/// read now, opened without following a link; anything else is named as such.
+#[test]
+fn a_fifo_or_link_with_a_rotated_name_is_refused_not_read() {
+    let api = FakeApi::start(vec![Reply::text("a")]);
+    let root = TestRoot::new(&api.url);
+    assert_eq!(root.run(&["run", "one"]).status.code(), Some(0));
+    let forged = root.dir.join("transcripts/events-0-0.jsonl");
+    // Gone before the root's drop reads every file of transcripts/ (the schema check).
+    let _remove = RemoveOnDrop(forged.clone());
+    let fifo = root.dir.join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    for target in [
+        None,
+        Some(fifo.as_path()),
+        Some(std::path::Path::new("/dev/zero")),
+    ] {
+        let _ = std::fs::remove_file(&forged);
+        match target {
+            None => std::fs::rename(&fifo, &forged).unwrap(),
+            Some(t) => std::os::unix::fs::symlink(t, &forged).unwrap(),
+        }
+        let mut child = root
+            .command(&["audit", "verify"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Not a speed figure: a bound far above any verify of a tiny log.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let mut ended = false;
+        while !ended && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            ended = child.try_wait().unwrap().is_some();
+        }
+        if !ended {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("audit verify still reading {target:?} after 30 s");
+        }
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("not a regular file"),
+            "{}",
+            stderr(&out)
+        );
+        if target.is_none() {
+            std::fs::rename(&forged, &fifo).unwrap();
+        }
+    }
+}
+
+/// Removes a file when dropped, so that even a failed test leaves no FIFO behind.
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
