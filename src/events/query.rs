@@ -212,11 +212,15 @@ fn edge_ts(path: &Path) -> (Option<String>, Option<String>) {
             .ok()
             .and_then(|v| v.get("ts").and_then(Value::as_str).map(str::to_string))
     };
-    let Ok(mut file) = std::fs::File::open(path) else {
+    // As the lines are read: only a regular file, and never more of a line than
+    // a reader holds (a forged file's one huge line).
+    let Ok(mut file) = super::segments::open_rotated(path) else {
         return (None, None);
     };
     let mut first = Vec::new();
-    let _ = std::io::BufReader::new(&file).read_until(b'\n', &mut first);
+    let _ = std::io::BufReader::new(&file)
+        .take(super::segments::MAX_LINE_BYTES as u64)
+        .read_until(b'\n', &mut first);
     let len = file.metadata().map(|m| m.len()).unwrap_or(0);
     let mut tail = Vec::new();
     if file

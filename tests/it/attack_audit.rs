@@ -88,6 +88,11 @@ fn a_plain_body_that_stalls_under_streaming_times_out() {
 /// `audit verify` with its address space capped at 1 GiB, so a reader that would
 /// hold a huge "line" whole fails here instead of taking the machine's memory.
 fn verify_capped(root: &TestRoot) -> std::process::Output {
+    capped(root, &["audit", "verify"])
+}
+
+/// `harnessd ARGS` on `root` with its address space capped at 1 GiB.
+fn capped(root: &TestRoot, args: &[&str]) -> std::process::Output {
     std::process::Command::new("sh")
         .arg("-c")
         .arg("ulimit -v 1048576; exec \"$@\"")
@@ -95,7 +100,7 @@ fn verify_capped(root: &TestRoot) -> std::process::Output {
         .arg(crate::common::bin())
         .arg("--root")
         .arg(&root.dir)
-        .args(["audit", "verify"])
+        .args(args)
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .stdin(std::process::Stdio::null())
@@ -104,7 +109,7 @@ fn verify_capped(root: &TestRoot) -> std::process::Output {
 }
 
 /// A file dropped in the log's directory with a rotated file's name, holding one
-/// 4 GiB "line" (sparse: no disk used): `audit verify`, `events` and the daemon's
+/// 2 GiB "line" (sparse: no disk used): `audit verify`, `events` and the daemon's
 /// `/v1/events` read a line whole, however long, so they took 4 GiB of memory or
 /// died trying ("Streams; bounded memory"). A line longer than any harnessd writes
 /// is now reported as foreign with its file and line, after reading only its start.
@@ -113,16 +118,24 @@ fn a_forged_file_with_a_huge_line_is_reported_not_read_whole() {
     let api = FakeApi::start(vec![Reply::text("a")]);
     let root = TestRoot::new(&api.url);
     assert_eq!(root.run(&["run", "one"]).status.code(), Some(0));
-    let forged = root.dir.join("transcripts/events-0-0.jsonl");
+    let forged = root.dir.join("transcripts/events-0-1.jsonl");
     std::fs::File::create(&forged)
         .unwrap()
-        .set_len(4 << 30)
+        .set_len(2 << 30)
         .unwrap();
     let out = verify_capped(&root);
+    // A time range reads each rotated file's first line to skip it: no less capped.
+    let query = capped(&root, &["events", "--since", "1d"]);
     let _ = std::fs::remove_file(&forged);
+    assert_eq!(query.status.code(), Some(1), "{}", stderr(&query));
+    assert!(
+        stderr(&query).contains("events-0-1.jsonl"),
+        "{}",
+        stderr(&query)
+    );
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let err = stderr(&out);
-    assert!(err.contains("events-0-0.jsonl:1:"), "{err}");
+    assert!(err.contains("events-0-1.jsonl:1:"), "{err}");
     assert!(err.contains("longer than"), "{err}");
 }
 
@@ -135,7 +148,7 @@ fn a_fifo_or_link_with_a_rotated_name_is_refused_not_read() {
     let api = FakeApi::start(vec![Reply::text("a")]);
     let root = TestRoot::new(&api.url);
     assert_eq!(root.run(&["run", "one"]).status.code(), Some(0));
-    let forged = root.dir.join("transcripts/events-0-0.jsonl");
+    let forged = root.dir.join("transcripts/events-0-1.jsonl");
     // Gone before the root's drop reads every file of transcripts/ (the schema check).
     let _remove = RemoveOnDrop(forged.clone());
     let fifo = root.dir.join("fifo");
@@ -150,31 +163,15 @@ fn a_fifo_or_link_with_a_rotated_name_is_refused_not_read() {
             None => std::fs::rename(&fifo, &forged).unwrap(),
             Some(t) => std::os::unix::fs::symlink(t, &forged).unwrap(),
         }
-        let mut child = root
-            .command(&["audit", "verify"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        // Not a speed figure: a bound far above any verify of a tiny log.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        let mut ended = false;
-        while !ended && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(50));
-            ended = child.try_wait().unwrap().is_some();
+        for args in [&["audit", "verify"][..], &["events", "--since", "1d"]] {
+            let out = ends_within_30s(&root, args);
+            assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
+            assert!(
+                stderr(&out).contains("not a regular file"),
+                "{}",
+                stderr(&out)
+            );
         }
-        if !ended {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("audit verify still reading {target:?} after 30 s");
-        }
-        let out = child.wait_with_output().unwrap();
-        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-        assert!(
-            stderr(&out).contains("not a regular file"),
-            "{}",
-            stderr(&out)
-        );
         if target.is_none() {
             std::fs::rename(&forged, &fifo).unwrap();
         }
@@ -188,4 +185,27 @@ impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
     }
+}
+
+/// Runs `harnessd ARGS` on `root`; fails the test if it has not ended after 30 s
+/// (not a speed figure: a bound far above any command on a tiny log).
+fn ends_within_30s(root: &TestRoot, args: &[&str]) -> std::process::Output {
+    let mut child = root
+        .command(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut ended = false;
+    while !ended && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        ended = child.try_wait().unwrap().is_some();
+    }
+    if !ended {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("harnessd {args:?} still running after 30 s");
+    }
+    child.wait_with_output().unwrap()
 }
