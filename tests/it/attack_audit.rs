@@ -209,3 +209,37 @@ fn ends_within_30s(root: &TestRoot, args: &[&str]) -> std::process::Output {
     }
     child.wait_with_output().unwrap()
 }
+
+/// A task's run lock `transcripts/<task>.lock` was created 0644: any local account
+/// could open it read-only and `flock` it (a read-only descriptor is enough), for
+/// example the lock a `kill -9`'d daemon left behind, and then every resume of
+/// that task failed as "being run by another process" for as long as it liked.
+/// Created 0600 now, so only the daemon's user (and root) can open it.
+#[test]
+fn a_tasks_run_lock_cannot_be_opened_by_other_accounts() {
+    use crate::common::daemon::Daemon;
+    let api = FakeApi::start(vec![
+        Reply::tool(
+            "tu1",
+            "run_bash",
+            serde_json::json!({"command": "python3 < check.py"}),
+        ),
+        Reply::text("done"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    let _daemon = Daemon::start(&root);
+    let out = root.run(&["submit", "check"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    crate::common::wait_until("the approval", || {
+        !root.events_of("approval_requested").is_empty()
+    });
+    let locks: Vec<_> = std::fs::read_dir(root.dir.join("transcripts"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "lock"))
+        .collect();
+    assert_eq!(locks.len(), 1, "the running task's lock");
+    let mode = std::fs::metadata(&locks[0]).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode & 0o077, 0, "{} is {mode:o}", locks[0].display());
+}
