@@ -254,12 +254,15 @@ impl TaskRun<'_> {
 /// (created exclusively, so two writers never share one).
 fn write_next_history(dir: &std::path::Path, bytes: &[u8]) -> std::io::Result<PathBuf> {
     use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     std::fs::create_dir_all(dir)?;
     for n in 1u32.. {
         let path = dir.join(format!("history-{n}.json"));
         match std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
+            // The whole conversation: private like the transcript it comes from.
+            .mode(0o600)
             .open(&path)
         {
             Ok(mut f) => {

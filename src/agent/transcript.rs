@@ -209,6 +209,8 @@ impl RunLock {
                 .create(true)
                 .truncate(false)
                 .write(true)
+                // A read-only descriptor is enough to flock: no one else may open it.
+                .mode(0o600)
                 .open(&path)
                 .map_err(io)?;
             match file.try_lock() {

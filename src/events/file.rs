@@ -337,7 +337,7 @@ fn chain_tail(file: &mut File, path: &Path) -> Result<Option<(u64, String)>, Eve
     let Some(newest) = segments.iter().rev().find(|s| s.seqs.is_some()) else {
         return Ok(None);
     };
-    let mut old = File::open(&newest.path).map_err(io("open", &newest.path))?;
+    let mut old = super::segments::open_rotated(&newest.path).map_err(io("open", &newest.path))?;
     last_line_state(&mut old, &newest.path)
 }
 
@@ -405,7 +405,14 @@ fn repair(file: &mut File, path: &Path) -> Result<Option<Repair>, EventError> {
     }
     let ts = chrono::Utc::now().format("%Y%m%dT%H%M%S%.3fZ");
     let torn_path = PathBuf::from(format!("{}.torn-{ts}", path.display()));
-    std::fs::write(&torn_path, last).map_err(io("write", &torn_path))?;
+    // A piece of an event (a prompt, a tool input): private like the log.
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&torn_path)
+        .and_then(|mut f| f.write_all(last))
+        .map_err(io("write", &torn_path))?;
     file.set_len(tail_start + last_start as u64)
         .map_err(io("truncate", path))?;
     Ok(Some(Repair {

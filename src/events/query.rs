@@ -233,11 +233,15 @@ fn edge_ts(path: &Path) -> (Option<String>, Option<String>) {
             .ok()
             .and_then(|v| v.get("ts").and_then(Value::as_str).map(str::to_string))
     };
-    let Ok(mut file) = std::fs::File::open(path) else {
+    // As the lines are read: only a regular file, and never more of a line than
+    // a reader holds (a forged file's one huge line).
+    let Ok(mut file) = super::segments::open_rotated(path) else {
         return (None, None);
     };
     let mut first = Vec::new();
-    let _ = std::io::BufReader::new(&file).read_until(b'\n', &mut first);
+    let _ = std::io::BufReader::new(&file)
+        .take(super::segments::MAX_LINE_BYTES as u64)
+        .read_until(b'\n', &mut first);
     let len = file.metadata().map(|m| m.len()).unwrap_or(0);
     let mut tail = Vec::new();
     if file
@@ -292,6 +296,16 @@ pub fn run(live: &Path, query: Query) -> std::io::Result<impl Iterator<Item = Fo
 }
 
 fn filter_line(query: &Query, line: LogLine) -> Option<Found> {
+    if line.overlong {
+        return Some(Found::Unreadable {
+            path: line.path,
+            line: line.number,
+            error: format!(
+                "a line longer than {} MiB (foreign: harnessd never writes one); skipped",
+                super::segments::MAX_LINE_BYTES >> 20
+            ),
+        });
+    }
     // A torn line can only be parsed to find it is torn: it always goes through.
     // A line the cheap test rules out is still checked to be JSON (validated, not
     // built): an unreadable line is reported whatever the filter, never skipped.

@@ -5,7 +5,7 @@
 
 use std::collections::VecDeque;
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 /// One file of the log.
@@ -60,6 +60,12 @@ pub fn segments(live: &Path) -> std::io::Result<Vec<Segment>> {
     Ok(rotated)
 }
 
+/// The longest line a reader holds: far above any line harnessd writes (every
+/// string field is capped, a model response is capped by `api.max_response_mb`),
+/// so only a foreign file has longer ones, and reading one whole could take any
+/// amount of memory. The start of such a line is returned, marked [`LogLine::overlong`].
+pub const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
+
 /// One line of the log and where it is.
 #[derive(Debug)]
 pub struct LogLine {
@@ -71,6 +77,9 @@ pub struct LogLine {
     pub bytes: Vec<u8>,
     /// Whether it ended with a newline (only a torn last line does not).
     pub complete: bool,
+    /// Longer than [`MAX_LINE_BYTES`]: `bytes` holds only its start; the rest is
+    /// skipped, unread into memory, when the next line is asked for.
+    pub overlong: bool,
 }
 
 /// The last seq of the newest rotated file in `segments` (0: none).
@@ -95,6 +104,8 @@ pub struct SegmentLines {
     /// Rotated files up to this seq were listed already.
     listed_upto: u64,
     current: Option<(PathBuf, BufReader<File>, u64)>,
+    /// The current line was overlong: skip to its end before the next one.
+    skip_rest: bool,
 }
 
 impl SegmentLines {
@@ -105,6 +116,7 @@ impl SegmentLines {
             pending: segments.into(),
             listed_upto,
             current: None,
+            skip_rest: false,
         }
     }
 
@@ -141,7 +153,7 @@ impl SegmentLines {
         loop {
             let seg = self.pending.pop_front()?;
             if seg.seqs.is_some() {
-                return Some(match File::open(&seg.path) {
+                return Some(match open_rotated(&seg.path) {
                     Ok(f) => {
                         self.current = Some((seg.path, BufReader::new(f), 0));
                         Ok(())
@@ -186,22 +198,36 @@ impl Iterator for SegmentLines {
                 return Some(Err(e));
             }
             let (path, reader, number) = self.current.as_mut()?;
+            if std::mem::take(&mut self.skip_rest)
+                && let Err(e) = skip_line(reader)
+            {
+                let path = path.clone();
+                self.current = None;
+                return Some(Err((path, e)));
+            }
             let mut bytes = Vec::new();
-            match reader.read_until(b'\n', &mut bytes) {
+            let mut limited = reader.take(MAX_LINE_BYTES as u64 + 1);
+            match limited.read_until(b'\n', &mut bytes) {
                 Ok(0) => {
                     self.current = None;
                 }
                 Ok(_) => {
                     *number += 1;
                     let complete = bytes.last() == Some(&b'\n');
+                    let overlong = !complete && bytes.len() > MAX_LINE_BYTES;
                     if complete {
                         bytes.pop();
+                    }
+                    if overlong {
+                        bytes.truncate(MAX_LINE_BYTES);
+                        self.skip_rest = true;
                     }
                     return Some(Ok(LogLine {
                         path: path.clone(),
                         number: *number,
                         bytes,
-                        complete,
+                        complete: complete || overlong,
+                        overlong,
                     }));
                 }
                 Err(e) => {
@@ -211,6 +237,45 @@ impl Iterator for SegmentLines {
                 }
             }
         }
+    }
+}
+
+/// Opens a rotated file for reading: harnessd only ever renames its live file to
+/// that name, so anything but a regular file (a FIFO would block every reader, a
+/// link could point anywhere) was put there by someone else, and is refused.
+pub(crate) fn open_rotated(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => not_regular(),
+            _ => e,
+        })?;
+    if !file.metadata()?.is_file() {
+        return Err(not_regular());
+    }
+    Ok(file)
+}
+
+fn not_regular() -> std::io::Error {
+    std::io::Error::other("not a regular file (a link, FIFO or device put in the log's place)")
+}
+
+/// Reads past the rest of the current line, a buffer at a time.
+fn skip_line(reader: &mut BufReader<File>) -> std::io::Result<()> {
+    loop {
+        let buf = reader.fill_buf()?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        if let Some(i) = buf.iter().position(|&b| b == b'\n') {
+            reader.consume(i + 1);
+            return Ok(());
+        }
+        let n = buf.len();
+        reader.consume(n);
     }
 }
 

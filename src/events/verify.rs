@@ -80,6 +80,10 @@ impl Checked {
         let hash = crate::config::sha256_hex(&line.bytes);
         let parsed = serde_json::from_slice::<Chained>(&line.bytes);
         let unreadable = match (&parsed, line.complete) {
+            _ if line.overlong => Some(format!(
+                "foreign line: longer than {} MiB, which harnessd never writes",
+                super::segments::MAX_LINE_BYTES >> 20
+            )),
             (_, false) => Some("truncated: the last line has no newline".to_string()),
             (Err(e), _) => Some(format!("unparseable line (edited or foreign): {e}")),
             (Ok(c), _) if c.seq.is_none() => Some("foreign line: it has no seq".to_string()),
@@ -167,6 +171,10 @@ pub fn verify_against(live: &Path, expected: Option<&Head>) -> Result<Report, Ve
     let mut last: Option<Checked> = None;
     while let Some(cur) = lines.next() {
         let cur = cur?;
+        // Before the lookahead: after an overlong line it would read the rest.
+        if let Some(why) = &cur.unreadable {
+            return Err(cur.broken(why.clone()));
+        }
         let next = match lines.peek() {
             Some(Ok(n)) => Some(n),
             _ => None,

@@ -275,12 +275,12 @@ impl AnthropicClient {
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| parse_retry_after(v, SystemTime::now()));
-        let bytes = match self.read_capped(resp).await {
+        let bytes = match self.read_body(resp, stream).await {
             Ok(b) => b,
-            Err(Ok(e)) => {
+            Err(Ok(message)) => {
                 return Err(Ok(Failure {
                     status: Some(status),
-                    message: format!("reading the response body: {}", transport_message(&e)),
+                    message,
                     retryable: true,
                     retry_after,
                 }));
@@ -310,6 +310,32 @@ impl AnthropicClient {
 }
 
 impl AnthropicClient {
+    /// A body that is not an event stream, read whole within `api.timeout_secs`:
+    /// under `stream` the request itself has no timeout (it would cut a long
+    /// stream), so a body that stalls after its headers would otherwise hang.
+    /// `Err(Ok(_))`: why the read failed (retryable); `Err(Err(_))`: too large.
+    async fn read_body(
+        &self,
+        resp: reqwest::Response,
+        stream: bool,
+    ) -> Result<Vec<u8>, Result<String, LlmError>> {
+        let read = self.read_capped(resp);
+        let read = if stream {
+            match tokio::time::timeout(self.timeout, read).await {
+                Ok(read) => read,
+                Err(_) => {
+                    return Err(Ok(format!(
+                        "reading the response body: {}",
+                        self.idle_message()
+                    )));
+                }
+            }
+        } else {
+            read.await
+        };
+        read.map_err(|e| e.map(|e| format!("reading the response body: {}", transport_message(&e))))
+    }
+
     /// The body, read chunk by chunk and given up as soon as it passes
     /// `api.max_response_mb`: a peer's huge (or endless) answer costs at most the
     /// cap in memory, and retrying it would only fetch the same again.

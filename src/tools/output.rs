@@ -147,6 +147,8 @@ fn write_full(path: &Path, header: &str, is_command: bool, o: &ExecOutcome) -> s
         .write(true)
         .create(true)
         .truncate(true)
+        // Tool output can hold anything the tools read: private like the transcript.
+        .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)?;
     out.write_all(header.as_bytes())?;

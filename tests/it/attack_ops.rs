@@ -231,24 +231,56 @@ fn remember_while_the_log_cannot_be_written_changes_no_policy() {
 #[test]
 fn the_log_and_transcripts_are_not_readable_by_other_accounts() {
     use std::os::unix::fs::PermissionsExt;
-    let api = FakeApi::start(vec![Reply::text("the secret answer")]);
+    // Every kind of file harnessd writes under transcripts/: the log and its
+    // rotated files, the transcript, each call's `.out` and, after a compaction,
+    // the saved `history-<n>.json` (the whole conversation).
+    let api = FakeApi::start(vec![
+        Reply::tool("tu_1", "list_dir", json!({"path": "."})),
+        Reply::tool("tu_2", "list_dir", json!({"path": "."})),
+        Reply::tool("tu_3", "get_time", json!({})),
+        Reply::error(400, "invalid_request_error", "prompt is too long"),
+        Reply::text("Summary: a private summary."),
+        Reply::text("the secret answer"),
+    ]);
     let root = TestRoot::new(&api.url);
+    root.set_config("context", "keep_recent_messages", "2");
+    root.set_config("audit", "rotate_mb", "0.003");
     let out = root.run(&["run", "a private prompt"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let dir = root.dir.join("transcripts");
-    let mut seen = 0;
-    for entry in std::fs::read_dir(&dir).unwrap().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if !(name.ends_with(".json") || name.ends_with(".jsonl")) {
-            continue;
+    let mut kinds = std::collections::BTreeSet::new();
+    for path in files_under(&root.dir.join("transcripts")) {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name == ".gitignore" {
+            continue; // init's, no data
         }
-        seen += 1;
-        let mode = entry.metadata().unwrap().permissions().mode() & 0o777;
+        let kind = match name.split_once('-') {
+            Some((k, _)) if k == "events" || k == "history" => k.to_string(),
+            _ => name.rsplit('.').next().unwrap().to_string(),
+        };
+        kinds.insert(kind);
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(
             mode & 0o007,
             0,
-            "{name} is {mode:o}: readable by every account"
+            "{} is {mode:o}: readable by every account",
+            path.display()
         );
     }
-    assert!(seen >= 2, "the log and one transcript");
+    for kind in ["events", "history", "json", "jsonl", "out"] {
+        assert!(kinds.contains(kind), "no {kind} file among {kinds:?}");
+    }
+}
+
+/// Every regular file under `dir`, recursively.
+fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if entry.file_type().unwrap().is_dir() {
+            files.extend(files_under(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
 }

@@ -7,6 +7,7 @@ mod common;
 mod allow_rules;
 mod api;
 mod architecture;
+mod attack_audit;
 mod attack_durability;
 mod attack_ops;
 mod attack_regressions;
