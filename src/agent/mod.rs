@@ -645,15 +645,25 @@ impl TaskRun<'_> {
             self.unexecuted(uses, &why).await?;
             return Ok(Some(StopReason::TokenBudget));
         }
-        if let (Some(budget), Some(spent)) = (limits.usd_budget, self.transcript.usd)
-            && spent >= budget
-        {
-            let why = format!(
-                "not executed: the task's USD budget (${budget}) is used up (${spent:.4} \
-                 spent); the task stops here"
-            );
-            self.unexecuted(uses, &why).await?;
-            return Ok(Some(StopReason::UsdBudget));
+        if let Some(budget) = limits.usd_budget {
+            // A cost that is not known (a model without a price, chosen per task)
+            // cannot be held to a budget: the task stops rather than run unbounded.
+            let why = match self.transcript.usd {
+                Some(spent) if spent >= budget => Some(format!(
+                    "not executed: the task's USD budget (${budget}) is used up (${spent:.4} \
+                     spent); the task stops here"
+                )),
+                Some(_) => None,
+                None => Some(format!(
+                    "not executed: the task's cost is unknown (no price for model {:?}), so \
+                     its USD budget (${budget}) cannot be kept; the task stops here",
+                    self.transcript.model
+                )),
+            };
+            if let Some(why) = why {
+                self.unexecuted(uses, &why).await?;
+                return Ok(Some(StopReason::UsdBudget));
+            }
         }
         let repeated = repeats.observe(uses);
         if repeated >= limits.no_progress_repeats {
@@ -868,16 +878,22 @@ fn fresh_transcript(spec: &TaskSpec) -> Transcript {
 /// The transcript a task starts from: the resumed (or queued) one, running now, or
 /// a new one holding the prompt.
 fn initial_transcript(env: &TaskEnv, spec: &TaskSpec) -> Transcript {
+    let loaded = env.services.config.current();
     if let Some(t) = &spec.resume {
+        // A transcript from before cost accounting: its cost follows from its usage
+        // (prices are linear in each kind of token), so a budget still applies.
+        let usd = t.usd.or_else(|| {
+            crate::usage::price_of(&t.model, &loaded.config.pricing).map(|p| p.cost(&t.usage))
+        });
         return Transcript {
             status: TaskStatus::Running,
             stop_reason: None,
             answer: None,
             error: None,
+            usd,
             ..t.clone()
         };
     }
-    let loaded = env.services.config.current();
     Transcript {
         model: loaded.config.api.model.clone(),
         ..fresh_transcript(spec)

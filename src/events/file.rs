@@ -96,7 +96,9 @@ impl LogFile {
         };
         let repair = log.with_lock(repair)?;
         if let Some((seq, hash)) = log.with_lock(chain_tail)? {
-            log.next_seq = seq + 1;
+            // A forged last seq of u64::MAX leaves no next one: the next append
+            // refuses (see `append`) rather than wrapping or panicking.
+            log.next_seq = seq.saturating_add(1);
             log.prev_hash = hash;
         }
         Ok((log, repair))
@@ -203,9 +205,15 @@ impl LogFile {
                 // Someone else appended (another process on the same root), or this
                 // is the first write: read the seq and the chain back from the log.
                 if let Some((seq, hash)) = chain_tail(file, path)? {
-                    next_seq = seq.max(next_seq - 1) + 1;
+                    next_seq = seq.max(next_seq - 1).saturating_add(1);
                     prev = hash;
                 }
+            }
+            if next_seq == u64::MAX {
+                return Err(io("append to", path)(std::io::Error::other(
+                    "the log's last seq leaves no next one (a line with a forged seq near \
+                     2^64?); rotate the log aside and restart",
+                )));
             }
             let mut line = Map::new();
             line.insert("seq".into(), next_seq.into());
@@ -240,7 +248,7 @@ impl LogFile {
         });
         self.pending_cut = pending_cut;
         let (seq, len, hash, prev) = result?;
-        self.next_seq = seq + 1;
+        self.next_seq = seq.saturating_add(1);
         self.known_len = len;
         self.prev_hash = hash;
         self.last_prev = prev;
@@ -372,14 +380,27 @@ fn first_seq(path: &Path) -> Result<Option<u64>, EventError> {
         .and_then(|v| v.get("seq").and_then(Value::as_u64)))
 }
 
+/// The end of the file, holding at least its whole last line: from
+/// [`TAIL_WINDOW`], widened (×4) while the last line starts before the window, up
+/// to [`super::segments::MAX_LINE_BYTES`] — a line longer than that is foreign.
+/// Without the widening, a last line over the window (a tool input of megabytes)
+/// would lose the chain at the next start.
 fn read_tail(file: &mut File, path: &Path) -> Result<Vec<u8>, EventError> {
     let len = file.metadata().map_err(io("stat", path))?.len();
-    let start = len.saturating_sub(TAIL_WINDOW);
-    file.seek(SeekFrom::Start(start))
-        .map_err(io("seek", path))?;
-    let mut buf = Vec::new();
-    file.read_to_end(&mut buf).map_err(io("read", path))?;
-    Ok(buf)
+    let mut window = TAIL_WINDOW;
+    loop {
+        let start = len.saturating_sub(window);
+        file.seek(SeekFrom::Start(start))
+            .map_err(io("seek", path))?;
+        let mut buf = Vec::new();
+        file.read_to_end(&mut buf).map_err(io("read", path))?;
+        let body = buf.strip_suffix(b"\n").unwrap_or(&buf);
+        let whole_last_line = start == 0 || body.contains(&b'\n');
+        if whole_last_line || window >= super::segments::MAX_LINE_BYTES as u64 {
+            return Ok(buf);
+        }
+        window = window.saturating_mul(4);
+    }
 }
 
 /// Moves a last line that is partial (no newline) or unparseable to
@@ -487,6 +508,44 @@ mod tests {
         };
         let failure = append_line(&mut sink, 0, b"{\"seq\":1}\n").unwrap_err();
         assert!(failure.cut.is_err());
+    }
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("harnessd-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir.join("events.jsonl")
+    }
+
+    #[test]
+    fn the_chain_survives_a_last_line_longer_than_the_tail_window() {
+        let path = scratch("longline");
+        let (mut log, _) = LogFile::open(&path).unwrap();
+        let mut body = Map::new();
+        body.insert("big".into(), "x".repeat(3 * TAIL_WINDOW as usize).into());
+        log.append("t".into(), body).unwrap();
+        drop(log);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let last = text.lines().last().unwrap().to_string();
+        // A new writer (a restart) chains its first line to the long one.
+        let (mut log, repair) = LogFile::open(&path).unwrap();
+        assert!(repair.is_none(), "a whole line is not torn");
+        assert_eq!(log.append("t".into(), Map::new()).unwrap(), 2);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let second: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+        assert_eq!(second["prev"], crate::config::sha256_hex(last.as_bytes()));
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn a_forged_seq_at_the_top_of_the_range_refuses_the_next_line_without_panic() {
+        let path = scratch("maxseq");
+        let forged = format!("{{\"seq\":{},\"ts\":\"t\",\"type\":\"x\"}}\n", u64::MAX);
+        std::fs::write(&path, forged).unwrap();
+        let (mut log, _) = LogFile::open(&path).unwrap();
+        let err = log.append("t".into(), Map::new()).unwrap_err();
+        assert!(err.to_string().contains("no next one"), "{err}");
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 
     #[test]

@@ -101,3 +101,36 @@ fn an_unpriced_model_costs_unknown_and_a_built_in_one_is_priced() {
     let finished = &root.events_of("task_finished")[0];
     assert!(close(&finished["usd"], 0.000105), "{finished}");
 }
+
+/// A task submitted with `--model` naming a model without a price, under a USD
+/// budget: its cost is unknown, so the budget cannot be kept and the task stops
+/// at its first tool call instead of running unbounded.
+#[test]
+fn a_per_task_model_without_a_price_stops_under_a_usd_budget() {
+    let api = FakeApi::start(vec![
+        Reply::tool("tu_1", "get_time", json!({})),
+        Reply::text("never asked"),
+    ]);
+    let root = priced_root(&api);
+    root.set_config("loop", "usd_budget", "5.0");
+    let daemon = crate::common::daemon::Daemon::start(&root);
+    let out = root.run(&["submit", "--model", "unpriced-model", "go"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let id = crate::common::stdout(&out).trim().to_string();
+    let task = daemon.wait_finished(&id);
+    assert_eq!(task["stop_reason"], "usd_budget", "{task}");
+    assert_eq!(api.requests().len(), 1);
+    let finished = &root.events_of("task_finished")[0];
+    assert!(
+        finished.get("usd").is_none_or(|u| u.is_null()),
+        "{finished}"
+    );
+    let result = &last_results(&root.transcript())[0];
+    assert!(
+        result["content"]
+            .as_str()
+            .unwrap()
+            .contains("cost is unknown"),
+        "{result}"
+    );
+}
