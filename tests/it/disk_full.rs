@@ -11,14 +11,13 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 
 use serde_json::{Value, json};
 
 use crate::common::daemon::Daemon;
 use crate::common::{TestRoot, wait_until};
-use crate::failpoints::{Faults, held_model};
+use crate::failpoints::{Faults, Held, held_root};
 
 /// A tmpfs mounted on a directory, unmounted on drop.
 struct Mount {
@@ -142,17 +141,13 @@ fn check_log(path: &Path) -> Vec<Value> {
 
 #[test]
 fn a_full_disk_stops_the_action_and_refuses_tasks_until_space_returns() {
-    let (asked, go) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicBool::new(false)),
-    );
-    let api = held_model(asked.clone(), go.clone());
-    let root = TestRoot::new(&api.url);
     // write_file runs without asking: only the record can stop it.
-    root.edit_settings(|s| {
-        s["tools"]["allow"] = json!(["write_file", "get_time"]);
-        s["tools"]["ask"] = json!([]);
-    });
+    let Held {
+        asked,
+        go,
+        api: _api,
+        root,
+    } = held_root();
     let full = Full::set_up(&root);
     let log = root.dir.join("transcripts/events.jsonl");
     let env = full.env();

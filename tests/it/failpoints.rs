@@ -41,6 +41,38 @@ impl Faults {
     }
 }
 
+/// A root whose model holds its first answer (see [`held_model`]) and where
+/// `write_file` runs without asking: only the record can stop it.
+pub(crate) struct Held {
+    /// Set when the model has been asked.
+    pub(crate) asked: Arc<AtomicBool>,
+    /// Set to let the model answer.
+    pub(crate) go: Arc<AtomicBool>,
+    /// The fake API (kept alive with the root).
+    pub(crate) api: FakeApi,
+    /// The root.
+    pub(crate) root: TestRoot,
+}
+
+pub(crate) fn held_root() -> Held {
+    let (asked, go) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let api = held_model(asked.clone(), go.clone());
+    let root = TestRoot::new(&api.url);
+    root.edit_settings(|s| {
+        s["tools"]["allow"] = json!(["write_file", "get_time"]);
+        s["tools"]["ask"] = json!([]);
+    });
+    Held {
+        asked,
+        go,
+        api,
+        root,
+    }
+}
+
 /// A fake model whose first answer (a `write_file` of `marker.txt`) waits until
 /// `go` is set; every later request gets a plain answer.
 pub(crate) fn held_model(asked: Arc<AtomicBool>, go: Arc<AtomicBool>) -> FakeApi {
@@ -70,16 +102,12 @@ fn of_task<'a>(events: &'a [Value], kind: &str, id: &str) -> Vec<&'a Value> {
 
 /// The whole scenario with `fault` (e.g. `events.sync=eio`) as the failure.
 fn fails_closed_and_recovers(fault: &str) {
-    let (asked, go) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicBool::new(false)),
-    );
-    let api = held_model(asked.clone(), go.clone());
-    let root = TestRoot::new(&api.url);
-    root.edit_settings(|s| {
-        s["tools"]["allow"] = json!(["write_file", "get_time"]);
-        s["tools"]["ask"] = json!([]);
-    });
+    let Held {
+        asked,
+        go,
+        api: _api,
+        root,
+    } = held_root();
     let faults = Faults::new(&root);
     let d = Daemon::start_with_env(&root, &[("HARNESSD_FAILPOINTS", &faults.env())]);
     let id = d.submit("write the marker");
@@ -184,16 +212,12 @@ fn a_write_cut_short_leaves_only_whole_lines() {
 /// open, which is why the next start need not read the whole log.
 #[test]
 fn a_clean_stop_writes_the_owed_task_finished_first() {
-    let (asked, go) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicBool::new(false)),
-    );
-    let api = held_model(asked.clone(), go.clone());
-    let root = TestRoot::new(&api.url);
-    root.edit_settings(|s| {
-        s["tools"]["allow"] = json!(["write_file", "get_time"]);
-        s["tools"]["ask"] = json!([]);
-    });
+    let Held {
+        asked,
+        go,
+        api: _api,
+        root,
+    } = held_root();
     let faults = Faults::new(&root);
     let mut d = Daemon::start_with_env(&root, &[("HARNESSD_FAILPOINTS", &faults.env())]);
     let id = d.submit("write the marker");
