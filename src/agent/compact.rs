@@ -8,6 +8,9 @@
 //! more than half the threshold (estimated by scaling the reported tokens with the
 //! history's size), those turns are summarised by one model request with tools
 //! disabled, and the summary joins the first user message as one text block.
+//! Turns holding less than a tenth of the threshold are neither saved, replaced
+//! nor summarised: the kept tail is then what is large, and compacting again every
+//! turn would only cost a request and a history file each time.
 //! The kept tail always starts with an assistant message, so every `tool_use`
 //! keeps its `tool_result` and roles still alternate; thinking blocks go or stay
 //! with their message, whole. The history before compaction is saved first as
@@ -121,14 +124,27 @@ impl TaskRun<'_> {
             Trigger::Reported(n) => n,
             Trigger::TooLong => size_before / 4,
         };
+        let estimate = |m: &[Message]| tokens_before.saturating_mul(size(m)) / size_before;
+        // Only messages[1..tail] can shrink. When they are already small, the kept
+        // tail itself is over the threshold: compacting again (a history file, a
+        // summary request, every turn) would cost without helping.
+        let worth = |m: &[Message]| estimate(&m[1..tail]) >= context.compress_threshold_tokens / 10;
+        if matches!(trigger, Trigger::Reported(_)) && !worth(&self.transcript.messages) {
+            tracing::warn!(
+                task_id = %self.spec.task_id,
+                "the last {keep} messages alone are over context.compress_threshold_tokens; \
+                 nothing older is worth compacting (lower context.keep_recent_messages)"
+            );
+            return Ok(false);
+        }
         let Some(history_file) = self.save_history(loaded).await else {
             return Ok(false);
         };
         let placeholder = self.placeholder_fn(loaded);
         use_placeholders(&mut self.transcript.messages[1..tail], placeholder);
-        let estimate = |m: &[Message]| tokens_before.saturating_mul(size(m)) / size_before;
-        let still_large =
-            estimate(&self.transcript.messages) > context.compress_threshold_tokens / 2;
+        let still_large = estimate(&self.transcript.messages)
+            > context.compress_threshold_tokens / 2
+            && worth(&self.transcript.messages);
         let mut summary_usage = None;
         if matches!(trigger, Trigger::TooLong) || still_large {
             match self.summarise(loaded, tail).await? {

@@ -143,3 +143,50 @@ fn a_prompt_too_long_400_compacts_once_and_retries() {
             .ends_with("/history-1.json")
     );
 }
+
+/// When the kept tail itself is what is over the threshold (three 10 KB results in
+/// the last six messages), compaction replaces each result as it ages out of the
+/// tail but never summarises turns that are already small: the old code sent a
+/// summary request (and wrote a history file) at every turn, for nothing.
+#[test]
+fn a_large_kept_tail_does_not_make_every_turn_summarise() {
+    let turns = 8;
+    let counter = std::sync::atomic::AtomicUsize::new(0);
+    let api = FakeApi::with_responder(Box::new(move |body: &Value| {
+        let usage = json!({"input_tokens": tokens_of(body), "output_tokens": 5});
+        if is_summary_request(body) {
+            return Reply::message_with_usage(
+                json!([{"type": "text", "text": "Summary."}]),
+                "end_turn",
+                usage,
+            );
+        }
+        let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let (content, stop) = if n >= turns {
+            (json!([{"type": "text", "text": "done"}]), "end_turn")
+        } else {
+            let call = json!({"type": "tool_use", "id": format!("tu_{n}"),
+                "name": "read_file", "input": {"path": "big.txt"}});
+            (json!([call]), "tool_use")
+        };
+        Reply::message_with_usage(content, stop, usage)
+    }));
+    let root = long_task_root(&api);
+    // About 7 700 tokens in the last six messages alone.
+    root.set_config("context", "compress_threshold_tokens", "6000");
+    let out = root.run(&["run", PROMPT]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "done\n");
+    let requests = api.requests();
+    let summaries = requests
+        .iter()
+        .filter(|r| is_summary_request(&r.body))
+        .count();
+    assert_eq!(summaries, 0, "summary requests for turns already small");
+    let compacted = root.events_of("context_compacted");
+    assert!(!compacted.is_empty(), "old results were still replaced");
+    assert!(
+        compacted.iter().all(|c| c["method"] == "placeholders"),
+        "{compacted:?}"
+    );
+}
