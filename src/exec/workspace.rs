@@ -433,6 +433,24 @@ struct Frame {
     depth: usize,
 }
 
+/// The id of the mount `fd` is on (`statx`, `STATX_MNT_ID`, Linux 5.8+); `None`
+/// where the kernel cannot say, in which case only devices are compared.
+fn mount_id(fd: BorrowedFd<'_>) -> Option<u64> {
+    // SAFETY: statx writes only into `buf`, which is a plain C struct it fully
+    // owns for the call; the path is a valid NUL-terminated empty string.
+    let mut buf: libc::statx = unsafe { std::mem::zeroed() };
+    let r = unsafe {
+        libc::statx(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_MNT_ID,
+            &mut buf,
+        )
+    };
+    (r == 0 && buf.stx_mask & libc::STATX_MNT_ID != 0).then_some(buf.stx_mnt_id)
+}
+
 /// Gives `owner` access to every entry under `ws` (`how`), depth first,
 /// iteratively, through descriptors (see the module doc). Skips `.tmp.planted-*`
 /// at the top (kept as found, for the operator), device nodes, non-directories
@@ -444,6 +462,7 @@ fn walk(ws: OwnedFd, owner: (Uid, Gid), how: Grant) -> Walk {
         walk.failed += 1;
         return walk;
     };
+    let mount = mount_id(ws.as_fd());
     let names = list(ws.as_fd(), &mut budget, &mut walk);
     let mut stack = vec![Frame {
         dir: ws,
@@ -472,7 +491,9 @@ fn walk(ws: OwnedFd, owner: (Uid, Gid), how: Grant) -> Walk {
             walk.failed += 1;
             continue;
         };
-        if st.st_dev != dev {
+        // A bind mount of the same filesystem has the same device: the mount id
+        // tells it (a bind of /etc into the workspace must get nothing).
+        if st.st_dev != dev || mount_id(fd.as_fd()) != mount {
             walk.other_fs += 1;
             continue;
         }

@@ -241,3 +241,40 @@ fn without_acls_the_tree_is_given_to_the_tool_user_with_a_warning_naming_the_fil
         "{err}"
     );
 }
+
+/// A directory of the same filesystem bind-mounted into the workspace (an
+/// operator's shortcut to /etc, say) has the workspace's device: only the mount id
+/// tells it apart, and it must get no ACL for the tool user.
+#[test]
+fn a_bind_mount_inside_the_workspace_gets_no_acl() {
+    assert_root();
+    let root = TestRoot::new("http://127.0.0.1:9");
+    let ws = root.workspace();
+    let outside = root.dir.join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("secret"), "s").unwrap();
+    std::fs::create_dir_all(ws.join("bound")).unwrap();
+    // In a mount namespace of the command's own: nothing outside the test sees it.
+    let script = format!(
+        "mount --bind '{outside}' '{ws}/bound' && exec '{bin}' --root '{root}' \
+         sandbox -- true",
+        outside = outside.display(),
+        ws = ws.display(),
+        bin = crate::common::bin(),
+        root = root.dir.display(),
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // The mount is gone with its namespace; the files under it are the outside ones.
+    for p in [outside.clone(), outside.join("secret")] {
+        assert_eq!(
+            granted(&p, NOBODY),
+            0,
+            "{} was opened to the tool user",
+            p.display()
+        );
+    }
+}
