@@ -1,0 +1,42 @@
+//! Attacks on the changes of the last hour (tasks without a daemon, audit verify
+//! --head, remember's refusal of `<` and pipes, the USD budget, the writer's tail
+//! read, the live-text feed, --task file skipping), each one a bug found against
+//! the real binary.
+
+use crate::attack_audit::{RemoveOnDrop, ends_within_30s};
+use crate::common::{FakeApi, Reply, TestRoot, stderr};
+
+/// `harnessd tasks` with no daemon reads every `*.json` of transcripts/, the
+/// directory that also holds the audit log. A FIFO dropped there with that name
+/// made it block for ever in open, and a link to /dev/zero made it read without
+/// end — the same forgeries the log's readers refuse. Only regular files are read
+/// now; anything else is named and the command exits 1. A regular transcript whose
+/// task_id names the FIFO led the prompt's read there too: the prompt is now read
+/// from the file the head came from.
+#[test]
+fn tasks_without_a_daemon_refuses_a_fifo_or_link_named_json() {
+    let api = FakeApi::start(vec![Reply::text("a")]);
+    let root = TestRoot::new(&api.url);
+    assert_eq!(root.run(&["run", "one"]).status.code(), Some(0));
+    let forged = root.dir.join("transcripts/t-forged.json");
+    let _remove = RemoveOnDrop(forged.clone());
+    let mut copy = root.transcript();
+    copy["task_id"] = "t-forged".into();
+    let copy_path = root.dir.join("transcripts/t-copy.json");
+    let _remove_copy = RemoveOnDrop(copy_path.clone());
+    std::fs::write(&copy_path, copy.to_string()).unwrap();
+    let fifo = root.dir.join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    for target in [None, Some(std::path::Path::new("/dev/zero"))] {
+        let _ = std::fs::remove_file(&forged);
+        match target {
+            None => std::fs::rename(&fifo, &forged).unwrap(),
+            Some(t) => std::os::unix::fs::symlink(t, &forged).unwrap(),
+        }
+        let out = ends_within_30s(&root, &["tasks"]);
+        assert_eq!(out.status.code(), Some(1), "{target:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains("t-forged.json"), "{err}");
+        assert!(err.contains("not a regular file"), "{err}");
+    }
+}
