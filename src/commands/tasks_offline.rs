@@ -29,7 +29,7 @@ pub fn run(root: &Path, json_out: bool) -> anyhow::Result<i32> {
     // name any file, a FIFO included).
     let mut tasks = Vec::with_capacity(found.len());
     for (mut t, path) in found {
-        t.prompt = read_regular(&path)
+        t.prompt = crate::agent::Transcript::read_text(&path)
             .ok()
             .and_then(|text| serde_json::from_str::<crate::agent::Transcript>(&text).ok())
             .and_then(|whole| Task::prompt_start(&whole.messages.first()?.text()));
@@ -60,7 +60,7 @@ fn read_heads(dir: &Path) -> (Vec<(Task, PathBuf)>, bool) {
         if path.extension().is_none_or(|e| e != "json") {
             continue;
         }
-        let head = read_regular(&path)
+        let head = crate::agent::Transcript::read_text(&path)
             .map_err(|e| e.to_string())
             .and_then(|t| serde_json::from_str::<TranscriptHead>(&t).map_err(|e| e.to_string()));
         match head {
@@ -77,30 +77,6 @@ fn read_heads(dir: &Path) -> (Vec<(Task, PathBuf)>, bool) {
         }
     }
     (tasks, unreadable)
-}
-
-/// The text of a transcript, read only from a regular file: the directory also
-/// holds the audit log, and a FIFO or link dropped there as `*.json` would block
-/// the listing in open or feed it without end (`/dev/zero`), as the log's readers
-/// refuse for a rotated name.
-fn read_regular(path: &Path) -> std::io::Result<String> {
-    use std::io::Read as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let not_regular = || std::io::Error::other("not a regular file (a link, FIFO or device)");
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| match e.raw_os_error() {
-            Some(libc::ELOOP) => not_regular(),
-            _ => e,
-        })?;
-    if !file.metadata()?.is_file() {
-        return Err(not_regular());
-    }
-    let mut text = String::new();
-    file.read_to_string(&mut text)?;
-    Ok(text)
 }
 
 fn task_of(h: TranscriptHead) -> Task {

@@ -5,6 +5,7 @@
 
 use crate::attack_audit::{RemoveOnDrop, ends_within_30s};
 use crate::audit::{sha256_hex, write_lines};
+use crate::common::daemon::Daemon;
 use crate::common::{FakeApi, Reply, TestRoot, stderr};
 
 /// `harnessd tasks` with no daemon reads every `*.json` of transcripts/, the
@@ -83,4 +84,27 @@ fn a_rewritten_log_that_skips_the_heads_seq_fails_against_the_head() {
     let genesis = format!("0:{}", "0".repeat(64));
     let out = root.run(&["audit", "verify", "--head", &genesis]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+/// The daemon reads every `*.json` of transcripts/ at start (its tasks, and the
+/// loose ends of tasks left open in the log): a FIFO dropped there with that name
+/// made `harnessd serve` block in open and never come up. It is now skipped as
+/// not a regular file, named in the diagnostic log, and the daemon serves.
+#[test]
+fn the_daemon_starts_past_a_fifo_named_json() {
+    let api = FakeApi::start(vec![Reply::text("a")]);
+    let root = TestRoot::new(&api.url);
+    assert_eq!(root.run(&["run", "one"]).status.code(), Some(0));
+    let forged = root.dir.join("transcripts/t-forged.json");
+    let _remove = RemoveOnDrop(forged.clone());
+    nix::unistd::mkfifo(&forged, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let daemon = Daemon::start(&root);
+    let out = root.run(&["tasks", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(list["tasks"].as_array().unwrap().len(), 1, "{list}");
+    drop(daemon);
+    let log = std::fs::read_to_string(root.dir.join("daemon.log")).unwrap();
+    assert!(log.contains("t-forged.json"), "{log}");
+    assert!(log.contains("not a regular file"), "{log}");
 }
