@@ -499,8 +499,11 @@ impl TaskRun<'_> {
         let live = services.live_text.as_ref();
         let on_text = move |text: &str| {
             if let Some(tx) = live {
-                let delta =
-                    json!({"type": "text_delta", "task_id": task_id, "turn": turn, "text": text});
+                // `after_seq` (the last line written before this text) lets a
+                // follower put the text between the same events as it came.
+                let after_seq = events.head().0;
+                let delta = json!({"type": "text_delta", "task_id": task_id, "turn": turn,
+                    "text": text, "after_seq": after_seq});
                 let _ = tx.send(delta);
             }
         };
