@@ -367,7 +367,11 @@ impl TaskRun<'_> {
                 .await?
             {
                 AfterResponse::Stop(ended) => return Ok(ended),
-                AfterResponse::SendAgain => continue,
+                // No calls to run, but another paid request: the budgets hold here too.
+                AfterResponse::SendAgain => match self.budget_used_up(&loaded.config.loop_) {
+                    Some((reason, _)) => return Ok((reason, None)),
+                    None => continue,
+                },
                 AfterResponse::RunCalls => {}
             }
             let limits = &loaded.config.loop_;
@@ -495,8 +499,11 @@ impl TaskRun<'_> {
         let live = services.live_text.as_ref();
         let on_text = move |text: &str| {
             if let Some(tx) = live {
-                let delta =
-                    json!({"type": "text_delta", "task_id": task_id, "turn": turn, "text": text});
+                // `after_seq` (the last line written before this text) lets a
+                // follower put the text between the same events as it came.
+                let after_seq = events.head().0;
+                let delta = json!({"type": "text_delta", "task_id": task_id, "turn": turn,
+                    "text": text, "after_seq": after_seq});
                 let _ = tx.send(delta);
             }
         };
@@ -627,6 +634,35 @@ impl TaskRun<'_> {
         Ok(AfterResponse::Stop((StopReason::Error, Some(error))))
     }
 
+    /// The budget (tokens, or US dollars) the task has used up, with why, if any.
+    /// Checked before calls run and before a `pause_turn` is sent again.
+    fn budget_used_up(&self, limits: &LoopConfig) -> Option<(StopReason, String)> {
+        if self.transcript.usage.total() >= limits.token_budget {
+            let why = format!(
+                "not executed: the task's token budget ({} tokens) is used up; the task \
+                 stops here",
+                limits.token_budget
+            );
+            return Some((StopReason::TokenBudget, why));
+        }
+        let budget = limits.usd_budget?;
+        // A cost that is not known (a model without a price, chosen per task)
+        // cannot be held to a budget: the task stops rather than run unbounded.
+        let why = match self.transcript.usd {
+            Some(spent) if spent >= budget => format!(
+                "not executed: the task's USD budget (${budget}) is used up (${spent:.4} \
+                 spent); the task stops here"
+            ),
+            Some(_) => return None,
+            None => format!(
+                "not executed: the task's cost is unknown (no price for model {:?}), so \
+                 its USD budget (${budget}) cannot be kept; the task stops here",
+                self.transcript.model
+            ),
+        };
+        Some((StopReason::UsdBudget, why))
+    }
+
     /// The limits checked before calls run: token budget, no progress, turn limit
     /// (`last_turn`). A limit that stops the task answers the calls unexecuted.
     async fn check_limits(
@@ -636,34 +672,9 @@ impl TaskRun<'_> {
         repeats: &mut Repeats,
         last_turn: bool,
     ) -> Result<Option<StopReason>, EventError> {
-        if self.transcript.usage.total() >= limits.token_budget {
-            let why = format!(
-                "not executed: the task's token budget ({} tokens) is used up; the task \
-                 stops here",
-                limits.token_budget
-            );
+        if let Some((reason, why)) = self.budget_used_up(limits) {
             self.unexecuted(uses, &why).await?;
-            return Ok(Some(StopReason::TokenBudget));
-        }
-        if let Some(budget) = limits.usd_budget {
-            // A cost that is not known (a model without a price, chosen per task)
-            // cannot be held to a budget: the task stops rather than run unbounded.
-            let why = match self.transcript.usd {
-                Some(spent) if spent >= budget => Some(format!(
-                    "not executed: the task's USD budget (${budget}) is used up (${spent:.4} \
-                     spent); the task stops here"
-                )),
-                Some(_) => None,
-                None => Some(format!(
-                    "not executed: the task's cost is unknown (no price for model {:?}), so \
-                     its USD budget (${budget}) cannot be kept; the task stops here",
-                    self.transcript.model
-                )),
-            };
-            if let Some(why) = why {
-                self.unexecuted(uses, &why).await?;
-                return Ok(Some(StopReason::UsdBudget));
-            }
+            return Ok(Some(reason));
         }
         let repeated = repeats.observe(uses);
         if repeated >= limits.no_progress_repeats {

@@ -105,8 +105,32 @@ impl Transcript {
     /// Reads and parses the transcript at `path`; a file that does not parse is an
     /// `InvalidData` error.
     pub fn read(path: &Path) -> std::io::Result<Transcript> {
-        let text = std::fs::read_to_string(path)?;
+        let text = Transcript::read_text(path)?;
         Ok(serde_json::from_str(&text)?)
+    }
+
+    /// The text of the transcript file at `path`, read only from a regular file:
+    /// transcripts/ also holds the audit log, and a FIFO or link dropped there as
+    /// `*.json` would block its reader in open or feed it without end
+    /// (`/dev/zero`), as the log's readers refuse for a rotated name.
+    pub fn read_text(path: &Path) -> std::io::Result<String> {
+        use std::io::Read as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let not_regular = || std::io::Error::other("not a regular file (a link, FIFO or device)");
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ELOOP) => not_regular(),
+                _ => e,
+            })?;
+        if !file.metadata()?.is_file() {
+            return Err(not_regular());
+        }
+        let mut text = String::new();
+        file.read_to_string(&mut text)?;
+        Ok(text)
     }
 
     /// [`Transcript::read`] from async code, on a blocking thread.

@@ -4,7 +4,7 @@
 //! daemon does at start; the whole transcript only for the tasks shown.
 
 use std::io::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::agent::TranscriptHead;
 use crate::control::Task;
@@ -20,16 +20,20 @@ pub fn run(root: &Path, json_out: bool) -> anyhow::Result<i32> {
         Ok(l) => l,
         Err(code) => return Ok(code),
     };
-    let (mut tasks, unreadable) = read_heads(&loaded.paths.transcripts);
-    tasks.sort_by(|a, b| (&b.created, &b.task_id).cmp(&(&a.created, &a.task_id)));
-    let older = tasks.len().saturating_sub(PAGE);
-    tasks.truncate(PAGE);
-    // The prompt is in the messages, which the heads skip: read for this page only.
-    for t in &mut tasks {
-        let path = crate::agent::Transcript::path(&loaded.paths.transcripts, &t.task_id);
-        t.prompt = crate::agent::Transcript::read(&path)
+    let (mut found, unreadable) = read_heads(&loaded.paths.transcripts);
+    found.sort_by(|(a, _), (b, _)| (&b.created, &b.task_id).cmp(&(&a.created, &a.task_id)));
+    let older = found.len().saturating_sub(PAGE);
+    found.truncate(PAGE);
+    // The prompt is in the messages, which the heads skip: read for this page only,
+    // from the file the head came from (a path made from the id it holds could
+    // name any file, a FIFO included).
+    let mut tasks = Vec::with_capacity(found.len());
+    for (mut t, path) in found {
+        t.prompt = crate::agent::Transcript::read_text(&path)
             .ok()
+            .and_then(|text| serde_json::from_str::<crate::agent::Transcript>(&text).ok())
             .and_then(|whole| Task::prompt_start(&whole.messages.first()?.text()));
+        tasks.push(t);
     }
     if json_out {
         let list = crate::control::TaskList { tasks, next: None };
@@ -44,8 +48,9 @@ pub fn run(root: &Path, json_out: bool) -> anyhow::Result<i32> {
     Ok(if unreadable { 1 } else { 0 })
 }
 
-/// The task of every transcript in `dir`, and whether one could not be read.
-fn read_heads(dir: &Path) -> (Vec<Task>, bool) {
+/// The task of every transcript in `dir` with its file, and whether one could not
+/// be read.
+fn read_heads(dir: &Path) -> (Vec<(Task, PathBuf)>, bool) {
     let mut tasks = Vec::new();
     let mut unreadable = false;
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -55,11 +60,11 @@ fn read_heads(dir: &Path) -> (Vec<Task>, bool) {
         if path.extension().is_none_or(|e| e != "json") {
             continue;
         }
-        let head = std::fs::read_to_string(&path)
+        let head = crate::agent::Transcript::read_text(&path)
             .map_err(|e| e.to_string())
             .and_then(|t| serde_json::from_str::<TranscriptHead>(&t).map_err(|e| e.to_string()));
         match head {
-            Ok(h) => tasks.push(task_of(h)),
+            Ok(h) => tasks.push((task_of(h), path)),
             Err(e) => {
                 unreadable = true;
                 let _ = writeln!(

@@ -9,6 +9,7 @@
 //! live. A line that does not parse is sent as an `unreadable_line` object naming
 //! its file and line number, never skipped.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::path::PathBuf;
 
@@ -97,26 +98,29 @@ async fn send_live(
     tx: &mpsc::Sender<Bytes>,
 ) {
     let path = s.config.current().paths.events.clone();
+    let mut pending = VecDeque::new();
     loop {
         let next = match text.as_mut() {
+            // Text first: a text was sent before every event written after it, so
+            // taking what is waiting there first keeps it ahead of those events
+            // however far behind this follower is; text written after events not
+            // yet sent waits for them in `pending`.
             Some(feed) => tokio::select! {
-                ev = live.recv() => ev,
+                biased;
                 delta = feed.rx.recv() => {
                     match delta {
-                        Ok(delta) if feed.wants(&delta) => {
-                            let mut line = delta.to_string();
-                            line.push('\n');
-                            if tx.send(Bytes::from(line)).await.is_err() {
-                                return;
-                            }
-                        }
+                        Ok(delta) if feed.wants(&delta) => pending.push_back(delta),
                         // Text is a courtesy: a lagging or closed feed loses
                         // only text, never an event.
                         Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
                         Err(broadcast::error::RecvError::Closed) => text = None,
                     }
+                    if !send_text(&mut pending, done, tx).await {
+                        return;
+                    }
                     continue;
                 }
+                ev = live.recv() => ev,
             },
             None => live.recv().await,
         };
@@ -149,7 +153,32 @@ async fn send_live(
             }
             Err(broadcast::error::RecvError::Closed) => return,
         }
+        if !send_text(&mut pending, done, tx).await {
+            return;
+        }
     }
+}
+
+/// Sends the waiting text written after lines up to `done` only (its events are
+/// sent); `false` once the client has gone.
+async fn send_text(pending: &mut VecDeque<Value>, done: u64, tx: &mpsc::Sender<Bytes>) -> bool {
+    while pending
+        .front()
+        .is_some_and(|d| d["after_seq"].as_u64().unwrap_or(0) <= done)
+    {
+        let Some(mut delta) = pending.pop_front() else {
+            break;
+        };
+        if let Some(d) = delta.as_object_mut() {
+            d.remove("after_seq");
+        }
+        let mut line = delta.to_string();
+        line.push('\n');
+        if tx.send(Bytes::from(line)).await.is_err() {
+            return false;
+        }
+    }
+    true
 }
 
 /// The live text of one task (or all), for a follower that asked with `text=1`.

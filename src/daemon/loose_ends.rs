@@ -85,7 +85,7 @@ fn owed_event(dir: &Path, id: &str) -> Option<Event> {
         ));
     }
     // The head first: most open tasks are interrupted ones, left as they are.
-    let text = std::fs::read_to_string(&path).ok()?;
+    let text = Transcript::read_text(&path).ok()?;
     let head: TranscriptHead = serde_json::from_str(&text).ok()?;
     if head.status != TaskStatus::Finished {
         return None;

@@ -298,7 +298,7 @@ fn read_found(
     let skipped = |why: String| {
         tracing::warn!("skipping transcript {}: {why}", path.display());
     };
-    let text = std::fs::read_to_string(path)
+    let text = Transcript::read_text(path)
         .map_err(|e| skipped(e.to_string()))
         .ok()?;
     let head: TranscriptHead = serde_json::from_str(&text)

@@ -169,6 +169,8 @@ pub fn verify_against(live: &Path, expected: Option<&Head>) -> Result<Report, Ve
         unchained: 0,
     };
     let mut last: Option<Checked> = None;
+    // `0:GENESIS` is the head logged for an empty log: no line to find.
+    let mut head_found = expected.is_none_or(|h| h.seq == 0 && h.hash == GENESIS);
     while let Some(cur) = lines.next() {
         let cur = cur?;
         // Before the lookahead: after an overlong line it would read the rest.
@@ -189,6 +191,7 @@ pub fn verify_against(live: &Path, expected: Option<&Head>) -> Result<Report, Ve
                 cur.hash, head.seq, head.hash
             )));
         }
+        head_found |= expected.is_some_and(|h| cur.seq == Some(h.seq));
         if last.as_ref().is_none_or(|l| l.path != cur.path) {
             report.files += 1;
         }
@@ -196,20 +199,34 @@ pub fn verify_against(live: &Path, expected: Option<&Head>) -> Result<Report, Ve
         report.head = cur.seq.map(|s| (s, cur.hash.clone()));
         last = Some(cur);
     }
-    if let Some(head) = expected
-        && report.head.as_ref().is_none_or(|(s, _)| *s < head.seq)
-    {
-        return Err(VerifyError::Broken(Break {
-            path: last.map_or_else(|| live.to_path_buf(), |l| l.path),
-            line: report.lines,
-            seq: report.head.as_ref().map(|(s, _)| *s),
-            what: format!(
-                "truncated: the log ends before seq {}, whose hash was logged as the head",
-                head.seq
-            ),
-        }));
+    match expected {
+        Some(head) if !head_found => Err(head_missing(head, &report, last, live)),
+        _ => Ok(report),
     }
-    Ok(report)
+}
+
+/// The log does not hold the expected head's line: cut before it, or rewritten
+/// with seqs that pass over it (a fresh chain numbered past the head verifies on
+/// its own, so meeting no line of that seq is itself the failure).
+fn head_missing(head: &Head, report: &Report, last: Option<Checked>, live: &Path) -> VerifyError {
+    let ends = report.head.as_ref().map(|(s, _)| *s);
+    let what = if ends.is_none_or(|s| s < head.seq) {
+        format!(
+            "truncated: the log ends before seq {}, whose hash was logged as the head",
+            head.seq
+        )
+    } else {
+        format!(
+            "rewritten: no line has seq {}, whose hash was logged as the head",
+            head.seq
+        )
+    };
+    VerifyError::Broken(Break {
+        path: last.map_or_else(|| live.to_path_buf(), |l| l.path),
+        line: report.lines,
+        seq: ends,
+        what,
+    })
 }
 
 /// Checks one line against the one before it, looking at the one after it to

@@ -179,7 +179,7 @@ fn a_fifo_or_link_with_a_rotated_name_is_refused_not_read() {
 }
 
 /// Removes a file when dropped, so that even a failed test leaves no FIFO behind.
-struct RemoveOnDrop(std::path::PathBuf);
+pub(crate) struct RemoveOnDrop(pub(crate) std::path::PathBuf);
 
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
@@ -189,7 +189,7 @@ impl Drop for RemoveOnDrop {
 
 /// Runs `harnessd ARGS` on `root`; fails the test if it has not ended after 30 s
 /// (not a speed figure: a bound far above any command on a tiny log).
-fn ends_within_30s(root: &TestRoot, args: &[&str]) -> std::process::Output {
+pub(crate) fn ends_within_30s(root: &TestRoot, args: &[&str]) -> std::process::Output {
     let mut child = root
         .command(args)
         .stdout(std::process::Stdio::null())

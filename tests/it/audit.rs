@@ -40,7 +40,7 @@ pub fn all_lines(root: &TestRoot) -> Vec<String> {
         .collect()
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
     sha2::Sha256::digest(bytes)
         .iter()
@@ -150,7 +150,7 @@ fn target(root: &TestRoot) -> (PathBuf, Vec<String>) {
     (file, lines)
 }
 
-fn write_lines(file: &Path, lines: &[String]) {
+pub(crate) fn write_lines(file: &Path, lines: &[String]) {
     std::fs::write(file, lines.join("\n") + "\n").unwrap();
 }
 

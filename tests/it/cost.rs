@@ -13,7 +13,7 @@ fn close(a: &serde_json::Value, b: f64) -> bool {
 
 /// A model priced at $1000 per million tokens of every kind: the fake's 10 input
 /// and 5 output tokens cost $0.015 a request.
-fn priced_root(api: &FakeApi) -> TestRoot {
+pub(crate) fn priced_root(api: &FakeApi) -> TestRoot {
     let root = TestRoot::new(&api.url);
     root.set_config("api", "model", "\"fake-model\"");
     for key in ["input", "output", "cache_write", "cache_read"] {

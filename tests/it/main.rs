@@ -9,6 +9,7 @@ mod api;
 mod architecture;
 mod attack_audit;
 mod attack_durability;
+mod attack_late;
 mod attack_ops;
 mod attack_regressions;
 mod audit;
