@@ -14,6 +14,9 @@ use serde::{Deserialize, Serialize};
 use super::{StopReason, TaskStatus};
 use crate::llm::{Message, Usage};
 
+/// The largest transcript file read back (a refused one is named, never read).
+pub const MAX_TRANSCRIPT_BYTES: u64 = 512 * 1024 * 1024;
+
 /// One model request's record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TurnRecord {
@@ -117,7 +120,7 @@ impl Transcript {
         use std::io::Read as _;
         use std::os::unix::fs::OpenOptionsExt as _;
         let not_regular = || std::io::Error::other("not a regular file (a link, FIFO or device)");
-        let mut file = std::fs::OpenOptions::new()
+        let file = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
             .open(path)
@@ -125,11 +128,21 @@ impl Transcript {
                 Some(libc::ELOOP) => not_regular(),
                 _ => e,
             })?;
-        if !file.metadata()?.is_file() {
+        let meta = file.metadata()?;
+        if !meta.is_file() {
             return Err(not_regular());
         }
+        // A file dropped there can be sparse and gigabytes long; compaction keeps
+        // real transcripts far below this, so a larger one is refused, not read.
+        if meta.len() > MAX_TRANSCRIPT_BYTES {
+            return Err(std::io::Error::other(format!(
+                "{} bytes: larger than any transcript harnessd writes ({} MiB at most)",
+                meta.len(),
+                MAX_TRANSCRIPT_BYTES >> 20
+            )));
+        }
         let mut text = String::new();
-        file.read_to_string(&mut text)?;
+        file.take(MAX_TRANSCRIPT_BYTES).read_to_string(&mut text)?;
         Ok(text)
     }
 

@@ -6,7 +6,7 @@
 use crate::attack_audit::{RemoveOnDrop, ends_within_30s};
 use crate::audit::{sha256_hex, write_lines};
 use crate::common::daemon::Daemon;
-use crate::common::{FakeApi, Reply, TestRoot, stderr};
+use crate::common::{FakeApi, Reply, TestRoot, stderr, stdout};
 
 /// `harnessd tasks` with no daemon reads every `*.json` of transcripts/, the
 /// directory that also holds the audit log. A FIFO dropped there with that name
@@ -231,4 +231,38 @@ fn live_text_comes_before_the_response_of_its_turn() {
         late.is_empty(),
         "text out of its turn (after its response or before its request): {late:?}"
     );
+}
+
+/// A sparse 2 GiB file named like a transcript (no disk used) is refused by its
+/// size, named, and never read whole — by `tasks` without a daemon and by the
+/// daemon's start, which comes up.
+#[test]
+fn a_huge_file_named_json_is_refused_not_read() {
+    let api = FakeApi::start(vec![Reply::text("a")]);
+    let root = TestRoot::new(&api.url);
+    assert_eq!(root.run(&["run", "one"]).status.code(), Some(0));
+    let huge = root.dir.join("transcripts/t-huge.json");
+    let _remove = RemoveOnDrop(huge.clone());
+    std::fs::File::create(&huge)
+        .unwrap()
+        .set_len(2 << 30)
+        .unwrap();
+    let out = ends_within_30s(&root, &["tasks"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("t-huge.json") && err.contains("larger than any transcript"),
+        "{err}"
+    );
+    // stdout is not kept by the bounded run: listed again, now that it is known
+    // to end.
+    let listed = stdout(&root.run(&["tasks"]));
+    assert_eq!(
+        listed.lines().count(),
+        2,
+        "the real task is still listed: {listed}"
+    );
+    let daemon = Daemon::start(&root);
+    let (status, _) = daemon.request("GET", "/healthz", None);
+    assert_eq!(status, 200);
 }
