@@ -118,20 +118,8 @@ impl Transcript {
     /// (`/dev/zero`), as the log's readers refuse for a rotated name.
     pub fn read_text(path: &Path) -> std::io::Result<String> {
         use std::io::Read as _;
-        use std::os::unix::fs::OpenOptionsExt as _;
-        let not_regular = || std::io::Error::other("not a regular file (a link, FIFO or device)");
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(path)
-            .map_err(|e| match e.raw_os_error() {
-                Some(libc::ELOOP) => not_regular(),
-                _ => e,
-            })?;
+        let file = crate::events::segments::open_regular(path)?;
         let meta = file.metadata()?;
-        if !meta.is_file() {
-            return Err(not_regular());
-        }
         // A file dropped there can be sparse and gigabytes long; compaction keeps
         // real transcripts far below this, so a larger one is refused, not read.
         if meta.len() > MAX_TRANSCRIPT_BYTES {

@@ -345,7 +345,7 @@ fn chain_tail(file: &mut File, path: &Path) -> Result<Option<(u64, String)>, Eve
     let Some(newest) = segments.iter().rev().find(|s| s.seqs.is_some()) else {
         return Ok(None);
     };
-    let mut old = super::segments::open_rotated(&newest.path).map_err(io("open", &newest.path))?;
+    let mut old = super::segments::open_regular(&newest.path).map_err(io("open", &newest.path))?;
     last_line_state(&mut old, &newest.path)
 }
 

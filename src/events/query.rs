@@ -235,7 +235,7 @@ fn edge_ts(path: &Path) -> (Option<String>, Option<String>) {
     };
     // As the lines are read: only a regular file, and never more of a line than
     // a reader holds (a forged file's one huge line).
-    let Ok(mut file) = super::segments::open_rotated(path) else {
+    let Ok(mut file) = super::segments::open_regular(path) else {
         return (None, None);
     };
     let mut first = Vec::new();

@@ -153,7 +153,7 @@ impl SegmentLines {
         loop {
             let seg = self.pending.pop_front()?;
             if seg.seqs.is_some() {
-                return Some(match open_rotated(&seg.path) {
+                return Some(match open_regular(&seg.path) {
                     Ok(f) => {
                         self.current = Some((seg.path, BufReader::new(f), 0));
                         Ok(())
@@ -240,10 +240,11 @@ impl Iterator for SegmentLines {
     }
 }
 
-/// Opens a rotated file for reading: harnessd only ever renames its live file to
-/// that name, so anything but a regular file (a FIFO would block every reader, a
-/// link could point anywhere) was put there by someone else, and is refused.
-pub(crate) fn open_rotated(path: &Path) -> std::io::Result<File> {
+/// Opens a file harnessd wrote itself (a rotated log, a transcript) for reading:
+/// anything but a regular file there (a FIFO would block every reader, a link
+/// could point anywhere, `/dev/zero` never ends) was put there by someone else,
+/// and is refused without being opened through.
+pub fn open_regular(path: &Path) -> std::io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
         .read(true)
@@ -260,7 +261,9 @@ pub(crate) fn open_rotated(path: &Path) -> std::io::Result<File> {
 }
 
 fn not_regular() -> std::io::Error {
-    std::io::Error::other("not a regular file (a link, FIFO or device put in the log's place)")
+    std::io::Error::other(
+        "not a regular file (a link, FIFO or device put where harnessd keeps its own files)",
+    )
 }
 
 /// Reads past the rest of the current line, a buffer at a time.
