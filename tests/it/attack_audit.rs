@@ -61,26 +61,9 @@ fn a_plain_body_that_stalls_under_streaming_times_out() {
         let root = TestRoot::new(&url);
         root.set_config("api", "timeout_secs", "1");
         root.set_config("api", "max_retries", "0");
-        let mut child = root
-            .command(&["run", "hello"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
         // Not a speed figure: a bound far above the 1 s timeout, so that only a
         // hang fails it.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        let mut ended = false;
-        while !ended && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(50));
-            ended = child.try_wait().unwrap().is_some();
-        }
-        if !ended {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("harnessd still waiting for a stalled body 60 s later ({head:?})");
-        }
-        let out = child.wait_with_output().unwrap();
+        let out = ends_within(&root, &["run", "hello"], 60);
         assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
     }
 }
@@ -190,13 +173,19 @@ impl Drop for RemoveOnDrop {
 /// Runs `harnessd ARGS` on `root`; fails the test if it has not ended after 30 s
 /// (not a speed figure: a bound far above any command on a tiny log).
 pub(crate) fn ends_within_30s(root: &TestRoot, args: &[&str]) -> std::process::Output {
+    ends_within(root, args, 30)
+}
+
+/// Runs `harnessd ARGS` on `root` (stdout discarded); fails the test if it has not
+/// ended after `secs` seconds, killing it.
+fn ends_within(root: &TestRoot, args: &[&str], secs: u64) -> std::process::Output {
     let mut child = root
         .command(args)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
     let mut ended = false;
     while !ended && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(50));
@@ -205,7 +194,7 @@ pub(crate) fn ends_within_30s(root: &TestRoot, args: &[&str]) -> std::process::O
     if !ended {
         let _ = child.kill();
         let _ = child.wait();
-        panic!("harnessd {args:?} still running after 30 s");
+        panic!("harnessd {args:?} still running after {secs} s");
     }
     child.wait_with_output().unwrap()
 }
