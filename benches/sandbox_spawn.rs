@@ -59,7 +59,7 @@ fn spawn_figures() {
         .settings;
     let workspace = root.join("workspace");
     prepare_workspace(&workspace, &settings.sandbox.user).unwrap();
-    let confine = Confinement::from_settings(&settings, &root);
+    let confine = Confinement::from_settings(&settings, &root, harnessd::sandbox::Profile::Write);
     let executor = Executor::new(PathBuf::from(env!("CARGO_BIN_EXE_harnessd")));
     let never = CancellationToken::new();
     let job = Job::Exec {

@@ -236,7 +236,8 @@ fn prepare_sandbox(
     let settings = &loaded.policy.settings;
     // Its warnings (a planted `.tmp` moved aside…) are logged where they arise.
     prepare_workspace(&loaded.paths.workspace, &settings.sandbox.user)?;
-    let confine = Confinement::from_settings(settings, &loaded.paths.root);
+    let confine =
+        Confinement::from_settings(settings, &loaded.paths.root, crate::sandbox::Profile::Write);
     let report = executor.probe(&confine, &loaded.paths.workspace);
     let missing = match &report {
         Ok(r) => r.missing(),

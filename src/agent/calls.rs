@@ -29,6 +29,8 @@ struct Runnable {
     input: ToolInput,
     /// What it was judged on; a file tool opens exactly this path.
     judged: tools::Judged,
+    /// What it may write: read-only when a pattern `allow` admitted it.
+    profile: policy::Profile,
     /// The snapshot that admitted it: its sandbox limits apply to the process.
     loaded: Arc<Loaded>,
 }
@@ -102,6 +104,9 @@ pub async fn answer_unexecuted(
 /// A call's answer that is not a run: refused by a check, denied or not approved.
 type Refused = ToolResult;
 
+/// A call that may run: its tool, input, what it was judged on and what it may write.
+type Admitted = (ToolName, ToolInput, tools::Judged, policy::Profile);
+
 /// The checks that need no policy: the per-turn call limit, a known and offered
 /// tool, input matching its schema.
 fn validate(
@@ -144,7 +149,7 @@ async fn admit(
     loaded: &Arc<Loaded>,
     index: usize,
     (id, name, input): &ToolUse,
-) -> Result<Result<(ToolName, ToolInput, tools::Judged), Refused>, EventError> {
+) -> Result<Result<Admitted, Refused>, EventError> {
     let (tool, parsed) = match validate(loaded, index, name, input) {
         Ok(valid) => valid,
         Err(refused) => return Ok(Err(refused)),
@@ -170,11 +175,18 @@ async fn admit(
                 commands: decision.shell.as_ref().map(|s| s.commands.clone()),
                 provable: decision.shell.as_ref().map(|s| s.provable),
                 not_provable: decision.shell.as_ref().and_then(|s| s.not_provable.clone()),
+                profile: decision.profile.as_str().into(),
+                programs: decision
+                    .shell
+                    .as_ref()
+                    .map(|s| s.programs.clone())
+                    .unwrap_or_default(),
+                raised: decision.raised.clone(),
             },
         )
         .await?;
     let allowed = match decision.tier {
-        Tier::Allow => Ok(()),
+        Tier::Allow => Ok(decision.profile),
         Tier::Deny => Err(ToolResult::error(refusal.unwrap_or_else(|| {
             format!(
                 "denied by policy (rule `{}`): this call will not run. Do not retry it; use \
@@ -182,9 +194,12 @@ async fn admit(
                 decision.rule_label()
             )
         }))),
-        Tier::Ask => ask(env, task_id, (id, name, input), decision.rule_label()).await?,
+        // What a human approved runs with the write set (SPEC §4).
+        Tier::Ask => ask(env, task_id, (id, name, input), decision.rule_label())
+            .await?
+            .map(|()| policy::Profile::Write),
     };
-    Ok(allowed.map(|()| (tool, parsed, judged)))
+    Ok(allowed.map(|profile| (tool, parsed, judged, profile)))
 }
 
 /// [`tools::decide`] on a blocking thread: judging a file tool's path walks the
@@ -322,12 +337,13 @@ async fn admit_all(
         let now = env.services.config.current();
         guard::fault_point(&call.1, FaultPoint::Policy);
         match admit(env, task_id, &now, index, call).await? {
-            Ok((tool, input, judged)) => runnable.push(Runnable {
+            Ok((tool, input, judged, profile)) => runnable.push(Runnable {
                 index,
                 id: call.0.clone(),
                 tool,
                 input,
                 judged,
+                profile,
                 loaded: now,
             }),
             Err(result) => {
@@ -375,7 +391,7 @@ async fn run_admitted(
                 loaded: r.loaded.clone(),
                 ..ctx.clone()
             };
-            let (result, file) = tools::run(&r.id, &r.input, &r.judged, &ctx).await;
+            let (result, file) = tools::run(&r.id, &r.input, &r.judged, r.profile, &ctx).await;
             (result, file, started.elapsed())
         }))
         .await;

@@ -12,7 +12,7 @@ use crate::agent::advertised;
 use crate::config::{ApiKey, Loaded, SandboxRequire, find_key};
 use crate::exec::Executor;
 use crate::policy::{self, Subject};
-use crate::sandbox::{Confinement, Layer};
+use crate::sandbox::{Confinement, Layer, Profile};
 use crate::text::{escape_json, escape_line, escape_text};
 use crate::tools::ToolName;
 
@@ -44,7 +44,8 @@ fn tool_tiers(loaded: &Loaded) -> Vec<Value> {
 
 /// What confines a tool process here: a real probe through the executor.
 fn enforcement(loaded: &Loaded, helper: &Path) -> (u32, Vec<Layer>, Option<String>) {
-    let confine = Confinement::from_settings(&loaded.policy.settings, &loaded.paths.root);
+    let confine =
+        Confinement::from_settings(&loaded.policy.settings, &loaded.paths.root, Profile::Write);
     let probed = Executor::new(helper.to_path_buf()).probe(&confine, &loaded.paths.workspace);
     // The probe ran in a call cgroup, now pooled: `check` makes no other call,
     // so it is removed here, or every `check` would leave one in the host's tree.

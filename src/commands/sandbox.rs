@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::exec::{Ending, ExecRequest, Executor, prepare_workspace};
-use crate::sandbox::{Confinement, Job};
+use crate::sandbox::{Confinement, Job, Profile};
 
 /// Exit code of a command killed at its timeout (as `timeout(1)` uses).
 pub const EXIT_TIMEOUT: i32 = 124;
@@ -27,7 +27,7 @@ pub fn run(root: &Path, argv: Vec<String>, helper: &Path) -> anyhow::Result<i32>
     // Its warnings (a planted `.tmp` moved aside…) are logged where they arise,
     // to stderr by default.
     prepare_workspace(&loaded.paths.workspace, &settings.sandbox.user)?;
-    let confine = Confinement::from_settings(settings, &loaded.paths.root);
+    let confine = Confinement::from_settings(settings, &loaded.paths.root, Profile::Write);
     let never = CancellationToken::new();
     let outcome = Executor::new(PathBuf::from(helper)).run(&ExecRequest {
         job: &Job::Exec { argv },

@@ -65,6 +65,10 @@ pub struct AuditConfig {
     /// `events-<first_seq>-<last_seq>.jsonl` and a new file starts; 0: never.
     /// Fractions are allowed (a test rotates a small log).
     pub rotate_mb: f64,
+    /// MiB kept free in `transcripts/` (a preallocated file) for recording a
+    /// failure: given up only to record it and stop; tool output is not spooled
+    /// while free space is under it. 0: no reserve.
+    pub reserve_mb: u64,
 }
 
 impl Default for AuditConfig {
@@ -72,6 +76,7 @@ impl Default for AuditConfig {
         AuditConfig {
             sync: AuditSync::default(),
             rotate_mb: 256.0,
+            reserve_mb: 64,
         }
     }
 }

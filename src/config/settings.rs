@@ -70,8 +70,13 @@ impl Default for AllowedPaths {
 pub struct ToolTiers {
     /// Tier of a call no rule matches.
     pub default: Tier,
-    /// Rules whose calls run without asking.
+    /// Rules whose calls run without asking. A pattern rule of `run_bash` or
+    /// `run_python` runs its calls read-only (no write but `/dev/null` and a private
+    /// temporary directory).
     pub allow: Vec<String>,
+    /// Pattern rules whose calls run without asking *and* with `allowed_paths.write`:
+    /// for commands that must write. Same syntax and proof as `allow`.
+    pub allow_write: Vec<String>,
     /// Rules whose calls need a human's approval.
     pub ask: Vec<String>,
     /// Rules whose calls are refused.
@@ -84,6 +89,7 @@ impl Default for ToolTiers {
         ToolTiers {
             default: Tier::Ask,
             allow: v(policy::DEFAULT_ALLOW),
+            allow_write: Vec::new(),
             ask: v(policy::DEFAULT_ASK),
             deny: v(policy::DEFAULT_DENY),
         }
@@ -96,11 +102,17 @@ impl Default for ToolTiers {
 pub struct OutputSettings {
     /// Characters of one tool result the model sees, marker not counted.
     pub max_chars: usize,
+    /// MiB of full tool output kept under `transcripts/<task_id>/` per task; past
+    /// it the rest is counted, not kept.
+    pub max_spool_mb: u64,
 }
 
 impl Default for OutputSettings {
     fn default() -> Self {
-        OutputSettings { max_chars: 8000 }
+        OutputSettings {
+            max_chars: 8000,
+            max_spool_mb: 256,
+        }
     }
 }
 
@@ -132,6 +144,8 @@ pub struct SandboxSettings {
     pub max_file_mb: u64,
     /// Open descriptors per process.
     pub max_open_files: u64,
+    /// MiB of the private temporary directory (a tmpfs) of a read-only call.
+    pub tmp_mb: u64,
     /// Account tools run as when harnessd runs as root.
     pub user: String,
     /// `full` or `best_effort`.
@@ -148,6 +162,7 @@ impl Default for SandboxSettings {
             max_processes: 64,
             max_file_mb: 256,
             max_open_files: 256,
+            tmp_mb: 256,
             user: "nobody".into(),
             require: SandboxRequire::Full,
         }
@@ -179,6 +194,7 @@ impl ToolTiers {
         RuleLists {
             default: self.default,
             allow: &self.allow,
+            allow_write: &self.allow_write,
             ask: &self.ask,
             deny: &self.deny,
         }
@@ -200,6 +216,8 @@ impl Settings {
         };
         let limits = [
             ("output.max_chars", self.output.max_chars as u64),
+            ("output.max_spool_mb", self.output.max_spool_mb),
+            ("sandbox.tmp_mb", self.sandbox.tmp_mb),
             ("sandbox.timeout_secs", self.sandbox.timeout_secs),
             ("sandbox.cpu_secs", self.sandbox.cpu_secs),
             ("sandbox.memory_mb", self.sandbox.memory_mb),

@@ -220,6 +220,17 @@ pub enum Event {
         /// For `run_bash`: why it was not provable.
         #[serde(skip_serializing_if = "Option::is_none")]
         not_provable: Option<String>,
+        /// What the call may write if it runs: `read_only` (a pattern `allow` of a
+        /// command tool) or `write`.
+        profile: String,
+        /// For `run_bash`: the entries of the program table the command met
+        /// (`sed e: runs`, `find -delete: writes`).
+        #[serde(skip_serializing_if = "Vec::is_empty", default)]
+        programs: Vec<String>,
+        /// Why harnessd raised the call to `ask` above a rule that allowed it
+        /// (text a deny rule cannot see).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        raised: Option<String>,
     },
     /// A human is asked to approve a call.
     ApprovalRequested {

@@ -6,13 +6,22 @@
 use std::path::Path;
 
 use crate::config::{SandboxRequire, SandboxSettings, Settings, resolve};
-use crate::sandbox::{Confinement, Limits, Require};
+use crate::sandbox::{Confinement, Limits, Profile, Require};
 
 impl From<SandboxRequire> for Require {
     fn from(r: SandboxRequire) -> Require {
         match r {
             SandboxRequire::Full => Require::Full,
             SandboxRequire::BestEffort => Require::BestEffort,
+        }
+    }
+}
+
+impl From<crate::policy::Profile> for Profile {
+    fn from(p: crate::policy::Profile) -> Profile {
+        match p {
+            crate::policy::Profile::ReadOnly => Profile::ReadOnly,
+            crate::policy::Profile::Write => Profile::Write,
         }
     }
 }
@@ -26,6 +35,7 @@ impl From<&SandboxSettings> for Limits {
             max_processes: s.max_processes,
             max_file_mb: s.max_file_mb,
             max_open_files: s.max_open_files,
+            tmp_mb: s.tmp_mb,
             user: s.user.clone(),
             require: s.require.into(),
         }
@@ -35,13 +45,14 @@ impl From<&SandboxSettings> for Limits {
 // An inherent impl of a sandbox type, written here on purpose: callers keep
 // `Confinement::from_settings`, while the sandbox module stays free of `config`.
 impl Confinement {
-    /// The confinement `settings` asks for, with relative paths resolved against
-    /// `root`.
-    pub fn from_settings(settings: &Settings, root: &Path) -> Confinement {
+    /// The confinement `settings` asks for under `profile`, with relative paths
+    /// resolved against `root`.
+    pub fn from_settings(settings: &Settings, root: &Path, profile: Profile) -> Confinement {
         let paths = |list: &[String]| list.iter().map(|p| resolve(root, p)).collect();
         Confinement {
             read: paths(&settings.allowed_paths.read),
             write: paths(&settings.allowed_paths.write),
+            profile,
             limits: Limits::from(&settings.sandbox),
         }
     }
@@ -56,7 +67,7 @@ mod tests {
         let mut settings = Settings::default();
         settings.sandbox.require = SandboxRequire::BestEffort;
         settings.sandbox.network = true;
-        let c = Confinement::from_settings(&settings, Path::new("/root-dir"));
+        let c = Confinement::from_settings(&settings, Path::new("/root-dir"), Profile::Write);
         assert!(
             c.read
                 .contains(&Path::new("/root-dir/workspace").to_path_buf())
@@ -71,6 +82,7 @@ mod tests {
             max_processes: s.max_processes,
             max_file_mb: s.max_file_mb,
             max_open_files: s.max_open_files,
+            tmp_mb: s.tmp_mb,
             user: s.user.clone(),
             require: Require::BestEffort,
         };

@@ -56,8 +56,11 @@ impl Tier {
 pub struct RuleLists<'a> {
     /// Tier of a call no rule matches.
     pub default: Tier,
-    /// Rules whose calls run without asking.
+    /// Rules whose calls run without asking (pattern rules of command tools run
+    /// read-only).
     pub allow: &'a [String],
+    /// Pattern rules whose calls run without asking, with the write set.
+    pub allow_write: &'a [String],
     /// Rules whose calls need a human's approval.
     pub ask: &'a [String],
     /// Rules whose calls are refused.
@@ -88,6 +91,8 @@ pub struct Policy {
     pub ask: RuleSet,
     /// Compiled `tools.allow`.
     pub allow: RuleSet,
+    /// Compiled `tools.allow_write`.
+    pub allow_write: RuleSet,
 }
 
 impl Policy {
@@ -118,7 +123,29 @@ impl Policy {
             deny: compile(Tier::Deny, lists.deny)?,
             ask: compile(Tier::Ask, lists.ask)?,
             allow: compile(Tier::Allow, lists.allow)?,
+            allow_write: compile(Tier::Allow, lists.allow_write)?,
         })
+    }
+}
+
+/// What a call that runs may write (SPEC §4): the kernel enforces it.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Profile {
+    /// Nothing but `/dev/null` and a private temporary directory: a `run_bash` or
+    /// `run_python` call allowed by an `allow` pattern.
+    ReadOnly,
+    /// `allowed_paths.write`: everything else that runs.
+    Write,
+}
+
+impl Profile {
+    /// The profile's name as recorded.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Profile::ReadOnly => "read_only",
+            Profile::Write => "write",
+        }
     }
 }
 
@@ -129,6 +156,12 @@ pub struct Decision {
     pub tier: Tier,
     /// The rule that decided, or `None` when `tools.default` did.
     pub rule: Option<String>,
+    /// What the call may write if it runs (an approved `ask` runs with
+    /// [`Profile::Write`]).
+    pub profile: Profile,
+    /// Why harnessd raised the call to `ask` above what the rules said, if it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub raised: Option<String>,
     /// For `run_bash`: the simple commands seen and whether the command was provable.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shell: Option<ShellView>,
@@ -146,6 +179,9 @@ pub struct ShellView {
     /// Why it is not provable.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub not_provable: Option<String>,
+    /// The program-table entries the commands met (`sed e: runs`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub programs: Vec<String>,
 }
 
 impl ShellView {
@@ -167,6 +203,7 @@ impl ShellView {
             commands,
             provable: analysis.not_provable.is_none(),
             not_provable: analysis.not_provable.clone(),
+            programs: Vec::new(),
         }
     }
 }
@@ -225,6 +262,8 @@ pub fn decide(policy: &Policy, subject: Subject<'_>) -> Decision {
     let decided = |tier, rule: Option<String>| Decision {
         tier,
         rule,
+        profile: Profile::Write,
+        raised: None,
         shell: shell_view.clone(),
     };
     if let Some(r) = deny {
@@ -306,6 +345,7 @@ mod tests {
         Policy::compile(RuleLists {
             default,
             allow: &allow,
+            allow_write: &[],
             ask: &ask,
             deny: &deny,
         })
@@ -322,6 +362,7 @@ mod tests {
         Policy::compile(RuleLists {
             default: Tier::Ask,
             allow: &allow,
+            allow_write: &[],
             ask: &ask,
             deny: &deny,
         })
@@ -512,6 +553,8 @@ mod tests {
             Decision {
                 tier: Tier::Deny,
                 rule: Some("run_bash".into()),
+                profile: Profile::Write,
+                raised: None,
                 shell: d.shell.clone(),
             }
         );
@@ -539,6 +582,8 @@ mod tests {
             Decision {
                 tier: Tier::Deny,
                 rule: None,
+                profile: Profile::Write,
+                raised: None,
                 shell: None,
             }
         );
@@ -566,6 +611,7 @@ mod tests {
         let err = Policy::compile(RuleLists {
             default: Tier::Ask,
             allow: &bad,
+            allow_write: &[],
             ask: &good,
             deny: &good,
         })

@@ -23,11 +23,27 @@ pub struct HelperRequest {
 pub struct Confinement {
     /// Absolute paths readable (and executable).
     pub read: Vec<PathBuf>,
-    /// Absolute paths writable (and readable).
+    /// Absolute paths writable (and readable) under the write profile; under the
+    /// read-only profile they are only readable.
     pub write: Vec<PathBuf>,
+    /// Whether the process may write `write` or only `/dev/null` and a private
+    /// temporary directory.
+    pub profile: Profile,
     /// `settings.sandbox` as it was when the call started: network, resource
     /// limits, user, require.
     pub limits: Limits,
+}
+
+/// What a tool process may write (SPEC §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Profile {
+    /// Nothing but `/dev/null` and a private temporary directory gone at the end of
+    /// the call: a call allowed by a pattern `allow` rule.
+    ReadOnly,
+    /// `allowed_paths.write`: whole-tool allows, approved asks, `allow_write`, file
+    /// tools.
+    Write,
 }
 
 /// Whether the helper may run a job when a layer cannot be enforced.
@@ -56,6 +72,8 @@ pub struct Limits {
     pub max_file_mb: u64,
     /// Open descriptors per process.
     pub max_open_files: u64,
+    /// MiB of the private temporary directory of a read-only call.
+    pub tmp_mb: u64,
     /// Account it runs as when the helper starts as root.
     pub user: String,
     /// Whether every layer is required.

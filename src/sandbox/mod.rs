@@ -26,7 +26,7 @@ mod report;
 mod seccomp;
 mod user;
 
-pub use job::{Confinement, HelperRequest, Job, Limits, Require};
+pub use job::{Confinement, HelperRequest, Job, Limits, Profile, Require};
 pub use report::{Layer, Report, landlock_abi};
 pub use user::resolve_user;
 

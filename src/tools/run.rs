@@ -96,6 +96,8 @@ pub fn decide(tool: ToolName, input: &ToolInput, loaded: &Loaded) -> Verdict {
             decision: Decision {
                 tier: Tier::Deny,
                 rule: Some(e.rule().into()),
+                profile: policy::Profile::Write,
+                raised: None,
                 shell: None,
             },
             refusal: Some(e.to_string()),
@@ -159,6 +161,7 @@ pub async fn run(
     tool_use_id: &str,
     input: &ToolInput,
     judged: &Judged,
+    profile: policy::Profile,
     ctx: &RunContext,
 ) -> (ToolResult, Option<PathBuf>) {
     let loaded = &ctx.loaded;
@@ -183,7 +186,8 @@ pub async fn run(
             .map(|()| dir.join(format!("{}.out", safe_file_name(tool_use_id))))
     });
     // New allowed paths and limits apply from the next child process.
-    let confine = Confinement::from_settings(&loaded.policy.settings, &loaded.paths.root);
+    let confine =
+        Confinement::from_settings(&loaded.policy.settings, &loaded.paths.root, profile.into());
     let (executor, workspace, cancel) = (
         ctx.executor.clone(),
         loaded.paths.workspace.clone(),
