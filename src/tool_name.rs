@@ -66,6 +66,12 @@ impl ToolName {
             ToolName::ReadFile | ToolName::ListDir | ToolName::GetTime
         )
     }
+
+    /// Whether the tool runs a command or code (`run_bash`, `run_python`): a call
+    /// of it allowed by a pattern runs read-only.
+    pub fn runs_commands(self) -> bool {
+        matches!(self, ToolName::RunBash | ToolName::RunPython)
+    }
 }
 
 impl std::fmt::Display for ToolName {

@@ -19,6 +19,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 mod literal;
+pub mod programs;
 mod rules;
 pub mod shell;
 
@@ -203,7 +204,16 @@ impl ShellView {
             commands,
             provable: analysis.not_provable.is_none(),
             not_provable: analysis.not_provable.clone(),
-            programs: Vec::new(),
+            programs: {
+                let mut p: Vec<String> = analysis
+                    .commands
+                    .iter()
+                    .flat_map(|c| c.programs.iter().map(|e| e.label()))
+                    .collect();
+                p.sort();
+                p.dedup();
+                p
+            },
         }
     }
 }
@@ -237,6 +247,7 @@ pub fn decide(policy: &Policy, subject: Subject<'_>) -> Decision {
     let mut ask = policy.ask.first_pattern_hit(tool, &subjects);
     let mut allowable: Option<Vec<String>> = None;
     let mut shell_view = None;
+    let mut raised = None;
     match (tool, subject.arg) {
         (ToolName::RunBash, Some(cmd)) => {
             let analysis = shell::analyse(cmd);
@@ -254,48 +265,136 @@ pub fn decide(policy: &Policy, subject: Subject<'_>) -> Decision {
                         .collect(),
                 );
             }
+            raised = unseen_by_deny(policy, tool, &analysis);
             shell_view = Some(ShellView::new(&analysis));
         }
         (_, Some(arg)) => allowable = Some(vec![arg.to_string()]),
         (_, None) => {}
     }
-    let decided = |tier, rule: Option<String>| Decision {
+    let decided = |tier, rule: Option<String>, profile| Decision {
         tier,
         rule,
-        profile: Profile::Write,
+        profile,
         raised: None,
         shell: shell_view.clone(),
     };
     if let Some(r) = deny {
-        return decided(Tier::Deny, Some(r.text.clone()));
+        return decided(Tier::Deny, Some(r.text.clone()), Profile::Write);
     }
     if let Some(r) = ask {
-        return decided(Tier::Ask, Some(r.text.clone()));
+        return decided(Tier::Ask, Some(r.text.clone()), Profile::Write);
     }
-    // A pattern allow needs every command covered; anything else falls through to
-    // the whole-tool rules.
+    // What a deny rule cannot see is asked, above every allow (SPEC §4).
+    let raise = |d: Decision| match (&raised, d.tier) {
+        (Some(why), Tier::Allow) => Decision {
+            tier: Tier::Ask,
+            raised: Some(why.clone()),
+            profile: Profile::Write,
+            ..d
+        },
+        _ => d,
+    };
+    // A pattern allow needs every command covered, each by `allow` or
+    // `allow_write`; anything else falls through to the whole-tool rules.
     if let Some(parts) = &allowable {
-        let covering: Option<Vec<&Rule>> = parts
+        let covering: Option<Vec<(&Rule, bool)>> = parts
             .iter()
             .map(|part| {
-                policy
-                    .allow
-                    .first_pattern_hit(tool, std::slice::from_ref(part))
+                let one = std::slice::from_ref(part);
+                // `allow_write` is the operator's word that this command writes.
+                match policy.allow_write.first_pattern_hit(tool, one) {
+                    Some(r) => Some((r, true)),
+                    None => policy
+                        .allow
+                        .first_pattern_hit(tool, one)
+                        .map(|r| (r, false)),
+                }
             })
             .collect();
         if let Some(rules) = covering {
-            let mut names: Vec<&str> = rules.iter().map(|r| r.text.as_str()).collect();
+            let mut names: Vec<&str> = rules.iter().map(|(r, _)| r.text.as_str()).collect();
             names.dedup();
-            return decided(Tier::Allow, Some(names.join(" + ")));
+            let writes = rules.iter().any(|(_, w)| *w);
+            // File tools open the judged path itself: their rules keep the write
+            // set. A command tool's pattern allow runs read-only.
+            let profile = if writes || !tool.runs_commands() {
+                Profile::Write
+            } else {
+                Profile::ReadOnly
+            };
+            return decided(Tier::Allow, Some(names.join(" + ")), profile);
         }
     }
     if let Some(r) = policy.ask.whole_tool(tool) {
-        return decided(Tier::Ask, Some(r.text.clone()));
+        return decided(Tier::Ask, Some(r.text.clone()), Profile::Write);
     }
     if let Some(r) = policy.allow.whole_tool(tool) {
-        return decided(Tier::Allow, Some(r.text.clone()));
+        return raise(decided(Tier::Allow, Some(r.text.clone()), Profile::Write));
     }
-    decided(policy.default, None)
+    raise(decided(policy.default, None, Profile::Write))
+}
+
+/// Why a `run_bash` command must be asked although a rule allows it: the tool has
+/// a deny pattern and the command runs text that pattern cannot see. `None` when
+/// the tool has no deny pattern, the command is provable, or every program word is
+/// literal and none of those programs is named by a deny pattern, is a wrapper or
+/// shell, or runs other text (so `ls *.log` keeps its tier).
+fn unseen_by_deny(policy: &Policy, tool: ToolName, analysis: &shell::Analysis) -> Option<String> {
+    let reason = analysis.not_provable.as_deref()?;
+    let named: Vec<&str> = policy
+        .deny
+        .iter()
+        .filter(|r| r.tool == tool)
+        .filter_map(Rule::pattern)
+        .collect();
+    if named.is_empty() {
+        return None;
+    }
+    if analysis.commands.is_empty() {
+        return Some(format!(
+            "a deny rule applies to {} and harnessd found no command it could check ({reason})",
+            tool.as_str()
+        ));
+    }
+    for c in &analysis.commands {
+        let program = c.program().unwrap_or_default();
+        let why = if !c.program_literal {
+            Some(format!("the program of `{}` is not literal", c.canonical()))
+        } else if c.is_wrapper_or_shell() {
+            Some(format!(
+                "`{}` runs a command or script of its own",
+                c.canonical()
+            ))
+        } else if let Some(e) = c
+            .programs
+            .iter()
+            .find(|e| e.effect == programs::Effect::Runs)
+        {
+            Some(format!("`{} {}` runs other text", e.program, e.what))
+        } else if named.iter().any(|p| names_program(p, &program)) {
+            Some(format!(
+                "`{program}` is named by a deny rule and the command is not provable ({reason})"
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Some(format!(
+                "raised to ask: a deny rule cannot see everything this runs: {why}"
+            ));
+        }
+    }
+    None
+}
+
+/// Whether a deny pattern names `program`: its first word is the program, or is a
+/// glob (then it may name any program).
+fn names_program(pattern: &str, program: &str) -> bool {
+    let first = pattern.split(' ').next().unwrap_or(pattern);
+    if first.contains(['*', '?', '[', '{', '\\']) {
+        return true;
+    }
+    first.rsplit('/').next().unwrap_or(first) == program
 }
 
 /// Of two hits in `set`, the rule written first.
@@ -342,10 +441,11 @@ mod tests {
         };
         let default = serde_json::from_value(tools["default"].clone()).unwrap_or(Tier::Ask);
         let (allow, ask, deny) = (list("allow"), list("ask"), list("deny"));
+        let allow_write = list("allow_write");
         Policy::compile(RuleLists {
             default,
             allow: &allow,
-            allow_write: &[],
+            allow_write: &allow_write,
             ask: &ask,
             deny: &deny,
         })
@@ -534,6 +634,225 @@ mod tests {
         for cmd in ["rm -r d", "rm -f d", "rm -v d", "cat -rf x", "rm -r -- -f"] {
             assert_eq!(tier(&p, ToolName::RunBash, Some(cmd)), Tier::Ask, "{cmd:?}");
         }
+    }
+
+    /// Shipped rules plus `extra_allow` in `tools.allow`.
+    fn shipped_plus(extra_allow: &[&str], allow_write: &[&str]) -> Policy {
+        let owned = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let mut allow = owned(DEFAULT_ALLOW);
+        allow.extend(owned(extra_allow));
+        let (allow_write, ask, deny) =
+            (owned(allow_write), owned(DEFAULT_ASK), owned(DEFAULT_DENY));
+        Policy::compile(RuleLists {
+            default: Tier::Ask,
+            allow: &allow,
+            allow_write: &allow_write,
+            ask: &ask,
+            deny: &deny,
+        })
+        .expect("valid rules")
+    }
+
+    /// Issue reproductions: an allow rule for a program that runs its arguments
+    /// allowed text no rule was written about.
+    #[test]
+    fn an_allowed_program_that_runs_its_arguments_is_not_allowed() {
+        for (rule, cmd) in [
+            (
+                "run_bash(sed -n *)",
+                "sed -n '1e rm -rf important' scores.csv",
+            ),
+            ("run_bash(sed *)", "sed 's/x/id/e' scores.csv"),
+            ("run_bash(awk *)", "awk 'BEGIN{system(\"id > f\")}'"),
+            ("run_bash(sort *)", "sort --compress-program=./x f"),
+            (
+                "run_bash(tar *)",
+                "tar tf a.tar --checkpoint=1 --checkpoint-action=exec=./x",
+            ),
+            ("run_bash(man *)", "man -P ./x ls"),
+            ("run_bash(zip *)", "zip x.zip a -T --unzip-command=./x"),
+            ("run_bash(less *)", "less '+!./x' a"),
+            ("run_bash(git diff*)", "git diff --no-index --ext-diff a b"),
+            ("run_bash(git *)", "git -c core.pager=./x log"),
+            ("run_bash(find *)", "find . -exec ./x \\;"),
+            ("run_bash(python3 *)", "python3 -c 'print(1)'"),
+        ] {
+            let p = shipped_plus(&[rule], &[]);
+            let d = decide(
+                &p,
+                Subject {
+                    tool: ToolName::RunBash,
+                    arg: Some(cmd),
+                },
+            );
+            assert_ne!(d.tier, Tier::Allow, "{rule} allowed {cmd:?}");
+            let view = d.shell.expect("a shell view");
+            assert!(!view.provable, "{cmd:?}");
+            assert!(
+                view.programs.iter().any(|p| p.ends_with(": runs")),
+                "{cmd:?}: {:?}",
+                view.programs
+            );
+        }
+    }
+
+    /// What a rule grants is what the kernel enforces: a pattern allow of a
+    /// command tool runs read-only, `allow_write` and everything else with writes.
+    #[test]
+    fn a_pattern_allow_runs_read_only_and_allow_write_writes() {
+        let p = shipped_plus(
+            &["run_bash(find *)", "run_bash(git log*)"],
+            &["run_bash(sort -o *)"],
+        );
+        let profile = |tool, arg: &str| {
+            let d = decide(
+                &p,
+                Subject {
+                    tool,
+                    arg: Some(arg),
+                },
+            );
+            (d.tier, d.profile)
+        };
+        let ro = (Tier::Allow, Profile::ReadOnly);
+        assert_eq!(profile(ToolName::RunBash, "ls -la"), ro);
+        // Writes entries stay provable; the kernel refuses the write.
+        assert_eq!(
+            profile(ToolName::RunBash, "find . -fprintf .git/config x"),
+            ro
+        );
+        // `find -delete` is also `rm -rf` to deny rules: the shipped one denies it.
+        assert_eq!(profile(ToolName::RunBash, "find . -delete").0, Tier::Deny);
+        assert_eq!(
+            profile(ToolName::RunBash, "git log --output=.git/config"),
+            ro
+        );
+        assert_eq!(
+            profile(ToolName::RunBash, "sort -o out f"),
+            (Tier::Allow, Profile::Write)
+        );
+        // A compound needing allow_write for one part runs with writes.
+        assert_eq!(
+            profile(ToolName::RunBash, "ls && sort -o out f"),
+            (Tier::Allow, Profile::Write)
+        );
+        assert_eq!(
+            profile(ToolName::ReadFile, "workspace/a"),
+            (Tier::Allow, Profile::Write)
+        );
+        let whole = policy(
+            r#"{"tools": {"default": "ask", "allow": ["run_bash"], "ask": [], "deny": []}}"#,
+        );
+        let d = decide(
+            &whole,
+            Subject {
+                tool: ToolName::RunBash,
+                arg: Some("ls"),
+            },
+        );
+        assert_eq!((d.tier, d.profile), (Tier::Allow, Profile::Write));
+    }
+
+    /// Issue reproductions with `allow run_bash` and `deny run_bash(rm -rf *)`:
+    /// spellings the deny rule missed, and text it cannot see.
+    #[test]
+    fn deny_catches_folded_spellings_and_raises_what_it_cannot_see() {
+        let p = policy(
+            r#"{"tools": {"default": "ask", "allow": ["run_bash"], "ask": [], "deny": ["run_bash(rm -rf *)", "run_bash(git push --force*)", "run_bash(kill -9 *)", "run_bash(chmod -R *)"]}}"#,
+        );
+        for cmd in [
+            "rm -Rf d",
+            "rm -R -f d",
+            "rm --recursive --force d",
+            "rm -r --force d",
+            "ionice -c3 rm -rf d",
+            "ionice -c 3 rm -rf d",
+            "find d -delete",
+            "taskset 1 rm -rf x",
+            "taskset -c 0 rm -rf x",
+            "chrt -o 0 rm -rf x",
+            "flock /tmp/l rm -rf x",
+            "flock /tmp/l -c 'rm -rf x'",
+            "setpriv --reuid=1000 rm -rf x",
+            "strace -o /dev/null rm -rf x",
+            "ltrace -o /dev/null rm -rf x",
+            "script -qc 'rm -rf x' /dev/null",
+            "unshare -r rm -rf x",
+            "nsenter -t 1 rm -rf x",
+            "chroot / rm -rf x",
+            "runuser -u nobody -- rm -rf x",
+            "su root -c 'rm -rf x'",
+            "doas rm -rf x",
+            "pkexec rm -rf x",
+            "systemd-run --user rm -rf x",
+            "watch rm -rf x",
+            "watch -n 1 'rm -rf x'",
+            "git push -f origin main",
+            "git push origin +main",
+            "git -C repo push --force-with-lease",
+            "kill -s KILL 1",
+            "kill -KILL 1",
+            "kill -SIGKILL 1",
+            "chmod --recursive 777 /",
+        ] {
+            let d = decide(
+                &p,
+                Subject {
+                    tool: ToolName::RunBash,
+                    arg: Some(cmd),
+                },
+            );
+            assert_eq!(d.tier, Tier::Deny, "{cmd:?}: {d:?}");
+        }
+        for cmd in [
+            "echo 'rm -rf d' | sh",
+            "bash <<< 'rm -rf x'",
+            "ls | bash",
+            "python3 -c 'import shutil; shutil.rmtree(\"x\")'",
+            "/usr/bin/r[m] -rf d",
+            "{rm,-rf,d}",
+            "F=f; rm -r$F d",
+            "bash x.sh",
+        ] {
+            let d = decide(
+                &p,
+                Subject {
+                    tool: ToolName::RunBash,
+                    arg: Some(cmd),
+                },
+            );
+            assert_eq!(d.tier, Tier::Ask, "{cmd:?}: {d:?}");
+            assert!(
+                d.raised
+                    .as_deref()
+                    .is_some_and(|r| r.starts_with("raised to ask")),
+                "{cmd:?}: {d:?}"
+            );
+        }
+        // Every program literal, none named by a deny rule nor running text: the
+        // whole-tool tier stands.
+        for cmd in ["ls *.log", "cat ~/x", "grep -r $HOME ."] {
+            let d = decide(
+                &p,
+                Subject {
+                    tool: ToolName::RunBash,
+                    arg: Some(cmd),
+                },
+            );
+            assert_eq!((d.tier, &d.raised), (Tier::Allow, &None), "{cmd:?}");
+        }
+        // Without any deny pattern nothing is raised.
+        let no_deny = policy(
+            r#"{"tools": {"default": "ask", "allow": ["run_bash"], "ask": [], "deny": []}}"#,
+        );
+        let d = decide(
+            &no_deny,
+            Subject {
+                tool: ToolName::RunBash,
+                arg: Some("echo x | sh"),
+            },
+        );
+        assert_eq!(d.tier, Tier::Allow);
     }
 
     #[test]

@@ -67,6 +67,15 @@ impl Rule {
         })
     }
 
+    /// The pattern as written, or `None` for a whole-tool rule.
+    pub fn pattern(&self) -> Option<&str> {
+        if self.is_whole_tool() {
+            return None;
+        }
+        let open = self.text.find('(')?;
+        self.text.get(open + 1..self.text.len().checked_sub(1)?)
+    }
+
     /// Whether the rule has no pattern (it covers every call of its tool).
     pub fn is_whole_tool(&self) -> bool {
         self.globs.is_empty()

@@ -54,6 +54,8 @@ struct Word {
     assignment: bool,
     /// An unquoted `=` was seen (only the first can make an assignment).
     equals: bool,
+    /// Nothing in it was refused (no expansion, glob, brace, tilde …).
+    literal: bool,
 }
 
 impl Word {
@@ -331,15 +333,19 @@ impl Lexer<'_, '_> {
             self.refuse("a variable assignment");
             words.drain(..assignments);
         }
+        let program_literal = words.first().is_some_and(|w| w.literal);
         let words: Vec<String> = words.into_iter().map(|w| w.value).collect();
         if let Some(reason) = normal::not_provable_program(&words) {
             self.refuse(&reason);
         }
         let inner = normal::inner(&words);
+        let programs = crate::policy::programs::met(&normal::effective(&words));
         self.out.commands.push(Command {
             words,
             text,
             nested: self.depth > 0,
+            program_literal,
+            programs,
         });
         follow(inner, self.depth, self.out);
     }
@@ -529,6 +535,13 @@ impl Lexer<'_, '_> {
 
     /// One word, up to an unquoted blank or operator.
     fn word(&mut self) -> Word {
+        let refusals = self.out.refusals;
+        let mut w = self.word_inner();
+        w.literal = self.out.refusals == refusals;
+        w
+    }
+
+    fn word_inner(&mut self) -> Word {
         let mut w = Word::default();
         while let Some(c) = self.peek() {
             match c {
@@ -870,10 +883,16 @@ fn follow(runs: Vec<Inner>, depth: usize, out: &mut Analysis) {
                     continue;
                 }
                 let more = normal::inner(&words);
+                if let Some(reason) = normal::not_provable_program(&words) {
+                    out.refuse(|| reason);
+                }
+                let programs = crate::policy::programs::met(&normal::effective(&words));
                 out.commands.push(Command {
                     text: words.join(" "),
                     words,
                     nested: true,
+                    program_literal: true,
+                    programs,
                 });
                 follow(more, depth + 1, out);
             }

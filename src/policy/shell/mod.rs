@@ -48,6 +48,12 @@ pub struct Command {
     /// Seen inside another command (a substitution, a `bash -c` script, …) rather
     /// than at the top level.
     pub nested: bool,
+    /// Whether the program word was literal: no expansion, glob or brace in it, so
+    /// the program that runs is the one named.
+    pub program_literal: bool,
+    /// The entries of the program table this command meets (wrappers looked
+    /// through).
+    pub programs: Vec<&'static crate::policy::programs::Entry>,
 }
 
 /// What [`analyse`] found.
@@ -59,6 +65,9 @@ pub struct Analysis {
     pub not_provable: Option<String>,
     /// Characters of nested text re-read so far (bounded by `lex::MAX_FOLLOWED`).
     followed: usize,
+    /// How many times something was found that is not provable (the reason kept is
+    /// the first): lets the lexer tell whether one word was literal.
+    refusals: usize,
 }
 
 impl Analysis {
@@ -72,6 +81,7 @@ impl Analysis {
     }
 
     pub(crate) fn refuse(&mut self, reason: impl FnOnce() -> String) {
+        self.refusals = self.refusals.saturating_add(1);
         if self.not_provable.is_none() {
             self.not_provable = Some(reason());
         }
@@ -90,6 +100,17 @@ impl Command {
     /// short options merged and sorted).
     pub fn forms(&self) -> Vec<String> {
         normal::forms(self)
+    }
+
+    /// The program that runs, wrappers looked through, as its base name.
+    pub fn program(&self) -> Option<String> {
+        normal::effective(&self.words).into_iter().next()
+    }
+
+    /// Whether the command's own program word (before wrappers are looked
+    /// through) is a wrapper or a shell: it runs text or a command of its own.
+    pub fn is_wrapper_or_shell(&self) -> bool {
+        normal::is_wrapper_or_shell(&self.words)
     }
 }
 

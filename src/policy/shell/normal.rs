@@ -80,7 +80,7 @@ const PROVABLE_BUILTINS: [&str; 6] = [":", "cd", "echo", "false", "pwd", "true"]
 
 /// Programs whose arguments are another command or script: running them runs text
 /// harnessd has not proven.
-const RUNS_OTHER: [&str; 40] = [
+const RUNS_OTHER: [&str; 41] = [
     "bash",
     "sh",
     "dash",
@@ -121,6 +121,7 @@ const RUNS_OTHER: [&str; 40] = [
     "prlimit",
     "unbuffer",
     "expect",
+    "pkexec",
 ];
 const SHELLS: [&str; 11] = [
     "bash", "sh", "dash", "zsh", "ksh", "mksh", "rbash", "fish", "csh", "tcsh", "busybox",
@@ -151,7 +152,25 @@ pub(super) fn not_provable_program(words: &[String]) -> Option<String> {
     if base == "find" && words.iter().any(|w| FIND_RUNS.contains(&w.as_str())) {
         return Some("`find -exec` runs another command".into());
     }
-    None
+    let eff = effective(words);
+    crate::policy::programs::met(&eff)
+        .into_iter()
+        .find(|e| e.effect == crate::policy::programs::Effect::Runs)
+        .map(|e| format!("`{} {}` runs other text: {}", e.program, e.what, e.why))
+}
+
+/// Whether the program word is a wrapper that runs another command or a shell.
+pub(super) fn is_wrapper_or_shell(words: &[String]) -> bool {
+    let skip = words.iter().take_while(|w| is_assignment(w)).count();
+    words.get(skip).is_some_and(|w| {
+        let base = base_name(w);
+        RUNS_OTHER.contains(&base)
+            || SHELLS.contains(&base)
+            || matches!(
+                base,
+                "eval" | "source" | "." | "exec" | "command" | "builtin" | "pkexec"
+            )
+    })
 }
 
 /// Something a command runs itself, followed for seen commands.
@@ -186,9 +205,13 @@ pub(super) fn inner(words: &[String]) -> Vec<Inner> {
         }
         "eval" => out.push(Inner::Script(args.join(" "))),
         "trap" => out.extend(args.first().map(|s| Inner::Script(s.clone()))),
-        "su" | "runuser" => {
-            if let Some(at) = args.iter().position(|w| w == "-c" || w == "--command") {
-                out.extend(args.get(at + 1).map(|s| Inner::Script(s.clone())));
+        "su" | "runuser" | "flock" | "script" => out.extend(dash_c_script(args).map(Inner::Script)),
+        // watch runs its arguments joined through `sh -c` (unless `-x`).
+        "watch" => {
+            let skip = wrapper_arity("watch", args).unwrap_or(0);
+            let rest = args.get(skip..).unwrap_or_default();
+            if !rest.is_empty() {
+                out.push(Inner::Script(rest.join(" ")));
             }
         }
         "find" => {
@@ -211,6 +234,34 @@ pub(super) fn inner(words: &[String]) -> Vec<Inner> {
     out
 }
 
+/// The script of `-c SCRIPT`, `--command SCRIPT`, `--command=SCRIPT`, or a cluster
+/// ending in `c` (`-qc SCRIPT`) or holding it (`-qcSCRIPT`), before `--`.
+fn dash_c_script(args: &[String]) -> Option<String> {
+    for (i, w) in args.iter().enumerate() {
+        if w == "--" {
+            return None;
+        }
+        if w == "--command" {
+            return args.get(i + 1).cloned();
+        }
+        if let Some(s) = w.strip_prefix("--command=") {
+            return Some(s.to_string());
+        }
+        if let Some(cluster) = w.strip_prefix('-')
+            && !cluster.starts_with('-')
+            && let Some(at) = cluster.find('c')
+        {
+            let attached = cluster.get(at + 1..).unwrap_or_default();
+            return if attached.is_empty() {
+                args.get(i + 1).cloned()
+            } else {
+                Some(attached.to_string())
+            };
+        }
+    }
+    None
+}
+
 /// Whether `word` is `NAME=…`.
 fn is_assignment(word: &str) -> bool {
     word.split_once('=').is_some_and(|(name, _)| {
@@ -224,6 +275,10 @@ fn is_assignment(word: &str) -> bool {
 /// How many words after a wrapper's own name are its options (and their
 /// arguments), for the wrappers SPEC §4 names and a few alike.
 fn wrapper_arity(wrapper: &str, args: &[String]) -> Option<usize> {
+    // With `-c` these run a script, which `inner` follows, not an argv.
+    if matches!(wrapper, "su" | "runuser" | "flock") && dash_c_script(args).is_some() {
+        return None;
+    }
     // Options that take a separate argument, per wrapper.
     // Long options too: getopt takes `--user root` like `--user=root`.
     let with_arg: &[&str] = match wrapper {
@@ -273,6 +328,113 @@ fn wrapper_arity(wrapper: &str, args: &[String]) -> Option<usize> {
         ],
         "stdbuf" => &["-i", "-o", "-e", "--input", "--output", "--error"],
         "exec" => &["-a"],
+        "ionice" => &["-c", "-n", "--class", "--classdata"],
+        "chrt" => &[
+            "-T",
+            "-P",
+            "-D",
+            "--sched-runtime",
+            "--sched-period",
+            "--sched-deadline",
+        ],
+        "flock" => &["-w", "--timeout", "-E", "--conflict-exit-code"],
+        "setpriv" => &[
+            "--reuid",
+            "--regid",
+            "--groups",
+            "--inh-caps",
+            "--ambient-caps",
+            "--bounding-set",
+            "--securebits",
+            "--selinux-label",
+            "--apparmor-profile",
+            "--landlock-access",
+            "--landlock-rule",
+            "--pdeathsig",
+            "--ptracer",
+            "--seccomp-filter",
+        ],
+        "strace" | "ltrace" => &[
+            "-o",
+            "-e",
+            "-p",
+            "-s",
+            "-u",
+            "-a",
+            "-b",
+            "-E",
+            "-I",
+            "-O",
+            "-S",
+            "-P",
+            "-X",
+            "-n",
+            "-l",
+            "-L",
+            "--output",
+            "--signal",
+            "--trace",
+            "--user",
+            "--env",
+            "--string-limit",
+        ],
+        "unshare" => &[
+            "-S",
+            "-G",
+            "-R",
+            "-w",
+            "--setuid",
+            "--setgid",
+            "--root",
+            "--wd",
+            "--map-user",
+            "--map-group",
+            "--map-users",
+            "--map-groups",
+            "--propagation",
+        ],
+        "nsenter" => &["-t", "--target", "-S", "-G", "--setuid", "--setgid"],
+        "runuser" | "su" => &[
+            "-u",
+            "-g",
+            "-G",
+            "-s",
+            "-w",
+            "--user",
+            "--group",
+            "--supp-group",
+            "--shell",
+            "--whitelist-environment",
+        ],
+        "pkexec" => &["--user"],
+        "systemd-run" => &[
+            "-p",
+            "--property",
+            "-u",
+            "--unit",
+            "-E",
+            "--setenv",
+            "--uid",
+            "--gid",
+            "--nice",
+            "-M",
+            "--machine",
+            "--slice",
+            "--working-directory",
+            "--description",
+            "-H",
+            "--host",
+            "--on-active",
+            "--on-boot",
+            "--on-calendar",
+            "--timer-property",
+            "--path-property",
+            "--socket-property",
+            "--service-type",
+        ],
+        "watch" => &["-n", "--interval", "-q", "--equexit"],
+        "prlimit" => &["-p", "--pid"],
+        "chroot" | "taskset" => &[],
         // `busybox APPLET ARGS…` runs the applet like a wrapper runs its command.
         "nohup" | "command" | "builtin" | "setsid" | "busybox" | "coproc" => &[],
         _ => return None,
@@ -292,8 +454,17 @@ fn wrapper_arity(wrapper: &str, args: &[String]) -> Option<usize> {
             break;
         }
     }
-    // `timeout DURATION CMD`.
-    if wrapper == "timeout" {
+    // One operand before the command: `timeout DURATION CMD`, `taskset MASK CMD`,
+    // `chrt PRIO CMD`, `flock FILE CMD`, `chroot DIR CMD`, `su USER …`.
+    let user_given = args.iter().any(|w| w == "-u" || w == "--user");
+    let operand = match wrapper {
+        "timeout" | "chrt" | "flock" | "chroot" => true,
+        // `taskset -p` works on a pid; `taskset MASK CMD` and `-c LIST CMD` alike.
+        "taskset" => true,
+        "runuser" | "su" => !user_given,
+        _ => false,
+    };
+    if operand {
         i += 1;
     }
     Some(i.min(args.len()))
@@ -336,7 +507,7 @@ fn env_split_string(args: &[String]) -> Option<(String, usize)> {
 
 /// The words of what actually runs: leading assignments and wrappers removed, the
 /// program as its base name. `env -S 'a b'` is split like env splits it.
-pub(super) fn effective(words: &[String]) -> Vec<String> {
+pub(crate) fn effective(words: &[String]) -> Vec<String> {
     let mut words: Vec<String> = words.to_vec();
     for _ in 0..MAX_WRAPPERS {
         let skip = words.iter().take_while(|w| is_assignment(w)).count();
@@ -425,41 +596,215 @@ pub(super) fn forms(cmd: &Command) -> Vec<String> {
     let eff = effective(&cmd.words);
     out.push(eff.join(" "));
     if let Some((program, args)) = eff.split_first() {
-        let mut letters: Vec<char> = Vec::new();
-        let mut rest: Vec<&str> = Vec::new();
-        let mut options_end = false;
-        for w in args {
-            let short = !options_end
-                && w.len() > 1
-                && w.starts_with('-')
-                && !w.starts_with("--")
-                && w.chars().skip(1).all(|c| c.is_ascii_alphanumeric());
-            if short {
-                letters.extend(w.chars().skip(1));
-            } else {
-                options_end |= w == "--";
-                rest.push(w);
-            }
-        }
-        letters.sort_unstable();
-        letters.dedup();
-        if !letters.is_empty() {
-            let rest = rest.join(" ");
-            for order in orders(&letters) {
-                let merged = format!("{program} -{order} {rest}");
-                out.push(merged.trim_end().to_string());
-            }
-            // Extra letters cannot hide the ones a pattern names: `rm -rfv d` and
-            // `rm -r -v -f d` are also tried as `rm -rf d`, `rm -fr d`, `rm -r d` ….
-            for order in subsets(&letters) {
-                let merged = format!("{program} -{order} {rest}");
-                out.push(merged.trim_end().to_string());
-            }
+        for (program, args) in folded(program, args) {
+            out.push(
+                format!("{program} {}", args.join(" "))
+                    .trim_end()
+                    .to_string(),
+            );
+            merged_forms(&program, &args, &mut out);
         }
     }
     out.sort();
     out.dedup();
     out
+}
+
+/// `program -<letters> rest` in every order and subset the letters can be
+/// written in, for short options merged and sorted.
+fn merged_forms(program: &str, args: &[String], out: &mut Vec<String>) {
+    let mut letters: Vec<char> = Vec::new();
+    let mut rest: Vec<&str> = Vec::new();
+    let mut options_end = false;
+    for w in args {
+        let short = !options_end
+            && w.len() > 1
+            && w.starts_with('-')
+            && !w.starts_with("--")
+            && w.chars().skip(1).all(|c| c.is_ascii_alphanumeric());
+        if short {
+            letters.extend(w.chars().skip(1));
+        } else {
+            options_end |= w == "--";
+            rest.push(w);
+        }
+    }
+    letters.sort_unstable();
+    letters.dedup();
+    if letters.is_empty() {
+        return;
+    }
+    let rest = rest.join(" ");
+    for order in orders(&letters) {
+        let merged = format!("{program} -{order} {rest}");
+        out.push(merged.trim_end().to_string());
+    }
+    // Extra letters cannot hide the ones a pattern names: `rm -rfv d` and
+    // `rm -r -v -f d` are also tried as `rm -rf d`, `rm -fr d`, `rm -r d` ….
+    for order in subsets(&letters) {
+        let merged = format!("{program} -{order} {rest}");
+        out.push(merged.trim_end().to_string());
+    }
+}
+
+/// The command with option spellings folded (SPEC §4), as (program, args)
+/// variants: the command itself first, then each spelling a deny pattern might
+/// use. `rm -R --force d` is also `rm -r -f d` and `rm -R -f d`; `kill -s KILL 1`
+/// is also `kill -9 1`; `git push origin +main` is also `git push --force origin
+/// main`; `find d -delete` is also `rm -rf d`.
+fn folded(program: &str, args: &[String]) -> Vec<(String, Vec<String>)> {
+    let mut out = vec![(program.to_string(), args.to_vec())];
+    let longs: &[(&str, &str)] = match program {
+        "rm" => &[("--recursive", "-r"), ("--force", "-f"), ("--dir", "-d")],
+        "cp" => &[("--recursive", "-r"), ("--force", "-f")],
+        "mv" => &[("--force", "-f")],
+        "chmod" | "chown" | "chgrp" => &[("--recursive", "-R")],
+        _ => &[],
+    };
+    if !longs.is_empty() {
+        let mut options_end = false;
+        let canon: Vec<String> = args
+            .iter()
+            .map(|w| {
+                if options_end {
+                    return w.clone();
+                }
+                options_end |= w == "--";
+                if let Some((_, short)) = longs.iter().find(|(l, _)| w == l) {
+                    return short.to_string();
+                }
+                // `rm -R` and `cp -R` are `-r`.
+                if matches!(program, "rm" | "cp") && w.starts_with('-') && !w.starts_with("--") {
+                    return w.replace('R', "r");
+                }
+                w.clone()
+            })
+            .collect();
+        if matches!(program, "rm" | "cp") {
+            let upper = canon
+                .iter()
+                .map(|w| {
+                    if w.starts_with('-') && !w.starts_with("--") {
+                        w.replace('r', "R")
+                    } else {
+                        w.clone()
+                    }
+                })
+                .collect();
+            out.push((program.to_string(), upper));
+        }
+        out.push((program.to_string(), canon));
+    }
+    match program {
+        "kill" => out.extend(kill_spellings(args)),
+        "git" => out.extend(git_push_forced(args)),
+        "find" if args.iter().any(|a| a == "-delete") => {
+            let paths: Vec<String> = args
+                .iter()
+                .take_while(|a| !a.starts_with('-') && *a != "(" && *a != "!")
+                .cloned()
+                .collect();
+            let paths = if paths.is_empty() {
+                vec![".".to_string()]
+            } else {
+                paths
+            };
+            out.push((
+                "rm".into(),
+                std::iter::once("-rf".to_string()).chain(paths).collect(),
+            ));
+        }
+        _ => {}
+    }
+    out
+}
+
+/// Signal names and numbers `kill` accepts for the same signal.
+const SIGNALS: [(&str, &str); 9] = [
+    ("1", "HUP"),
+    ("2", "INT"),
+    ("3", "QUIT"),
+    ("9", "KILL"),
+    ("10", "USR1"),
+    ("12", "USR2"),
+    ("15", "TERM"),
+    ("18", "CONT"),
+    ("19", "STOP"),
+];
+
+/// `kill` with its signal written as `-9`, `-KILL`, `-SIGKILL` and `-s KILL`.
+fn kill_spellings(args: &[String]) -> Vec<(String, Vec<String>)> {
+    let (signal, rest): (Option<&str>, Vec<String>) = match args.first().map(String::as_str) {
+        Some("-s" | "-n" | "--signal") => (
+            args.get(1).map(String::as_str),
+            args.get(2..).unwrap_or_default().to_vec(),
+        ),
+        Some(a) if a.starts_with('-') && a.len() > 1 && a != "--" && a != "-l" && a != "-L" => {
+            (Some(&a[1..]), args.get(1..).unwrap_or_default().to_vec())
+        }
+        _ => return Vec::new(),
+    };
+    let Some(signal) = signal else {
+        return Vec::new();
+    };
+    let name = signal
+        .strip_prefix("SIG")
+        .unwrap_or(signal)
+        .to_ascii_uppercase();
+    let Some((number, name)) = SIGNALS
+        .iter()
+        .find(|(n, s)| *n == name || *s == name)
+        .copied()
+    else {
+        return Vec::new();
+    };
+    let with = |spec: Vec<String>| {
+        let args: Vec<String> = spec.into_iter().chain(rest.iter().cloned()).collect();
+        ("kill".to_string(), args)
+    };
+    vec![
+        with(vec![format!("-{number}")]),
+        with(vec![format!("-{name}")]),
+        with(vec![format!("-SIG{name}")]),
+        with(vec!["-s".into(), name.to_string()]),
+    ]
+}
+
+/// `git push` that forces (`-f`, `--force`, `--force-with-lease`,
+/// `--force-if-includes`, a `+refspec`), also as `git push --force …` and
+/// `git push -f …` with the rest unforced.
+fn git_push_forced(args: &[String]) -> Vec<(String, Vec<String>)> {
+    let Some(at) = args.iter().position(|a| a == "push") else {
+        return Vec::new();
+    };
+    // Global options (`-C dir`) are left out: patterns name `git push …`.
+    let after = args.get(at + 1..).unwrap_or_default();
+    let forcing = |a: &String| {
+        a == "-f"
+            || a == "--force"
+            || a.starts_with("--force-with-lease")
+            || a == "--force-if-includes"
+            || (a.starts_with('-') && !a.starts_with("--") && a.contains('f'))
+    };
+    let plus = after.iter().any(|a| a.starts_with('+') && a.len() > 1);
+    if !plus && !after.iter().any(forcing) {
+        return Vec::new();
+    }
+    let rest: Vec<String> = after
+        .iter()
+        .filter(|a| !forcing(a))
+        .map(|a| a.strip_prefix('+').unwrap_or(a).to_string())
+        .collect();
+    ["--force", "-f"]
+        .into_iter()
+        .map(|f| {
+            let args = ["push".to_string(), f.to_string()]
+                .into_iter()
+                .chain(rest.iter().cloned())
+                .collect();
+            ("git".to_string(), args)
+        })
+        .collect()
 }
 
 /// The orders merged option letters are written in: every permutation of up to
