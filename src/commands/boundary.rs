@@ -223,6 +223,7 @@ pub fn warnings(loaded: &Loaded, homes: &[PathBuf]) -> Vec<String> {
             );
         }
     }
+    out.extend(rule_warnings(s));
     if s.sandbox.network {
         out.push(
             "sandbox.network is true: tools may open any socket (TCP, UDP, DNS) and reach the \
@@ -237,6 +238,50 @@ pub fn warnings(loaded: &Loaded, homes: &[PathBuf]) -> Vec<String> {
              refuse them instead"
                 .into(),
         );
+    }
+    out
+}
+
+/// Warnings about `run_bash` allow rules (SPEC §4): a rule for a program with
+/// *runs* entries never allows the commands that use them (they are not
+/// provable), which the operator may not expect; an `allow_write` rule for a
+/// program that runs workspace code grants whatever the workspace holds then.
+fn rule_warnings(s: &crate::config::Settings) -> Vec<String> {
+    use crate::policy::programs::{Effect, entries_of};
+    let mut out = Vec::new();
+    let lists = [
+        ("allow", &s.tools.allow),
+        ("allow_write", &s.tools.allow_write),
+    ];
+    for (list, rules) in lists {
+        for rule in rules.iter() {
+            let Some(pattern) = rule
+                .strip_prefix("run_bash(")
+                .and_then(|r| r.strip_suffix(')'))
+            else {
+                continue;
+            };
+            let program = pattern.split(' ').next().unwrap_or_default();
+            let entries = entries_of(program);
+            let runs: Vec<&str> = entries
+                .iter()
+                .filter(|e| e.effect == Effect::Runs)
+                .map(|e| e.what)
+                .collect();
+            if !runs.is_empty() {
+                out.push(format!(
+                    "tools.{list} rule {rule:?}: `{program}` can run other text ({}); commands \
+                     using that are not provable, so this rule never allows them",
+                    runs.join(", ")
+                ));
+            }
+            if list == "allow_write" && entries.iter().any(|e| e.effect == Effect::WorkspaceCode) {
+                out.push(format!(
+                    "tools.allow_write rule {rule:?}: `{program}` runs code the workspace holds, \
+                     with writes and without asking: whatever a tool or the model put there runs"
+                ));
+            }
+        }
     }
     out
 }

@@ -35,7 +35,11 @@ pub fn evaluate(loaded: &Loaded, tool: &str, input: &Value) -> Result<Value, Str
         "tier": decision.tier.as_str(),
         "rule": decision.rule_label(),
         "subject": subject,
+        "profile": decision.profile.as_str(),
     });
+    if let Some(why) = &decision.raised {
+        out["raised"] = why.as_str().into();
+    }
     if let Some(refusal) = verdict.refusal {
         out["refused"] = refusal.into();
     }
@@ -49,6 +53,9 @@ pub fn evaluate(loaded: &Loaded, tool: &str, input: &Value) -> Result<Value, Str
         out["provable"] = view.provable.into();
         if let Some(reason) = &view.not_provable {
             out["not_provable"] = reason.as_str().into();
+        }
+        if !view.programs.is_empty() {
+            out["programs"] = json!(view.programs);
         }
     }
     Ok(out)
@@ -155,6 +162,24 @@ fn print_report(out: &mut impl Write, report: &Value) -> std::io::Result<()> {
     if let Some(s) = report["subject"].as_str() {
         writeln!(out, "subject: {}", escape_line(s))?;
     }
+    if let Some(why) = report["raised"].as_str() {
+        writeln!(out, "{}", escape_line(why))?;
+    }
+    match (report["tier"].as_str(), report["profile"].as_str()) {
+        (Some("deny"), _) | (_, None) => {}
+        (tier, Some(profile)) => {
+            let what = match profile {
+                "read_only" => "it may write only /dev/null and a private temporary directory",
+                _ => "it may write allowed_paths.write",
+            };
+            let when = if tier == Some("ask") {
+                ", if approved"
+            } else {
+                ""
+            };
+            writeln!(out, "profile: {profile} ({what}{when})")?;
+        }
+    }
     if let Some(why) = report["refused"].as_str() {
         writeln!(out, "{}", escape_line(why))?;
     }
@@ -172,6 +197,12 @@ fn print_report(out: &mut impl Write, report: &Value) -> std::io::Result<()> {
         }
         for p in parts {
             writeln!(out, "  - {}", escape_line(p.as_str().unwrap_or("")))?;
+        }
+    }
+    if let Some(entries) = report["programs"].as_array() {
+        writeln!(out, "program table entries met:")?;
+        for e in entries {
+            writeln!(out, "  - {}", escape_line(e.as_str().unwrap_or("")))?;
         }
     }
     Ok(())

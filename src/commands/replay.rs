@@ -47,14 +47,7 @@ fn recorded_decisions(events: &Path) -> HashMap<(String, String), String> {
                 e["task_id"].as_str().unwrap_or("").to_string(),
                 e["tool_use_id"].as_str().unwrap_or("").to_string(),
             );
-            (
-                key,
-                format!(
-                    "{} ({})",
-                    e["tier"].as_str().unwrap_or("?"),
-                    e["rule"].as_str().unwrap_or("?")
-                ),
-            )
+            (key, label(&e))
         })
         .collect()
 }
@@ -115,11 +108,7 @@ fn replay_all(loaded: &Loaded, paths: &[PathBuf]) -> anyhow::Result<(usize, Vec<
                         .cloned()
                         .unwrap_or_else(|| "-".into());
                     let now = match evaluate(loaded, &name, &input) {
-                        Ok(d) => format!(
-                            "{} ({})",
-                            d["tier"].as_str().unwrap_or("?"),
-                            d["rule"].as_str().unwrap_or("?")
-                        ),
+                        Ok(d) => label(&d),
                         Err(_) => "-".into(),
                     };
                     let tier = |s: &str| s.split(' ').next().unwrap_or("").to_string();
@@ -188,4 +177,16 @@ fn print_table(out: &mut impl Write, changed: &[Value]) -> std::io::Result<()> {
         ]);
     }
     crate::commands::table::print(out, &rows)
+}
+
+/// `tier (rule)`, with `:read_only` after an `allow` that runs read-only, so a
+/// call that ran with writes and would now run read-only counts as changed. A
+/// record from before profiles existed ran with writes.
+fn label(d: &serde_json::Value) -> String {
+    let tier = d["tier"].as_str().unwrap_or("?");
+    let profile = match (tier, d["profile"].as_str()) {
+        ("allow", Some("read_only")) => ":read_only",
+        _ => "",
+    };
+    format!("{tier}{profile} ({})", d["rule"].as_str().unwrap_or("?"))
 }

@@ -3,7 +3,7 @@
 //!
 //! The edit keeps the file as the operator wrote it (comments aside, which JSON
 //! does not have: layout, key order, every other value) and only appends to
-//! `tools.allow`. It is validated before anything is written: the new text must
+//! `tools.allow` (or, for a command tool's pattern, `tools.allow_write`). It is validated before anything is written: the new text must
 //! parse as settings and pass the caller's check (that the call now decides
 //! `allow`). It is written atomically (a temporary file in the same directory,
 //! synced, renamed over the old one, the directory synced), keeping the file's
@@ -100,9 +100,16 @@ pub fn add_allow_rules(
             ))
         })?;
         let current = Settings::parse(&text, file).map_err(RememberError::Invalid)?;
+        let tools = &current.settings.tools;
         let added: Vec<String> = rules
             .iter()
-            .filter(|r| !current.settings.tools.allow.contains(r))
+            .filter(|r| {
+                let list = match list_for(r) {
+                    "allow_write" => &tools.allow_write,
+                    _ => &tools.allow,
+                };
+                !list.contains(r)
+            })
             .cloned()
             .collect();
         let edited = if added.is_empty() {
@@ -138,8 +145,18 @@ pub fn restore_settings(
     replace_if_unchanged(&real, written, previous)
 }
 
-/// `text` with `rules` appended to `tools.allow` (created when absent), the rest
-/// of the text untouched.
+/// The list a remembered rule goes to: a pattern rule of `run_bash` or
+/// `run_python` to `allow_write`, since what the human approved ran with writes
+/// and an `allow` pattern would run it read-only (SPEC §4); any other to `allow`.
+fn list_for(rule: &str) -> &'static str {
+    match crate::policy::Rule::parse(rule) {
+        Ok(r) if r.tool.runs_commands() && !r.is_whole_tool() => "allow_write",
+        _ => "allow",
+    }
+}
+
+/// `text` with each of `rules` appended to its list, `tools.allow` or
+/// `tools.allow_write` (created when absent), the rest of the text untouched.
 fn append_allow(text: &str, file: &str, rules: &[String]) -> Result<String, RememberError> {
     let no_tools = || RememberError::NoTools {
         file: file.to_string(),
@@ -150,11 +167,12 @@ fn append_allow(text: &str, file: &str, rules: &[String]) -> Result<String, Reme
         .object_value()
         .and_then(|o| o.object_value_or_create("tools"))
         .ok_or_else(no_tools)?;
-    let allow = tools
-        .array_value_or_create("allow")
-        .ok_or_else(|| RememberError::Refused(format!("{file}: tools.allow is not a list")))?;
     for rule in rules {
-        allow.append(CstInputValue::String(rule.clone()));
+        let name = list_for(rule);
+        let list = tools
+            .array_value_or_create(name)
+            .ok_or_else(|| RememberError::Refused(format!("{file}: tools.{name} is not a list")))?;
+        list.append(CstInputValue::String(rule.clone()));
     }
     Ok(root.to_string())
 }

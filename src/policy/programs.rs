@@ -277,6 +277,12 @@ fn entry(program: &str, what: &str) -> &'static Entry {
 /// Stands in for a lookup that found nothing, so a typo in [`met`] fails closed.
 const UNKNOWN: Entry = runs("?", "unknown entry", "an entry the table does not hold");
 
+/// Every entry of `program` (a base name; variants such as `gawk` included).
+pub fn entries_of(program: &str) -> Vec<&'static Entry> {
+    let name = family(program.rsplit('/').next().unwrap_or(program));
+    TABLE.iter().filter(|e| e.program == name).collect()
+}
+
 /// Program names that share another's entries.
 fn family(program: &str) -> &str {
     match program {
@@ -325,11 +331,7 @@ pub fn met(words: &[String]) -> Vec<&'static Entry> {
     };
     match name {
         "sed" => sed(args, &mut out),
-        "awk" => {
-            if !only_version_or_help(args) {
-                out.push(entry("awk", "a program"));
-            }
-        }
+        "awk" => out.extend((!only_version_or_help(args)).then(|| entry("awk", "a program"))),
         "find" => {
             if args
                 .iter()
@@ -358,20 +360,16 @@ pub fn met(words: &[String]) -> Vec<&'static Entry> {
         "tar" => tar(args, &mut out),
         "git" => git(args, &mut out),
         "less" | "more" => {
-            if args.iter().any(|a| a.starts_with('+')) {
-                out.push(entry("less", "a + or !"));
-            }
+            out.extend((args.iter().any(|a| a.starts_with('+'))).then(|| entry("less", "a + or !")))
         }
-        "man" => {
-            if args
+        "man" => out.extend(
+            (args
                 .iter()
                 .any(|a| a.starts_with("--pager") || a.starts_with("--html"))
                 || short_option(args, 'P', "")
-                || short_option(args, 'H', "")
-            {
-                out.push(entry("man", "-P"));
-            }
-        }
+                || short_option(args, 'H', ""))
+            .then(|| entry("man", "-P")),
+        ),
         "zip" => {
             if args
                 .iter()
@@ -393,31 +391,22 @@ pub fn met(words: &[String]) -> Vec<&'static Entry> {
             out.push(entry("rsync", "a destination"));
         }
         "python" | "perl" | "ruby" | "node" | "php" | "lua" => {
-            if !only_version_or_help(args) {
-                out.push(entry(name, "code"));
-            }
+            out.extend((!only_version_or_help(args)).then(|| entry(name, "code")))
         }
         "vim" | "emacs" | "gdb" | "sqlite3" | "ssh" | "socat" | "tmux" => {
-            if !only_version_or_help(args) {
-                out.push(entry(name, "any invocation"));
-            }
+            out.extend((!only_version_or_help(args)).then(|| entry(name, "any invocation")))
         }
-        "nc" => {
-            if short_option(args, 'e', "") || short_option(args, 'c', "") || has("--exec") {
-                out.push(entry("nc", "-e"));
-            }
-        }
+        "nc" => out.extend(
+            (short_option(args, 'e', "") || short_option(args, 'c', "") || has("--exec"))
+                .then(|| entry("nc", "-e")),
+        ),
         "cp" | "mv" | "install" => out.push(entry(name, "a destination")),
         "tee" => out.push(entry("tee", "files")),
         "rm" => out.push(entry("rm", "files")),
-        "dd" => {
-            if args.iter().any(|a| a.starts_with("of=")) {
-                out.push(entry("dd", "of="));
-            }
-        }
+        "dd" => out.extend((args.iter().any(|a| a.starts_with("of="))).then(|| entry("dd", "of="))),
         "make" | "pytest" | "tox" => out.push(entry(name, "")),
-        "npm" => {
-            if args.iter().any(|a| {
+        "npm" => out.extend(
+            (args.iter().any(|a| {
                 matches!(
                     a.as_str(),
                     "run"
@@ -432,12 +421,11 @@ pub fn met(words: &[String]) -> Vec<&'static Entry> {
                         | "ci"
                         | "rebuild"
                 )
-            }) {
-                out.push(entry("npm", ""));
-            }
-        }
-        "cargo" => {
-            if args.iter().any(|a| {
+            }))
+            .then(|| entry("npm", "")),
+        ),
+        "cargo" => out.extend(
+            (args.iter().any(|a| {
                 matches!(
                     a.as_str(),
                     "build"
@@ -453,18 +441,15 @@ pub fn met(words: &[String]) -> Vec<&'static Entry> {
                         | "doc"
                         | "install"
                 )
-            }) {
-                out.push(entry("cargo", ""));
-            }
-        }
-        "go" => {
-            if args
+            }))
+            .then(|| entry("cargo", "")),
+        ),
+        "go" => out.extend(
+            (args
                 .first()
-                .is_some_and(|a| matches!(a.as_str(), "test" | "run" | "generate" | "build"))
-            {
-                out.push(entry("go", ""));
-            }
-        }
+                .is_some_and(|a| matches!(a.as_str(), "test" | "run" | "generate" | "build")))
+            .then(|| entry("go", "")),
+        ),
         _ => {}
     }
     out

@@ -5,7 +5,11 @@
 //! Narrowest means the call's own primary argument as a literal pattern, judged
 //! exactly as the policy judges it: a file tool's normalised path (`workspace/x`),
 //! `run_python`'s code, and for `run_bash` each simple command harnessd proved,
-//! in its canonical form (an allow rule must cover every part of a command). A
+//! in its canonical form (an allow rule must cover every part of a command).
+//! Rules for `run_bash` and `run_python` go to `tools.allow_write`: the approved
+//! call ran with writes, and an `allow` pattern would run it read-only. A command
+//! that runs code the workspace holds (`make`, `npm test`) is approved once and
+//! never remembered. A
 //! `run_bash` command that is not provable cannot be remembered: no allow rule
 //! applies to it, so writing one would change nothing. The rules are written only
 //! if the call, judged again against the edited file, is then allowed.
@@ -14,7 +18,7 @@ use serde_json::Value;
 
 use super::{ToolInput, ToolName, decide};
 use crate::config::{CompiledSettings, Loaded, RememberError, add_allow_rules};
-use crate::policy::{ShellView, Tier, literal_rule};
+use crate::policy::{Profile, ShellView, Tier, literal_rule, programs};
 
 /// Why a call cannot be remembered.
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +61,17 @@ pub fn narrowest_rules(
                 && let Some(why) = input_from_elsewhere(command)
             {
                 return Err(RememberCallError::Unrememberable(why.into()));
+            }
+            if let Some(code) = view
+                .programs
+                .iter()
+                .find(|p| p.ends_with(programs::Effect::WorkspaceCode.as_str()))
+            {
+                return Err(RememberCallError::Unrememberable(format!(
+                    "the command runs code the workspace holds ({code}): what it runs \
+                     changes with the workspace, so no rule is written for it; it was \
+                     approved once"
+                )));
             }
             shell_rules(loaded, view)
         }
@@ -121,16 +136,27 @@ fn shell_rules(loaded: &Loaded, view: &ShellView) -> Result<Vec<String>, Remembe
             "the command has no simple commands to allow, or too many".into(),
         ));
     }
+    let covered = |set: &crate::policy::RuleSet, c: &String| {
+        set.first_pattern_hit(ToolName::RunBash, std::slice::from_ref(c))
+            .is_some()
+    };
+    let policy = &loaded.policy;
+    let uncovered: Vec<String> = view
+        .commands
+        .iter()
+        .filter(|c| !covered(&policy.allow, c) && !covered(&policy.allow_write, c))
+        .map(|c| literal_rule(ToolName::RunBash, Some(c)))
+        .collect();
+    if !uncovered.is_empty() {
+        // Their `allow_write` rules give the whole call the write profile.
+        return Ok(uncovered);
+    }
+    // Every part is allowed already, but only read-only: the approved call ran
+    // with writes, which only `allow_write` rules give.
     Ok(view
         .commands
         .iter()
-        .filter(|c| {
-            loaded
-                .policy
-                .allow
-                .first_pattern_hit(ToolName::RunBash, std::slice::from_ref(c))
-                .is_none()
-        })
+        .filter(|c| !covered(&policy.allow_write, c))
         .map(|c| literal_rule(ToolName::RunBash, Some(c)))
         .collect())
 }
@@ -150,7 +176,10 @@ pub fn remember_call(
         next.policy = candidate.clone();
         let decision = decide(name, &parsed, &next).decision;
         match decision.tier {
-            Tier::Allow => Ok(()),
+            Tier::Allow if decision.profile == Profile::Write => Ok(()),
+            Tier::Allow => {
+                Err("with it the call would run read-only, not as it was approved".to_string())
+            }
             tier => Err(format!(
                 "with it the call would still be `{}` (rule `{}`), since deny and ask \
                  patterns win over allow rules",

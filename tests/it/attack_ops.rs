@@ -54,18 +54,16 @@ fn assert_remember_refused(command: &str, probe: &str, why: &str) {
 /// file without asking. Refused, the file untouched, the approval still pending.
 #[test]
 fn remember_refuses_a_command_whose_input_file_no_rule_can_name() {
-    assert_remember_refused(
-        "python3 < check.py",
-        "python3 < /usr/lib/python3/evil.py",
-        "`<`",
-    );
+    // `sort`, not `python3`: an interpreter given stdin is not provable at all
+    // (the program table), so it would be refused before this check is reached.
+    assert_remember_refused("sort < check.py", "sort < /etc/passwd", "`<`");
 }
 
 /// The same through a pipe: remembering `cat scores.csv | python3` must not leave
 /// `python3` allowed alone, fed by whatever another allowed command prints.
 #[test]
 fn remember_refuses_a_pipeline_whose_input_no_rule_can_name() {
-    assert_remember_refused("cat scores.csv | python3", "git status | python3", "pipes");
+    assert_remember_refused("cat scores.csv | sort", "git status | sort", "pipes");
 }
 
 /// `approve --remember` renames a new settings.json into the settings file's

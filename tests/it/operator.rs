@@ -199,7 +199,7 @@ fn approve_remember_lets_the_same_call_run_without_asking() {
     )
     .unwrap();
     assert_eq!(
-        settings["tools"]["allow"]
+        settings["tools"]["allow_write"]
             .as_array()
             .unwrap()
             .last()
