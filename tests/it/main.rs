@@ -37,6 +37,7 @@ mod operator;
 mod operators_group;
 mod paths;
 mod policy_cli;
+mod programs;
 mod protocol;
 mod queue;
 mod records;
