@@ -15,7 +15,7 @@ pub(crate) fn one_turn(
 }
 
 /// [`one_turn`] with the given `harnessd` arguments (`--yes` approves every ask).
-fn one_turn_with(
+pub(crate) fn one_turn_with(
     args: &[&str],
     setup: impl FnOnce(&TestRoot),
     commands: &[&str],

@@ -16,6 +16,7 @@ mod audit;
 mod audit_attribution;
 mod audit_query;
 mod audit_show;
+mod boundary_rules;
 mod bounded;
 mod cgroup_cleanup;
 mod check;

@@ -1,0 +1,180 @@
+//! What a rule grants through the real loop (SPEC §4): an allowed program's own
+//! options cannot run other text, a deny rule catches the folded spellings and the
+//! wrappers it looks through, and what it cannot see is asked — headless, denied.
+//! Each reproduces a finding against the binary run headless (`run`, no TTY, no
+//! `--yes`), with the directory it aimed at checked afterwards.
+
+use serde_json::json;
+
+use crate::attack_regressions::one_turn;
+use crate::common::{TestRoot, stdout};
+
+/// A root with `important/keep` and `d/keep` in the workspace and these extra
+/// `tools.allow` rules.
+fn with_allow(rules: &'static [&'static str]) -> impl FnOnce(&TestRoot) {
+    move |root: &TestRoot| {
+        let ws = root.workspace();
+        for d in ["important", "d"] {
+            std::fs::create_dir_all(ws.join(d)).unwrap();
+            std::fs::write(ws.join(d).join("keep"), "x").unwrap();
+        }
+        root.edit_settings(|s| {
+            let allow = s["tools"]["allow"].as_array_mut().unwrap();
+            allow.extend(rules.iter().map(|r| json!(r)));
+        });
+    }
+}
+
+/// `sed -n '1e rm -rf important'` under `allow run_bash(sed -n *)` deleted
+/// `important/` with `provable: true`; `awk 'BEGIN{system(…)}'` under
+/// `allow run_bash(awk *)` ran its command.
+#[test]
+fn an_allowed_program_cannot_run_what_its_arguments_say() {
+    let attacks = [
+        "sed -n '1e rm -rf important' scores.csv",
+        "awk 'BEGIN{system(\"touch pwned-awk\")}'",
+        "sort --compress-program=./x scores.csv",
+        "git -c alias.x='!touch pwned-git' x",
+    ];
+    let (root, results, decisions) = one_turn(
+        with_allow(&[
+            "run_bash(sed -n *)",
+            "run_bash(awk *)",
+            "run_bash(sort *)",
+            "run_bash(git *)",
+        ]),
+        &attacks,
+    );
+    for (i, d) in decisions.iter().enumerate() {
+        assert_ne!(d["tier"], "allow", "{:?}: {d}", attacks[i]);
+        assert_eq!(d["provable"], false, "{d}");
+        let programs = d["programs"].as_array().expect("programs recorded");
+        assert!(
+            programs
+                .iter()
+                .any(|p| p.as_str().unwrap().ends_with(": runs")),
+            "{d}"
+        );
+    }
+    assert!(results.iter().all(|r| r["is_error"] == true), "{results:?}");
+    let ws = root.workspace();
+    assert!(ws.join("important/keep").exists(), "sed e ran");
+    assert!(!ws.join("pwned-awk").exists(), "awk system() ran");
+    assert!(!ws.join("pwned-git").exists(), "git -c alias ran");
+}
+
+/// With `allow run_bash` and `deny run_bash(rm -rf *)`: spellings that deleted
+/// their directory or that `policy test` allowed.
+#[test]
+fn a_deny_rule_catches_folded_spellings_and_looked_through_wrappers() {
+    let spellings = [
+        "rm -Rf d",
+        "ionice -c3 rm -rf d",
+        "find d -delete",
+        "taskset 1 rm -rf d",
+        "chrt -o 0 rm -rf d",
+        "flock /tmp/l rm -rf d",
+        "setpriv --reuid=0 rm -rf d",
+        "strace -o /dev/null rm -rf d",
+        "script -qc 'rm -rf d' /dev/null",
+    ];
+    let (root, results, decisions) = one_turn(
+        |root| {
+            with_allow(&[])(root);
+            root.edit_settings(|s| {
+                s["tools"]["allow"] = json!(["run_bash"]);
+                s["tools"]["ask"] = json!(["write_file", "edit_file", "run_python"]);
+            });
+        },
+        &spellings,
+    );
+    for (i, d) in decisions.iter().enumerate() {
+        assert_eq!(d["tier"], "deny", "{:?}: {d}", spellings[i]);
+    }
+    assert!(results.iter().all(|r| r["is_error"] == true), "{results:?}");
+    assert!(root.workspace().join("d/keep").exists(), "d was deleted");
+}
+
+/// Under a whole-tool `allow run_bash` with a deny pattern, text the deny rule
+/// cannot see runs only after a human says so: headless, it is refused, and
+/// `policy test` says why it was raised.
+#[test]
+fn what_a_deny_rule_cannot_see_is_asked() {
+    let unseen = [
+        "echo 'rm -rf d' | sh",
+        "bash <<< 'rm -rf d'",
+        "python3 -c 'import shutil; shutil.rmtree(\"d\")'",
+        "/usr/bin/r[m] -rf d",
+    ];
+    let (root, results, decisions) = one_turn(
+        |root| {
+            with_allow(&[])(root);
+            root.edit_settings(|s| {
+                s["tools"]["allow"] = json!(["run_bash"]);
+                s["tools"]["ask"] = json!(["write_file", "edit_file", "run_python"]);
+            });
+        },
+        &unseen,
+    );
+    for (i, d) in decisions.iter().enumerate() {
+        assert_eq!(d["tier"], "ask", "{:?}: {d}", unseen[i]);
+        assert!(
+            d["raised"]
+                .as_str()
+                .is_some_and(|r| r.starts_with("raised to ask")),
+            "{d}"
+        );
+    }
+    assert!(results.iter().all(|r| r["is_error"] == true), "{results:?}");
+    assert!(root.workspace().join("d/keep").exists(), "d was deleted");
+    // A literal program no deny rule names keeps the whole-tool tier.
+    let out = root.run(&["policy", "test", "run_bash", "ls *.csv"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let out = root.run(&["policy", "test", "run_bash", "ls | bash"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
+    assert!(stdout(&out).contains("raised to ask"), "{}", stdout(&out));
+}
+
+/// `policy test` names the profile: a pattern allow runs read-only, an
+/// `allow_write` rule with writes, and the entries a command met.
+#[test]
+fn policy_test_prints_the_profile_and_the_program_entries() {
+    let root = TestRoot::new("http://127.0.0.1:9");
+    root.edit_settings(|s| {
+        s["tools"]["allow"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!("run_bash(find *)"));
+        s["tools"]["allow_write"] = json!(["run_bash(sort -o *)"]);
+    });
+    let out = root.run(&[
+        "policy",
+        "test",
+        "run_bash",
+        "find . -fprintf .git/config x",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let text = stdout(&out);
+    assert!(text.contains("profile: read_only"), "{text}");
+    assert!(
+        text.contains("find -fprint/-fprint0/-fprintf/-fls: writes"),
+        "{text}"
+    );
+    let out = root.run(&[
+        "policy",
+        "test",
+        "--json",
+        "run_bash",
+        "sort -o out scores.csv",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["profile"], "write", "{report}");
+    let out = root.run(&["policy", "test", "run_bash", "sed -n '1e id' scores.csv"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("sed e command: runs"),
+        "{}",
+        stdout(&out)
+    );
+}
