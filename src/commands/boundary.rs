@@ -247,7 +247,7 @@ pub fn warnings(loaded: &Loaded, homes: &[PathBuf]) -> Vec<String> {
 /// provable), which the operator may not expect; an `allow_write` rule for a
 /// program that runs workspace code grants whatever the workspace holds then.
 fn rule_warnings(s: &crate::config::Settings) -> Vec<String> {
-    use crate::policy::programs::{Effect, entries_of};
+    use crate::policy::programs::{Effect, entries_of, example};
     let mut out = Vec::new();
     let lists = [
         ("allow", &s.tools.allow),
@@ -263,9 +263,23 @@ fn rule_warnings(s: &crate::config::Settings) -> Vec<String> {
             };
             let program = pattern.split(' ').next().unwrap_or_default();
             let entries = entries_of(program);
+            // Only the entries whose example this rule's pattern would match: the
+            // rule was written broadly enough to cover a command that uses them.
+            let covers = |example: &str| {
+                crate::policy::Rule::parse(rule)
+                    .ok()
+                    .and_then(|r| crate::policy::RuleSet::new(vec![r]).ok())
+                    .is_some_and(|set| {
+                        set.first_pattern_hit(crate::tools::ToolName::RunBash, &[example])
+                            .is_some()
+                    })
+            };
             let runs: Vec<&str> = entries
                 .iter()
                 .filter(|e| e.effect == Effect::Runs)
+                .filter(|e| {
+                    example(e).is_some_and(|ex| covers(&ex.replacen(e.program, program, 1)))
+                })
                 .map(|e| e.what)
                 .collect();
             if !runs.is_empty() {

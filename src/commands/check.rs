@@ -22,15 +22,26 @@ fn tool_tiers(loaded: &Loaded) -> Vec<Value> {
         .into_iter()
         .map(|tool| {
             let d = policy::decide(p, Subject { tool, arg: None });
-            let patterns: Vec<String> = [("deny", &p.deny), ("ask", &p.ask), ("allow", &p.allow)]
-                .iter()
-                .flat_map(|(tier, rules)| {
-                    rules
-                        .iter()
-                        .filter(|r| r.tool == tool && r.text.contains('('))
-                        .map(move |r| format!("{tier} {}", r.text))
-                })
-                .collect();
+            // A command tool's `allow` pattern runs read-only: said where it is listed.
+            let allow = if tool.runs_commands() {
+                "allow (read-only)"
+            } else {
+                "allow"
+            };
+            let patterns: Vec<String> = [
+                ("deny", &p.deny),
+                ("ask", &p.ask),
+                ("allow_write", &p.allow_write),
+                (allow, &p.allow),
+            ]
+            .iter()
+            .flat_map(|(tier, rules)| {
+                rules
+                    .iter()
+                    .filter(|r| r.tool == tool && r.text.contains('('))
+                    .map(move |r| format!("{tier} {}", r.text))
+            })
+            .collect();
             json!({
                 "tool": tool.as_str(),
                 "advertised": advertised(loaded, tool),

@@ -277,6 +277,54 @@ fn entry(program: &str, what: &str) -> &'static Entry {
 /// Stands in for a lookup that found nothing, so a typo in [`met`] fails closed.
 const UNKNOWN: Entry = runs("?", "unknown entry", "an entry the table does not hold");
 
+/// A command that uses a *runs* entry, for `check`: a rule whose pattern matches
+/// it allows a command of that shape, so the warning is about what the operator
+/// wrote, not about every rule naming the program (`git status*` matches none of
+/// git's, `sed -n *` matches `sed -n 1e id f`).
+pub fn example(entry: &Entry) -> Option<&'static str> {
+    let examples: &[(&str, &str, &str)] = &[
+        ("sed", "e command", "sed -n 1e\\ id f"),
+        ("sed", "s///e", "sed s/x/id/e f"),
+        ("sed", "-f", "sed -n -f script f"),
+        ("awk", "a program", "awk BEGIN{system(\"id\")}"),
+        ("find", "-exec", "find . -exec id ;"),
+        (
+            "sort",
+            "--compress-program",
+            "sort --compress-program=./x f",
+        ),
+        ("tar", "-I", "tar -I ./x -tf a.tar"),
+        ("tar", "--to-command", "tar -xf a.tar --to-command=./x"),
+        (
+            "tar",
+            "--checkpoint-action",
+            "tar -tf a.tar --checkpoint-action=exec=./x",
+        ),
+        ("tar", "--info-script", "tar -F ./x -tf a.tar"),
+        ("git", "-c", "git -c alias.x=!id x"),
+        ("git", "--exec-path", "git --exec-path=. x"),
+        ("git", "--ext-diff", "git diff --ext-diff"),
+        ("git", "an alias", "git x"),
+        ("git", "difftool", "git rebase --exec id"),
+        ("git", "grep -O", "git grep -Oid x"),
+        ("less", "a + or !", "less +!id f"),
+        ("man", "-P", "man -P ./x ls"),
+        ("zip", "-T", "zip x.zip f -T --unzip-command=./x"),
+        ("rsync", "-e", "rsync -e ./x f h:g"),
+        ("nc", "-e", "nc -e ./x h 1"),
+    ];
+    if let Some((_, _, ex)) = examples
+        .iter()
+        .find(|(p, w, _)| *p == entry.program && entry.what.starts_with(w))
+    {
+        return Some(ex);
+    }
+    // Programs whose every invocation runs code: the bare name is the example.
+    (entry.effect == Effect::Runs && entry.what.contains("any invocation")
+        || entry.what.starts_with("code"))
+    .then_some(entry.program)
+}
+
 /// Every entry of `program` (a base name; variants such as `gawk` included).
 pub fn entries_of(program: &str) -> Vec<&'static Entry> {
     let name = family(program.rsplit('/').next().unwrap_or(program));

@@ -178,3 +178,34 @@ fn policy_test_prints_the_profile_and_the_program_entries() {
         stdout(&out)
     );
 }
+
+/// `check` warns about an allow rule broad enough to cover a program's *runs*
+/// options (`sed -n *` covers `sed -n 1e …`), and about `allow_write` for a program
+/// that runs workspace code; the shipped rules draw no such warning.
+#[test]
+fn check_warns_about_rules_for_programs_that_run_their_arguments() {
+    let root = TestRoot::new("http://127.0.0.1:9");
+    let shipped = root.run(&["check"]);
+    assert!(
+        !crate::common::stderr(&shipped).contains("can run other text"),
+        "{}",
+        crate::common::stderr(&shipped)
+    );
+    root.edit_settings(|s| {
+        s["tools"]["allow"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!("run_bash(sed -n *)"));
+        s["tools"]["allow_write"] = json!(["run_bash(make *)"]);
+    });
+    let out = root.run(&["check"]);
+    let err = crate::common::stderr(&out);
+    assert!(
+        err.contains("\"run_bash(sed -n *)\": `sed` can run other text (e command"),
+        "{err}"
+    );
+    assert!(
+        err.contains("\"run_bash(make *)\": `make` runs code the workspace holds"),
+        "{err}"
+    );
+}
