@@ -5,10 +5,13 @@
 //! 2. parent-death signal, so the helper dies with the executor's thread;
 //! 3. every descriptor above 2 closed (`close_range`): nothing of the daemon's is
 //!    inherited, whatever was opened without CLOEXEC;
-//! 4. a new PID namespace (as root; a user + PID namespace otherwise), entered by
-//!    forking: the child is its PID 1, and when it or the helper dies the kernel
-//!    kills every process in it — double-forked and setsid'd ones too. The helper
-//!    stays behind as a supervisor relaying the exit status;
+//! 4. a new PID and IPC namespace (as root; a user + PID + IPC namespace
+//!    otherwise), entered by forking: the child is its PID 1, and when it or the
+//!    helper dies the kernel kills every process in it — double-forked and
+//!    setsid'd ones too. The helper stays behind as a supervisor relaying the exit
+//!    status. The IPC namespace holds the call's SysV shared memory, message queues,
+//!    semaphores and POSIX message queues: no other process reaches them, and they
+//!    go with the namespace when the call ends;
 //! 5. resource limits (CPU, address space, processes, file size, open files, no
 //!    core dumps) — before the privilege drop, which makes RLIMIT_NPROC bind;
 //! 6. privilege drop to `sandbox.user` when running as root: supplementary groups
@@ -123,14 +126,17 @@ fn close_inherited() -> Result<String, String> {
 
 fn enter_pid_namespace() -> Result<String, String> {
     let how = if Uid::effective().is_root() {
-        unshare(CloneFlags::CLONE_NEWPID)
-            .map(|()| "PID namespace")
+        unshare(CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWIPC)
+            .map(|()| "PID + IPC namespace")
             .map_err(|e| e.to_string())
     } else {
-        enter_user_and_pid_namespace().map(|()| "user + PID namespace")
+        enter_user_and_pid_namespace().map(|()| "user + PID + IPC namespace")
     };
     let how = how.map_err(|e| {
-        format!("cannot create a PID namespace ({e}); the whole process tree cannot be killed")
+        format!(
+            "cannot create a PID and IPC namespace ({e}); the whole process tree cannot be \
+             killed, and its SysV IPC objects would be the host's"
+        )
     })?;
     // SAFETY: the helper is single-threaded (no tokio, no threads spawned), so
     // fork is safe; the child continues in ordinary Rust.
@@ -139,7 +145,7 @@ fn enter_pid_namespace() -> Result<String, String> {
             // The death signal does not survive fork; the supervisor is the parent now.
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| e.to_string())?;
             Ok(format!(
-                "{how}: the tool is PID 1, the whole tree dies with it"
+                "{how}: the tool is PID 1, the whole tree dies with it; SysV IPC and POSIX message queues private to the call"
             ))
         }
         Ok(ForkResult::Parent { child }) => supervise(child),
@@ -169,7 +175,8 @@ fn supervise(child: Pid) -> ! {
 
 fn enter_user_and_pid_namespace() -> Result<(), String> {
     let (uid, gid) = (Uid::current(), Gid::current());
-    unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWPID).map_err(|e| e.to_string())?;
+    unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWIPC)
+        .map_err(|e| e.to_string())?;
     let write = |file: &str, text: String| {
         std::fs::write(format!("/proc/self/{file}"), text).map_err(|e| format!("{file}: {e}"))
     };

@@ -6,7 +6,7 @@
 //! 1. reads the request; stdin is then replaced by `/dev/null`, so a tool never
 //!    reads from the daemon;
 //! 2. confines itself with every layer of `confine` (session, parent-death signal,
-//!    closed descriptors, PID namespace, rlimits, privilege drop, no_new_privs,
+//!    closed descriptors, PID and IPC namespaces, rlimits, privilege drop, no_new_privs,
 //!    Landlock, seccomp), refusing the job if `sandbox.require` is `full` and a
 //!    layer cannot be had;
 //! 3. performs a file job itself — opening exactly the path the daemon judged,

@@ -42,6 +42,7 @@ mod queue;
 mod records;
 mod reload;
 mod resume;
+mod sandbox_ipc;
 mod shell_diff;
 mod stops;
 mod streaming;
