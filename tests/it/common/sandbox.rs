@@ -23,3 +23,8 @@ pub fn run(root: &TestRoot, read_only: bool, as_uid: Option<u32>, argv: &[&str])
     }
     cmd.output().unwrap()
 }
+
+/// `bash -c script`, confined (see [`run`]).
+pub fn bash(root: &TestRoot, read_only: bool, as_uid: Option<u32>, script: &str) -> Output {
+    run(root, read_only, as_uid, &["bash", "-c", script])
+}
