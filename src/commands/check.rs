@@ -175,6 +175,7 @@ fn report_json(loaded: &Loaded, f: &Findings) -> Value {
         },
         "warnings": f.boundary,
         "documented_gap": super::boundary::HARD_LINK_GAP,
+        "metadata": metadata_cost(),
         "error": refusal(loaded, f),
     })
 }
@@ -288,8 +289,17 @@ fn print_sandbox(out: &mut impl Write, loaded: &Loaded, f: &Findings) -> std::io
     if let Some(e) = &f.probe_error {
         writeln!(out, "  NO  probe           {}", escape_line(e))?;
     }
+    if let Some(cost) = metadata_cost() {
+        writeln!(out, "metadata   {cost}")?;
+    }
     writeln!(out, "gap        {}", super::boundary::HARD_LINK_GAP)?;
     Ok(())
+}
+
+/// What tools lose to the metadata filter, when harnessd is not root (as root they
+/// run as `sandbox.user` and file permissions protect the daemon's files).
+fn metadata_cost() -> Option<&'static str> {
+    (!nix::unistd::Uid::effective().is_root()).then_some(super::boundary::SAME_UID_METADATA_COST)
 }
 
 /// The warnings that follow the text output, on stderr.

@@ -102,7 +102,10 @@ pub fn apply(c: &Confinement, report: &mut Report) -> Result<(), String> {
         super::landlock::restrict(&paths, c.limits.network, report.landlock_abi),
     )?;
     let unix_sockets = !same_uid_as_daemon;
-    let seccomp = super::seccomp::filters(c.limits.network, unix_sockets)
+    // The daemon's own files are the tool's to chmod when it shares their uid;
+    // a read-only process may change nothing.
+    let metadata_by_path = same_uid_as_daemon || c.profile == Profile::ReadOnly;
+    let seccomp = super::seccomp::filters(c.limits.network, unix_sockets, metadata_by_path)
         .and_then(|f| super::seccomp::install(&f))
         .map(|()| {
             let net = match (c.limits.network, unix_sockets) {
@@ -110,7 +113,12 @@ pub fn apply(c: &Confinement, report: &mut Report) -> Result<(), String> {
                 (false, true) => "sockets other than AF_UNIX, ",
                 (false, false) => "every socket (socketpair allowed), ",
             };
-            format!("refused: {net}ptrace, process_vm, io_uring, mount, namespaces, keyctl, bpf, perf_event_open, TIOCSTI/TIOCLINUX")
+            let metadata = if metadata_by_path {
+                "path-based chmod/chown/utimes/setxattr, "
+            } else {
+                ""
+            };
+            format!("refused: {net}{metadata}ptrace, process_vm, io_uring, mount, namespaces, keyctl, bpf, perf_event_open, TIOCSTI/TIOCLINUX")
         })
         .map_err(|e| e.to_string());
     layer(report, "seccomp", seccomp)

@@ -43,6 +43,7 @@ mod records;
 mod reload;
 mod resume;
 mod sandbox_ipc;
+mod sandbox_metadata;
 mod sandbox_read_only;
 mod shell_diff;
 mod stops;
