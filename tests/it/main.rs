@@ -42,6 +42,7 @@ mod queue;
 mod records;
 mod reload;
 mod resume;
+mod sandbox_git;
 mod sandbox_ipc;
 mod sandbox_metadata;
 mod sandbox_read_only;
