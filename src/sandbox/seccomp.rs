@@ -216,3 +216,30 @@ pub fn install(filters: &[BpfProgram]) -> Result<(), SeccompError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_combination_of_filters_compiles() {
+        for network in [false, true] {
+            for unix_sockets in [false, true] {
+                for metadata_by_path in [false, true] {
+                    let f = filters(network, unix_sockets, metadata_by_path);
+                    assert!(f.is_ok_and(|f| f.len() == 2));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_metadata_list_names_each_call_once() {
+        let mut calls = path_metadata();
+        let n = calls.len();
+        calls.sort_unstable();
+        calls.dedup();
+        assert_eq!(calls.len(), n);
+        assert!(!calls.contains(&libc::SYS_fchmod) && !calls.contains(&libc::SYS_fchown));
+    }
+}

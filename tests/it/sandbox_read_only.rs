@@ -172,3 +172,41 @@ fn everyday_read_only_commands_work_under_the_read_only_profile() {
         stderr(&out)
     );
 }
+
+#[test]
+fn a_read_only_profile_whose_tmp_cannot_be_made_is_refused_when_full() {
+    // As an unprivileged daemon, an allowed path under /tmp that the daemon cannot
+    // reach cannot be mounted back on the tmpfs: the profile cannot be had.
+    let root = TestRoot::new("http://127.0.0.1:9");
+    let closed = Path::new("/tmp").join(format!("harnessd-it-closed-{}", std::process::id()));
+    std::fs::create_dir_all(closed.join("inner")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let inner = closed.join("inner").display().to_string();
+    root.edit_settings(|s| {
+        s["allowed_paths"]["read"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!(inner))
+    });
+    let uid = 61015;
+    chown_tree(&root.dir, uid);
+    let out = ro(&root, Some(uid), "touch ran");
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("profile cannot be enforced"),
+        "{}",
+        stderr(&out)
+    );
+    // best_effort runs it, and it is still read-only.
+    root.edit_settings(|s| s["sandbox"]["require"] = json!("best_effort"));
+    chown_tree(&root.dir, uid);
+    let out = ro(&root, Some(uid), "echo x > /dev/null && touch ran");
+    assert!(
+        stderr(&out).contains("Permission denied"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!root.workspace().join("ran").exists());
+    let _ = std::fs::remove_dir_all(&closed);
+}
