@@ -210,3 +210,32 @@ fn a_read_only_profile_whose_tmp_cannot_be_made_is_refused_when_full() {
     assert!(!root.workspace().join("ran").exists());
     let _ = std::fs::remove_dir_all(&closed);
 }
+
+#[test]
+fn check_reports_the_read_only_profile_as_this_host_gives_it() {
+    let root = root_outside_tmp("c");
+    let out = root.run(&["check"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains(
+            "  yes profile         read-only: writes only /dev/null and a private 256 MiB /tmp\n"
+        ),
+        "{}",
+        stdout(&out)
+    );
+    // As an unprivileged daemon, in its user namespace.
+    let root = TestRoot::new("http://127.0.0.1:9");
+    chown_tree(&root.dir, 61016);
+    use std::os::unix::process::CommandExt;
+    let out = root
+        .command(&["check"])
+        .uid(61016)
+        .gid(61016)
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&out).contains("  yes profile         read-only: writes only /dev/null"),
+        "{}",
+        stdout(&out)
+    );
+}
