@@ -169,43 +169,52 @@ pub fn filters(
         ],
     );
     if metadata_by_path {
-        for nr in path_metadata() {
-            eperm.insert(nr, vec![]);
-        }
-        // utimensat(dirfd, path, …) with a path; NULL is futimens(dirfd, …).
-        eperm.insert(
-            libc::SYS_utimensat,
-            vec![
-                SeccompRule::new(vec![
-                    SeccompCondition::new(1, SeccompCmpArgLen::Qword, SeccompCmpOp::Ne, 0)
-                        .map_err(err)?,
-                ])
-                .map_err(err)?,
-            ],
-        );
+        refuse_metadata_by_path(&mut eperm)?;
     }
     if !network {
-        let socket_rule = if unix_sockets {
-            vec![
-                SeccompRule::new(vec![arg(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?])
-                    .map_err(err)?,
-            ]
-        } else {
-            vec![]
-        };
-        eperm.insert(libc::SYS_socket, socket_rule);
-        eperm.insert(
-            libc::SYS_socketpair,
-            vec![
-                SeccompRule::new(vec![arg(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?])
-                    .map_err(err)?,
-            ],
-        );
+        refuse_sockets(&mut eperm, unix_sockets)?;
     }
     Ok(vec![
         compile(enosys, SeccompAction::Errno(libc::ENOSYS as u32))?,
         compile(eperm, SeccompAction::Errno(libc::EPERM as u32))?,
     ])
+}
+
+/// Adds the path-based mode, owner, timestamp and xattr changes to `eperm`.
+fn refuse_metadata_by_path(
+    eperm: &mut BTreeMap<i64, Vec<SeccompRule>>,
+) -> Result<(), SeccompError> {
+    for nr in path_metadata() {
+        eperm.insert(nr, vec![]);
+    }
+    // utimensat(dirfd, path, …) with a path; NULL is futimens(dirfd, …).
+    let with_path =
+        SeccompCondition::new(1, SeccompCmpArgLen::Qword, SeccompCmpOp::Ne, 0).map_err(err)?;
+    eperm.insert(
+        libc::SYS_utimensat,
+        vec![SeccompRule::new(vec![with_path]).map_err(err)?],
+    );
+    Ok(())
+}
+
+/// Adds every socket family but AF_UNIX (and AF_UNIX too unless `unix_sockets`)
+/// to `eperm`; `socketpair` of AF_UNIX stays.
+fn refuse_sockets(
+    eperm: &mut BTreeMap<i64, Vec<SeccompRule>>,
+    unix_sockets: bool,
+) -> Result<(), SeccompError> {
+    let not_unix = || {
+        arg(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)
+            .and_then(|c| SeccompRule::new(vec![c]).map_err(err))
+    };
+    let socket_rule = if unix_sockets {
+        vec![not_unix()?]
+    } else {
+        vec![]
+    };
+    eperm.insert(libc::SYS_socket, socket_rule);
+    eperm.insert(libc::SYS_socketpair, vec![not_unix()?]);
+    Ok(())
 }
 
 /// Installs the filters on the calling thread (and what it execs). Requires
