@@ -27,8 +27,9 @@
 //! 9. Landlock (see [`super::landlock`]): under the write profile it reads `read`
 //!    and writes `write`; under the read-only one it reads `read ∪ write` and
 //!    writes only `/dev/null` and the private `/tmp`;
-//! 10. seccomp (see [`super::seccomp`]) — last, so the steps above may use what it
-//!     forbids.
+//! 10. seccomp (see [`super::seccomp`]), with the path-based mode, owner, time and
+//!     xattr changes refused too when the tool keeps the daemon's uid or is
+//!     read-only — last, so the steps above may use what it forbids.
 
 use nix::sched::{CloneFlags, unshare};
 use nix::sys::resource::{Resource, setrlimit};
