@@ -165,6 +165,10 @@ pub enum Command {
     /// Run a command confined exactly as a tool would be, to try a policy out.
     /// Exit code: the command's, 124 on timeout, 125 if the sandbox refused.
     Sandbox {
+        /// Run it with the read-only profile a call allowed by a pattern rule gets
+        /// (writes only /dev/null and a private /tmp), instead of the write set.
+        #[arg(long)]
+        read_only: bool,
         /// The command and its arguments (after `--`).
         #[arg(required = true, last = true)]
         command: Vec<String>,

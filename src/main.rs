@@ -89,7 +89,14 @@ fn dispatch(cli: Cli, helper: std::path::PathBuf) -> anyhow::Result<i32> {
         Command::Serve => commands::serve::run(root, helper, env),
         Command::Check { json } => commands::check::run(&root, json, &helper, env),
         Command::Init { dir } => commands::init::run(&dir.unwrap_or(root)),
-        Command::Sandbox { command } => commands::sandbox::run(&root, command, &helper),
+        Command::Sandbox { read_only, command } => {
+            let profile = if read_only {
+                harnessd::sandbox::Profile::ReadOnly
+            } else {
+                harnessd::sandbox::Profile::Write
+            };
+            commands::sandbox::run(&root, command, profile, &helper)
+        }
         Command::Policy { command } => match command {
             PolicyCommand::Test { tool, input, json } => {
                 commands::policy::test(&root, &tool, &input, json)

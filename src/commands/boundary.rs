@@ -20,6 +20,13 @@ pub const HARD_LINK_GAP: &str = "a hard link placed inside an allowed tree by so
     (Landlock, bubblewrap or Seatbelt) can see that. Keep files tools must not reach from \
     being hard-linked into allowed paths (e.g. keep them on another filesystem)";
 
+/// What a daemon that is not root costs its tools (SPEC §4 `sandbox.user`), stated
+/// by `check` when it runs as another user than root.
+pub const SAME_UID_METADATA_COST: &str = "path-based chmod/chown/utimes/setxattr refused for \
+    every path (tools share the daemon's uid, so nothing else would keep them off its own \
+    files): `chmod +x` in the workspace fails; `touch` and fd-based changes to files a tool \
+    can open for writing still work";
+
 /// How an allowed path must relate to a guarded one to weaken the boundary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Reach {

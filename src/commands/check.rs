@@ -53,16 +53,42 @@ fn tool_tiers(loaded: &Loaded) -> Vec<Value> {
         .collect()
 }
 
-/// What confines a tool process here: a real probe through the executor.
+/// What confines a tool process here: a real probe through the executor, of the
+/// write profile, with the `profile` layer of a second, read-only probe (its
+/// private `/tmp`, which a host may not give) after the namespaces.
 fn enforcement(loaded: &Loaded, helper: &Path) -> (u32, Vec<Layer>, Option<String>) {
-    let confine =
-        Confinement::from_settings(&loaded.policy.settings, &loaded.paths.root, Profile::Write);
-    let probed = Executor::new(helper.to_path_buf()).probe(&confine, &loaded.paths.workspace);
-    // The probe ran in a call cgroup, now pooled: `check` makes no other call,
-    // so it is removed here, or every `check` would leave one in the host's tree.
+    let executor = Executor::new(helper.to_path_buf());
+    let probe = |profile| {
+        let confine =
+            Confinement::from_settings(&loaded.policy.settings, &loaded.paths.root, profile);
+        executor.probe(&confine, &loaded.paths.workspace)
+    };
+    let probed = probe(Profile::Write);
+    let read_only = probe(Profile::ReadOnly);
+    // The probes ran in call cgroups, now pooled: `check` makes no other call,
+    // so they are removed here, or every `check` would leave one in the host's tree.
     crate::exec::remove_pooled_cgroups();
     match probed {
-        Ok(report) => (report.landlock_abi, report.layers, None),
+        Ok(mut report) => {
+            let profile = match read_only {
+                Ok(r) => r.layers.into_iter().find(|l| l.name == "profile"),
+                Err(e) => Some(Layer {
+                    name: "profile".into(),
+                    enforced: false,
+                    detail: format!("the read-only probe failed: {e}"),
+                    optional: false,
+                }),
+            };
+            if let Some(layer) = profile {
+                let at = report
+                    .layers
+                    .iter()
+                    .position(|l| l.name == "pid_namespace")
+                    .map_or(report.layers.len(), |i| i + 1);
+                report.layers.insert(at, layer);
+            }
+            (report.landlock_abi, report.layers, None)
+        }
         Err(e) => (crate::sandbox::landlock_abi(), Vec::new(), Some(e)),
     }
 }
@@ -186,6 +212,7 @@ fn report_json(loaded: &Loaded, f: &Findings) -> Value {
         },
         "warnings": f.boundary,
         "documented_gap": super::boundary::HARD_LINK_GAP,
+        "metadata": metadata_cost(),
         "error": refusal(loaded, f),
     })
 }
@@ -299,8 +326,17 @@ fn print_sandbox(out: &mut impl Write, loaded: &Loaded, f: &Findings) -> std::io
     if let Some(e) = &f.probe_error {
         writeln!(out, "  NO  probe           {}", escape_line(e))?;
     }
+    if let Some(cost) = metadata_cost() {
+        writeln!(out, "metadata   {cost}")?;
+    }
     writeln!(out, "gap        {}", super::boundary::HARD_LINK_GAP)?;
     Ok(())
+}
+
+/// What tools lose to the metadata filter, when harnessd is not root (as root they
+/// run as `sandbox.user` and file permissions protect the daemon's files).
+fn metadata_cost() -> Option<&'static str> {
+    (!nix::unistd::Uid::effective().is_root()).then_some(super::boundary::SAME_UID_METADATA_COST)
 }
 
 /// The warnings that follow the text output, on stderr.

@@ -1,5 +1,6 @@
-//! `harnessd sandbox -- CMD…`: run a command through exactly the path a tool takes,
-//! with the current policy, so an operator can try a policy out. The command gets
+//! `harnessd sandbox [--read-only] -- CMD…`: run a command through exactly the path
+//! a tool takes, with the current policy and the write profile (or the read-only
+//! one of a pattern-allowed call), so an operator can try a policy out. The command gets
 //! no terminal (SPEC §8): stdin is `/dev/null`, stdout and stderr are pipes whose
 //! bytes harnessd relays to its own (escaped where those are a terminal, byte for
 //! byte to a pipe or a file), and the helper is a session leader with no
@@ -18,7 +19,7 @@ use crate::sandbox::{Confinement, Job, Profile};
 pub const EXIT_TIMEOUT: i32 = 124;
 
 /// Runs `sandbox`.
-pub fn run(root: &Path, argv: Vec<String>, helper: &Path) -> anyhow::Result<i32> {
+pub fn run(root: &Path, argv: Vec<String>, profile: Profile, helper: &Path) -> anyhow::Result<i32> {
     let loaded = match crate::commands::load_root(root) {
         Ok(l) => l,
         Err(code) => return Ok(code),
@@ -27,7 +28,7 @@ pub fn run(root: &Path, argv: Vec<String>, helper: &Path) -> anyhow::Result<i32>
     // Its warnings (a planted `.tmp` moved aside…) are logged where they arise,
     // to stderr by default.
     prepare_workspace(&loaded.paths.workspace, &settings.sandbox.user)?;
-    let confine = Confinement::from_settings(settings, &loaded.paths.root, Profile::Write);
+    let confine = Confinement::from_settings(settings, &loaded.paths.root, profile);
     let never = CancellationToken::new();
     let outcome = Executor::new(PathBuf::from(helper)).run(&ExecRequest {
         job: &Job::Exec { argv },

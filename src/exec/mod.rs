@@ -427,8 +427,16 @@ fn kill_tree(helper: Pid) {
 /// system configuration are therefore switched off. A repository's own
 /// `.git/config` in the workspace cannot be switched off here: what keeps an allowed
 /// command from writing it is that a file-writing redirection is never provable
-/// (`policy::shell`), so only an approved write can plant it.
+/// (`policy::shell`), so only an approved write can plant it. Under the read-only
+/// profile the helper adds more (see `sandbox::environment`).
+///
+/// Every git call trusts the workspace and the repositories below it as safe
+/// directories (SPEC §4): the tool uid does not own an operator's checkout, and
+/// git refuses a repository owned by another uid. Two entries, because git matches
+/// `safe.directory` exactly unless it ends in `/*`, which then matches only what
+/// lies below; never `*`, which would trust every repository on the host.
 pub fn tool_environment(workspace: &Path) -> Vec<(String, String)> {
+    let ws = workspace.display().to_string();
     vec![
         ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
         ("LANG".into(), "C.UTF-8".into()),
@@ -441,5 +449,10 @@ pub fn tool_environment(workspace: &Path) -> Vec<(String, String)> {
         ("PYTHONDONTWRITEBYTECODE".into(), "1".into()),
         ("GIT_CONFIG_NOSYSTEM".into(), "1".into()),
         ("GIT_CONFIG_GLOBAL".into(), "/dev/null".into()),
+        ("GIT_CONFIG_COUNT".into(), "2".into()),
+        ("GIT_CONFIG_KEY_0".into(), "safe.directory".into()),
+        ("GIT_CONFIG_VALUE_0".into(), ws.clone()),
+        ("GIT_CONFIG_KEY_1".into(), "safe.directory".into()),
+        ("GIT_CONFIG_VALUE_1".into(), format!("{ws}/*")),
     ]
 }

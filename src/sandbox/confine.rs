@@ -5,19 +5,31 @@
 //! 2. parent-death signal, so the helper dies with the executor's thread;
 //! 3. every descriptor above 2 closed (`close_range`): nothing of the daemon's is
 //!    inherited, whatever was opened without CLOEXEC;
-//! 4. a new PID namespace (as root; a user + PID namespace otherwise), entered by
-//!    forking: the child is its PID 1, and when it or the helper dies the kernel
-//!    kills every process in it — double-forked and setsid'd ones too. The helper
-//!    stays behind as a supervisor relaying the exit status;
-//! 5. resource limits (CPU, address space, processes, file size, open files, no
+//! 4. a new PID and IPC namespace (as root; a user + PID + IPC namespace
+//!    otherwise), entered by forking: the child is its PID 1, and when it or the
+//!    helper dies the kernel kills every process in it — double-forked and
+//!    setsid'd ones too. The helper stays behind as a supervisor relaying the exit
+//!    status. The IPC namespace holds the call's SysV shared memory, message queues,
+//!    semaphores and POSIX message queues: no other process reaches them, and they
+//!    go with the namespace when the call ends;
+//! 5. the profile: under the read-only one, a mount namespace of the call's own
+//!    with a private tmpfs on `/tmp` (see [`super::mounts`]), `TMPDIR` and `HOME`
+//!    pointing there. In the PID namespace's PID 1, so the mounts die with the
+//!    call's tree; before the privilege drop, which takes CAP_SYS_ADMIN away (as
+//!    root), and before Landlock, whose rule for `/tmp` must name the tmpfs and
+//!    not the host's directory under it; seccomp (last) forbids `mount`;
+//! 6. resource limits (CPU, address space, processes, file size, open files, no
 //!    core dumps) — before the privilege drop, which makes RLIMIT_NPROC bind;
-//! 6. privilege drop to `sandbox.user` when running as root: supplementary groups
+//! 7. privilege drop to `sandbox.user` when running as root: supplementary groups
 //!    cleared, gid then uid set (all three ids), which empties every capability set;
 //!    the parent-death signal is set again since a credential change clears it;
-//! 7. `no_new_privs`: setuid binaries and file capabilities grant nothing;
-//! 8. Landlock (see [`super::landlock`]);
-//! 9. seccomp (see [`super::seccomp`]) — last, so the steps above may use what it
-//!    forbids.
+//! 8. `no_new_privs`: setuid binaries and file capabilities grant nothing;
+//! 9. Landlock (see [`super::landlock`]): under the write profile it reads `read`
+//!    and writes `write`; under the read-only one it reads `read ∪ write` and
+//!    writes only `/dev/null` and the private `/tmp`;
+//! 10. seccomp (see [`super::seccomp`]), with the path-based mode, owner, time and
+//!     xattr changes refused too when the tool keeps the daemon's uid or is
+//!     read-only — last, so the steps above may use what it forbids.
 
 use nix::sched::{CloneFlags, unshare};
 use nix::sys::resource::{Resource, setrlimit};
@@ -25,7 +37,10 @@ use nix::sys::signal::Signal;
 use nix::sys::wait::{WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Gid, Pid, Uid, fork, getppid, setsid};
 
-use super::job::{Confinement, Require};
+use std::path::PathBuf;
+
+use super::job::{Confinement, Profile, Require};
+use super::landlock::PathSets;
 use super::report::Report;
 
 /// The uid a best_effort sandbox drops to when `sandbox.user` cannot be had.
@@ -64,6 +79,7 @@ pub fn apply(c: &Confinement, report: &mut Report) -> Result<(), String> {
     layer(report, "parent_death", parent_death_signal(parent))?;
     layer(report, "descriptors", close_inherited())?;
     layer(report, "pid_namespace", enter_pid_namespace())?;
+    let paths = enter_profile(c, &mut |name, r| layer(report, name, r))?;
     layer(report, "rlimits", set_rlimits(c))?;
     // A tool that keeps the daemon's uid could open the daemon's own sockets.
     let same_uid_as_daemon = !Uid::effective().is_root();
@@ -84,10 +100,13 @@ pub fn apply(c: &Confinement, report: &mut Report) -> Result<(), String> {
     layer(
         report,
         "landlock",
-        super::landlock::restrict(c, report.landlock_abi),
+        super::landlock::restrict(&paths, c.limits.network, report.landlock_abi),
     )?;
     let unix_sockets = !same_uid_as_daemon;
-    let seccomp = super::seccomp::filters(c.limits.network, unix_sockets)
+    // The daemon's own files are the tool's to chmod when it shares their uid;
+    // a read-only process may change nothing.
+    let metadata_by_path = same_uid_as_daemon || c.profile == Profile::ReadOnly;
+    let seccomp = super::seccomp::filters(c.limits.network, unix_sockets, metadata_by_path)
         .and_then(|f| super::seccomp::install(&f))
         .map(|()| {
             let net = match (c.limits.network, unix_sockets) {
@@ -95,10 +114,47 @@ pub fn apply(c: &Confinement, report: &mut Report) -> Result<(), String> {
                 (false, true) => "sockets other than AF_UNIX, ",
                 (false, false) => "every socket (socketpair allowed), ",
             };
-            format!("refused: {net}ptrace, process_vm, io_uring, mount, namespaces, keyctl, bpf, perf_event_open, TIOCSTI/TIOCLINUX")
+            let metadata = if metadata_by_path {
+                "path-based chmod/chown/utimes/setxattr, "
+            } else {
+                ""
+            };
+            format!("refused: {net}{metadata}ptrace, process_vm, io_uring, mount, namespaces, keyctl, bpf, perf_event_open, TIOCSTI/TIOCLINUX")
         })
         .map_err(|e| e.to_string());
     layer(report, "seccomp", seccomp)
+}
+
+/// Records one layer's outcome; `Err` when a `full` sandbox must refuse.
+type RecordLayer<'a> = dyn FnMut(&str, Result<String, String>) -> Result<(), String> + 'a;
+
+/// The profile's step: nothing under the write profile; under the read-only one the
+/// private `/tmp` and its environment. `layer` records it (and refuses a `full`
+/// sandbox without it). Returns what Landlock is to allow: a read-only process
+/// whose `/tmp` could not be mounted still writes nothing but `/dev/null`.
+fn enter_profile(c: &Confinement, layer: &mut RecordLayer<'_>) -> Result<PathSets, String> {
+    if c.profile == Profile::Write {
+        return Ok(PathSets {
+            read: c.read.clone(),
+            write: c.write.clone(),
+        });
+    }
+    let read: Vec<PathBuf> = c.read.iter().chain(&c.write).cloned().collect();
+    let mounted = super::mounts::private_tmp(c.limits.tmp_mb, &read);
+    let tmp = mounted.as_ref().ok().map(|t| t.dir.clone());
+    layer(
+        "profile",
+        mounted
+            .map(|t| t.detail)
+            .map_err(|e| format!("read-only profile without its private /tmp: {e}")),
+    )?;
+    let tmp_dir = tmp
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(super::mounts::PRIVATE_TMP));
+    super::environment::read_only(&tmp_dir);
+    let mut write = vec![PathBuf::from("/dev/null")];
+    write.extend(tmp);
+    Ok(PathSets { read, write })
 }
 
 /// SIGKILL when the parent goes, and a check that it has not gone already.
@@ -123,14 +179,17 @@ fn close_inherited() -> Result<String, String> {
 
 fn enter_pid_namespace() -> Result<String, String> {
     let how = if Uid::effective().is_root() {
-        unshare(CloneFlags::CLONE_NEWPID)
-            .map(|()| "PID namespace")
+        unshare(CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWIPC)
+            .map(|()| "PID + IPC namespace")
             .map_err(|e| e.to_string())
     } else {
-        enter_user_and_pid_namespace().map(|()| "user + PID namespace")
+        enter_user_and_pid_namespace().map(|()| "user + PID + IPC namespace")
     };
     let how = how.map_err(|e| {
-        format!("cannot create a PID namespace ({e}); the whole process tree cannot be killed")
+        format!(
+            "cannot create a PID and IPC namespace ({e}); the whole process tree cannot be \
+             killed, and its SysV IPC objects would be the host's"
+        )
     })?;
     // SAFETY: the helper is single-threaded (no tokio, no threads spawned), so
     // fork is safe; the child continues in ordinary Rust.
@@ -139,7 +198,7 @@ fn enter_pid_namespace() -> Result<String, String> {
             // The death signal does not survive fork; the supervisor is the parent now.
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| e.to_string())?;
             Ok(format!(
-                "{how}: the tool is PID 1, the whole tree dies with it"
+                "{how}: the tool is PID 1, the whole tree dies with it; SysV IPC and POSIX message queues private to the call"
             ))
         }
         Ok(ForkResult::Parent { child }) => supervise(child),
@@ -169,7 +228,8 @@ fn supervise(child: Pid) -> ! {
 
 fn enter_user_and_pid_namespace() -> Result<(), String> {
     let (uid, gid) = (Uid::current(), Gid::current());
-    unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWPID).map_err(|e| e.to_string())?;
+    unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWIPC)
+        .map_err(|e| e.to_string())?;
     let write = |file: &str, text: String| {
         std::fs::write(format!("/proc/self/{file}"), text).map_err(|e| format!("{file}: {e}"))
     };

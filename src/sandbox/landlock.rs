@@ -7,14 +7,24 @@ use landlock::{
     RulesetCreatedAttr, RulesetStatus, Scope, path_beneath_rules,
 };
 
-use super::job::Confinement;
+use std::path::PathBuf;
+
+/// The paths of one process's Landlock ruleset, resolved from its profile.
+#[derive(Debug)]
+pub struct PathSets {
+    /// Readable and executable.
+    pub read: Vec<PathBuf>,
+    /// Writable (and readable).
+    pub write: Vec<PathBuf>,
+}
 
 /// Lowest ABI that gives everything SPEC §10 asks of Landlock (scopes came in 6).
 pub const FULL_ABI: u32 = 6;
 
-/// Restricts the calling thread (and everything it execs). `abi` is the kernel's.
-/// Returns what was enforced, or why it could not be.
-pub fn restrict(c: &Confinement, kernel_abi: u32) -> Result<String, String> {
+/// Restricts the calling thread (and everything it execs) to `paths`, and TCP to
+/// nothing unless `network`. `abi` is the kernel's. Returns what was enforced, or
+/// why it could not be.
+pub fn restrict(paths: &PathSets, network: bool, kernel_abi: u32) -> Result<String, String> {
     if kernel_abi == 0 {
         return Err(
             "Landlock is not available on this kernel (enable CONFIG_SECURITY_LANDLOCK \
@@ -31,7 +41,7 @@ pub fn restrict(c: &Confinement, kernel_abi: u32) -> Result<String, String> {
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(AccessFs::from_all(abi))
         .map_err(e)?;
-    let net_handled = !c.limits.network && kernel_abi >= 4;
+    let net_handled = !network && kernel_abi >= 4;
     if net_handled {
         ruleset = ruleset.handle_access(AccessNet::from_all(abi)).map_err(e)?;
     }
@@ -42,9 +52,9 @@ pub fn restrict(c: &Confinement, kernel_abi: u32) -> Result<String, String> {
     let status = ruleset
         .create()
         .map_err(e)?
-        .add_rules(path_beneath_rules(&c.read, read))
+        .add_rules(path_beneath_rules(&paths.read, read))
         .map_err(e)?
-        .add_rules(path_beneath_rules(&c.write, write))
+        .add_rules(path_beneath_rules(&paths.write, write))
         .map_err(e)?
         .restrict_self()
         .map_err(e)?;

@@ -6,7 +6,8 @@
 //! 1. reads the request; stdin is then replaced by `/dev/null`, so a tool never
 //!    reads from the daemon;
 //! 2. confines itself with every layer of `confine` (session, parent-death signal,
-//!    closed descriptors, PID namespace, rlimits, privilege drop, no_new_privs,
+//!    closed descriptors, PID and IPC namespaces, the read-only profile's mount
+//!    namespace and private `/tmp`, rlimits, privilege drop, no_new_privs,
 //!    Landlock, seccomp), refusing the job if `sandbox.require` is `full` and a
 //!    layer cannot be had;
 //! 3. performs a file job itself — opening exactly the path the daemon judged,
@@ -18,9 +19,11 @@
 //! in a fresh single-threaded process, and not in `pre_exec` in the daemon.
 
 mod confine;
+mod environment;
 mod files;
 mod job;
 mod landlock;
+mod mounts;
 mod open;
 mod report;
 mod seccomp;

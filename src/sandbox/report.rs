@@ -6,8 +6,9 @@ use serde::{Deserialize, Serialize};
 /// One confinement layer and whether it holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Layer {
-    /// Short name: `session`, `descriptors`, `rlimits`, `pid_namespace`,
-    /// `privilege_drop`, `no_new_privs`, `landlock`, `seccomp`.
+    /// Short name: `session`, `descriptors`, `rlimits`, `pid_namespace` (PID and
+    /// IPC), `profile` (the read-only profile's private `/tmp`), `privilege_drop`,
+    /// `no_new_privs`, `landlock`, `seccomp`.
     pub name: String,
     /// Whether it is in force.
     pub enforced: bool,

@@ -9,6 +9,18 @@
 //! family; namespace creation (`unshare`, `setns`, `clone` with CLONE_NEWUSER and
 //! friends); keyrings; bpf; perf_event_open; and the TIOCSTI / TIOCLINUX ioctls that
 //! inject input into a terminal.
+//!
+//! Landlock does not govern a file's mode, owner, timestamps or extended
+//! attributes. When the tool keeps the daemon's uid (a daemon that is not root),
+//! only that would stop it from opening up the daemon's own files (`chmod 644
+//! config/key`), so the path-based calls that change them are refused for every
+//! path ([`path_metadata`]), and so under the read-only profile, which may change
+//! nothing. The fd-based calls (`fchmod`, `fchown`, `fsetxattr`, `fremovexattr`,
+//! `futimens`, that is `utimensat` with a NULL path) stay: they need a descriptor of
+//! the file opened by a real open, which Landlock checked. An `O_PATH` descriptor,
+//! which Landlock does not check, does not do: on Linux 6.18 each of those calls
+//! answers EBADF on one (checked). `fchownat` and `fchmodat2` with AT_EMPTY_PATH
+//! would take one, and are refused with the rest.
 
 use std::collections::BTreeMap;
 
@@ -42,6 +54,39 @@ const CLONE_NEW_FLAGS: [u64; 7] = [
     libc::CLONE_NEWCGROUP as u64,
 ];
 
+/// `fchmodat2` (Linux 6.6), `setxattrat` and `removexattrat` (6.13): numbered the
+/// same on every architecture, and missing from older libc crates.
+const SYS_FCHMODAT2: i64 = 452;
+const SYS_SETXATTRAT: i64 = 463;
+const SYS_REMOVEXATTRAT: i64 = 466;
+
+/// The calls that change a file's mode, owner, timestamps or extended attributes
+/// by path, refused whole (`utimensat` is refused separately, only with a path).
+fn path_metadata() -> Vec<i64> {
+    let mut calls = vec![
+        libc::SYS_fchmodat,
+        SYS_FCHMODAT2,
+        libc::SYS_fchownat,
+        libc::SYS_setxattr,
+        libc::SYS_lsetxattr,
+        libc::SYS_removexattr,
+        libc::SYS_lremovexattr,
+        SYS_SETXATTRAT,
+        SYS_REMOVEXATTRAT,
+    ];
+    // The legacy calls exist on x86_64 only (aarch64 has just the *at family).
+    #[cfg(target_arch = "x86_64")]
+    calls.extend([
+        libc::SYS_chmod,
+        libc::SYS_chown,
+        libc::SYS_lchown,
+        libc::SYS_utime,
+        libc::SYS_utimes,
+        libc::SYS_futimesat,
+    ]);
+    calls
+}
+
 fn arg(index: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, SeccompError> {
     SeccompCondition::new(index, SeccompCmpArgLen::Dword, op, value).map_err(err)
 }
@@ -61,7 +106,13 @@ fn compile(
 /// Landlock before ABI 9 does not govern connecting to a named socket, so only the
 /// socket file's permissions would keep the tool off the control API.
 /// `socketpair` stays allowed either way (it connects nothing outside).
-pub fn filters(network: bool, unix_sockets: bool) -> Result<Vec<BpfProgram>, SeccompError> {
+/// `metadata_by_path`: whether the path-based mode, owner, timestamp and xattr
+/// changes are refused (see the module doc).
+pub fn filters(
+    network: bool,
+    unix_sockets: bool,
+    metadata_by_path: bool,
+) -> Result<Vec<BpfProgram>, SeccompError> {
     let mut enosys = BTreeMap::new();
     enosys.insert(libc::SYS_clone3, vec![]);
 
@@ -117,28 +168,53 @@ pub fn filters(network: bool, unix_sockets: bool) -> Result<Vec<BpfProgram>, Sec
             SeccompRule::new(vec![arg(1, SeccompCmpOp::Eq, libc::TIOCLINUX)?]).map_err(err)?,
         ],
     );
+    if metadata_by_path {
+        refuse_metadata_by_path(&mut eperm)?;
+    }
     if !network {
-        let socket_rule = if unix_sockets {
-            vec![
-                SeccompRule::new(vec![arg(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?])
-                    .map_err(err)?,
-            ]
-        } else {
-            vec![]
-        };
-        eperm.insert(libc::SYS_socket, socket_rule);
-        eperm.insert(
-            libc::SYS_socketpair,
-            vec![
-                SeccompRule::new(vec![arg(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?])
-                    .map_err(err)?,
-            ],
-        );
+        refuse_sockets(&mut eperm, unix_sockets)?;
     }
     Ok(vec![
         compile(enosys, SeccompAction::Errno(libc::ENOSYS as u32))?,
         compile(eperm, SeccompAction::Errno(libc::EPERM as u32))?,
     ])
+}
+
+/// Adds the path-based mode, owner, timestamp and xattr changes to `eperm`.
+fn refuse_metadata_by_path(
+    eperm: &mut BTreeMap<i64, Vec<SeccompRule>>,
+) -> Result<(), SeccompError> {
+    for nr in path_metadata() {
+        eperm.insert(nr, vec![]);
+    }
+    // utimensat(dirfd, path, …) with a path; NULL is futimens(dirfd, …).
+    let with_path =
+        SeccompCondition::new(1, SeccompCmpArgLen::Qword, SeccompCmpOp::Ne, 0).map_err(err)?;
+    eperm.insert(
+        libc::SYS_utimensat,
+        vec![SeccompRule::new(vec![with_path]).map_err(err)?],
+    );
+    Ok(())
+}
+
+/// Adds every socket family but AF_UNIX (and AF_UNIX too unless `unix_sockets`)
+/// to `eperm`; `socketpair` of AF_UNIX stays.
+fn refuse_sockets(
+    eperm: &mut BTreeMap<i64, Vec<SeccompRule>>,
+    unix_sockets: bool,
+) -> Result<(), SeccompError> {
+    let not_unix = || {
+        arg(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)
+            .and_then(|c| SeccompRule::new(vec![c]).map_err(err))
+    };
+    let socket_rule = if unix_sockets {
+        vec![not_unix()?]
+    } else {
+        vec![]
+    };
+    eperm.insert(libc::SYS_socket, socket_rule);
+    eperm.insert(libc::SYS_socketpair, vec![not_unix()?]);
+    Ok(())
 }
 
 /// Installs the filters on the calling thread (and what it execs). Requires
@@ -148,4 +224,31 @@ pub fn install(filters: &[BpfProgram]) -> Result<(), SeccompError> {
         seccompiler::apply_filter(f).map_err(err)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_combination_of_filters_compiles() {
+        for network in [false, true] {
+            for unix_sockets in [false, true] {
+                for metadata_by_path in [false, true] {
+                    let f = filters(network, unix_sockets, metadata_by_path);
+                    assert!(f.is_ok_and(|f| f.len() == 2));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_metadata_list_names_each_call_once() {
+        let mut calls = path_metadata();
+        let n = calls.len();
+        calls.sort_unstable();
+        calls.dedup();
+        assert_eq!(calls.len(), n);
+        assert!(!calls.contains(&libc::SYS_fchmod) && !calls.contains(&libc::SYS_fchown));
+    }
 }

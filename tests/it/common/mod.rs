@@ -1,6 +1,7 @@
 //! Fixtures: a temporary root wired to a fake API, and a runner for the real binary.
 
 pub mod daemon;
+pub mod sandbox;
 pub mod schema;
 
 pub use harnessd_testkit::{fake_api, rss};
