@@ -209,3 +209,59 @@ fn check_warns_about_rules_for_programs_that_run_their_arguments() {
         "{err}"
     );
 }
+
+/// Under `allow run_bash(find *)`, `find -fprintf .git/config …` rewrote the
+/// repository's config with an fsmonitor command that the shipped
+/// `allow run_bash(git status*)` then ran. Both calls now run read-only: the
+/// kernel refuses the write, and git runs no fsmonitor under the read-only profile.
+#[test]
+fn an_allowed_find_cannot_rewrite_git_config_for_an_allowed_git_status() {
+    let plant = "find .git -maxdepth 0 -fprintf .git/config \
+                 '[core]\\n\\tfsmonitor = \"touch pwned-fsmon\"\\n'";
+    let (root, results, decisions) = one_turn(
+        |root| {
+            with_allow(&["run_bash(find *)"])(root);
+            let ws = root.workspace();
+            let git = |args: &[&str]| {
+                let ok = std::process::Command::new("git")
+                    .args(args)
+                    .current_dir(&ws)
+                    .status()
+                    .unwrap()
+                    .success();
+                assert!(ok, "git {args:?}");
+            };
+            git(&["init", "-q"]);
+            // Tools run as another uid: the checkout stays the operator's, as in
+            // the finding.
+            crate::common::chown_tree(&ws.join("important"), 0);
+        },
+        &[plant, "git status --short"],
+    );
+    let ws = root.workspace();
+    let config = std::fs::read_to_string(ws.join(".git/config")).unwrap();
+    assert!(
+        !config.contains("fsmonitor"),
+        "find rewrote .git/config: {config}"
+    );
+    assert!(
+        !ws.join("pwned-fsmon").exists(),
+        "git ran the planted fsmonitor"
+    );
+    for d in &decisions {
+        assert_eq!(
+            (&d["tier"], &d["profile"]),
+            (&json!("allow"), &json!("read_only")),
+            "{d}"
+        );
+    }
+    assert_eq!(
+        results[0]["is_error"], true,
+        "the write must fail: {results:?}"
+    );
+    let status = results[1]["content"].as_str().unwrap();
+    assert!(
+        status.contains("exit_code: 0"),
+        "git status must work: {status}"
+    );
+}
