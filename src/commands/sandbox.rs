@@ -26,8 +26,8 @@ pub fn run(root: &Path, argv: Vec<String>, helper: &Path) -> anyhow::Result<i32>
     let settings = &loaded.policy.settings;
     // Its warnings (a planted `.tmp` moved aside…) are logged where they arise,
     // to stderr by default.
-    prepare_workspace(&loaded.paths.workspace, &settings.sandbox.user)?;
-    let confine = Confinement::from_settings(settings, &loaded.paths.root, Profile::Write);
+    prepare_workspace(&loaded.paths.workspace, &loaded.tool_user.user)?;
+    let confine = Confinement::for_root(&loaded, Profile::Write);
     let never = CancellationToken::new();
     let outcome = Executor::new(PathBuf::from(helper)).run(&ExecRequest {
         job: &Job::Exec { argv },

@@ -28,6 +28,15 @@ impl Drop for TestRoot {
     fn drop(&mut self) {
         // Every line the test made harnessd write matches the shipped schema.
         let bad = schema::violations(&self.dir.join("transcripts"));
+        // The host-wide registry entry of its "auto" uid goes with the root (a
+        // later start would take the stale entry over anyway).
+        if let Some(uid) = self.kept_tool_uid() {
+            let entry = Path::new("/var/lib/harnessd/uids").join(uid.to_string());
+            let named = std::fs::read_to_string(&entry).unwrap_or_default();
+            if Path::new(named.trim_end()) == self.dir.canonicalize().unwrap_or_default() {
+                let _ = std::fs::remove_file(entry);
+            }
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
         if !bad.is_empty() && !std::thread::panicking() {
             panic!(
@@ -96,6 +105,19 @@ impl TestRoot {
         let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         f(&mut v);
         std::fs::write(&path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    }
+
+    /// The uid `sandbox.user = "auto"` gave this root, once a root daemon (or
+    /// `check`) has chosen it: what its tools run as.
+    pub fn kept_tool_uid(&self) -> Option<u32> {
+        let text = std::fs::read_to_string(self.dir.join("config/sandbox-uid")).ok()?;
+        text.trim().parse().ok()
+    }
+
+    /// [`TestRoot::kept_tool_uid`], which must have been chosen by now.
+    pub fn tool_uid(&self) -> u32 {
+        self.kept_tool_uid()
+            .expect("config/sandbox-uid is written when a root daemon loads the root")
     }
 
     pub fn workspace(&self) -> PathBuf {
