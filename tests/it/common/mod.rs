@@ -28,13 +28,18 @@ impl Drop for TestRoot {
     fn drop(&mut self) {
         // Every line the test made harnessd write matches the shipped schema.
         let bad = schema::violations(&self.dir.join("transcripts"));
-        // The host-wide registry entry of its "auto" uid goes with the root (a
-        // later start would take the stale entry over anyway).
-        if let Some(uid) = self.kept_tool_uid() {
-            let entry = Path::new("/var/lib/harnessd/uids").join(uid.to_string());
-            let named = std::fs::read_to_string(&entry).unwrap_or_default();
-            if Path::new(named.trim_end()) == self.dir.canonicalize().unwrap_or_default() {
-                let _ = std::fs::remove_file(entry);
+        // The host-wide registry entries of "auto" uids go with the root (this
+        // one's, and those of roots a test made inside it); a later start would
+        // take a stale entry over anyway.
+        let me = self.dir.canonicalize().unwrap_or_else(|_| self.dir.clone());
+        for entry in std::fs::read_dir("/var/lib/harnessd/uids")
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let named = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            if Path::new(named.trim_end()).starts_with(&me) {
+                let _ = std::fs::remove_file(entry.path());
             }
         }
         let _ = std::fs::remove_dir_all(&self.dir);
