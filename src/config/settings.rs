@@ -148,7 +148,7 @@ pub struct SandboxSettings {
     pub tmp_mb: u64,
     /// Whom tools run as when harnessd runs as root: `"auto"` (a uid of the
     /// root's own from 61184–65519, kept in `config/sandbox-uid`), an account
-    /// name, or a numeric uid.
+    /// name, or a numeric uid. Read at start: a change needs a restart.
     pub user: String,
     /// `full` or `best_effort`.
     pub require: SandboxRequire,

@@ -8,7 +8,8 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use crate::common::{FakeApi, Reply, TestRoot, last_results, stderr, stdout};
+use crate::common::daemon::Daemon;
+use crate::common::{FakeApi, Reply, TestRoot, last_results, stderr, stdout, wait_until};
 
 fn assert_root() {
     assert!(
@@ -140,4 +141,34 @@ fn an_explicit_nobody_still_runs_tools_as_65534() {
         None,
         "no uid is chosen for an account name"
     );
+}
+
+/// The workspace ACLs are granted to the tool uid at start, so a `sandbox.user`
+/// edited while the daemon runs is reported as needing a restart and tools keep
+/// the uid they started with.
+#[test]
+fn a_sandbox_user_edited_live_needs_a_restart_and_tools_keep_their_uid() {
+    assert_root();
+    let api = FakeApi::start(vec![
+        Reply::tool("b0", "run_bash", json!({ "command": "id -u" })),
+        Reply::text("done"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    root.edit_settings(|s| {
+        s["tools"]["ask"] = json!([]);
+        s["tools"]["allow"] = json!(["run_bash"]);
+    });
+    let d = Daemon::start(&root);
+    let uid = root.tool_uid();
+    root.edit_settings(|s| s["sandbox"]["user"] = json!("nobody"));
+    wait_until("the edit is loaded", || {
+        root.events_of("config_loaded")
+            .iter()
+            .any(|e| e["trigger"] != "start" && e["restart_needed"] == json!(["sandbox.user"]))
+    });
+    let id = d.submit("who");
+    d.wait_finished(&id);
+    let r: Value = last_results(&api.requests()[1].body)[0].clone();
+    let text = r["content"].as_str().unwrap_or_default();
+    assert_eq!(printed_uid(text), uid, "{text}");
 }
