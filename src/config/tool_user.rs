@@ -141,7 +141,7 @@ pub(crate) fn resolve_auto(
     let uid = match read_kept(&path)? {
         Some(uid) => {
             if let Ok(reg) = &reg {
-                match reg.claim(uid, root) {
+                match reg.claim(uid, root)? {
                     Claim::Ours => {}
                     Claim::Other(other) => return Err(ToolUserError::Shared { uid, path, other }),
                 }
@@ -267,7 +267,7 @@ fn choose(
         if in_use.contains(&uid) || has_account(uid) {
             continue;
         }
-        match reg.map(|r| r.claim(uid, root)) {
+        match reg.map(|r| r.claim(uid, root)).transpose()? {
             None | Some(Claim::Ours) => return Ok(uid),
             Some(Claim::Other(_)) => {}
         }
@@ -342,6 +342,10 @@ impl Registry {
             .mode(0o755)
             .create(dir)
             .map_err(|e| e.to_string())?;
+        // A registry that exists on a read-only filesystem (ProtectSystem=strict
+        // without /var/lib/harnessd writable) cannot take a claim: unusable, not
+        // full.
+        nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK).map_err(|e| e.to_string())?;
         let file = File::open(dir).map_err(|e| e.to_string())?;
         let lock = Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| e.to_string())?;
         // A registry anyone could write would let them hand out uids.
@@ -358,9 +362,14 @@ impl Registry {
     }
 
     /// Claims `uid` for `root`: a new entry, this root's own, or a stale one
-    /// taken over (its root no longer keeps that uid).
-    fn claim(&self, uid: u32, root: &Path) -> Claim {
+    /// taken over (its root no longer keeps that uid). `Err`: the registry could
+    /// be opened but not written (a full disk), which says nothing about the uid.
+    fn claim(&self, uid: u32, root: &Path) -> Result<Claim, ToolUserError> {
         let entry = self.dir.join(uid.to_string());
+        let failed = |source| ToolUserError::Write {
+            path: entry.clone(),
+            source,
+        };
         let mine = root.display().to_string();
         for _ in 0..2 {
             match OpenOptions::new()
@@ -370,31 +379,35 @@ impl Registry {
                 .open(&entry)
             {
                 Ok(mut f) => {
-                    if f.write_all(format!("{mine}\n").as_bytes()).is_err() {
+                    let written = f
+                        .write_all(format!("{mine}\n").as_bytes())
+                        .and_then(|()| f.sync_all());
+                    if let Err(e) = written {
                         let _ = std::fs::remove_file(&entry);
-                        return Claim::Other("(the entry could not be written)".into());
+                        return Err(failed(e));
                     }
-                    let _ = f.sync_all();
                     sync_parent(&entry);
-                    return Claim::Ours;
+                    return Ok(Claim::Ours);
                 }
                 Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
-                // An entry that cannot be made is never ours.
-                Err(e) => return Claim::Other(format!("(cannot write the entry: {e})")),
+                Err(e) => return Err(failed(e)),
             }
             let other = std::fs::read_to_string(&entry).unwrap_or_default();
             let other = other.trim_end_matches('\n');
             if other == mine {
-                return Claim::Ours;
+                return Ok(Claim::Ours);
             }
             let other_keeps = read_kept(&Path::new(other).join(UID_FILE));
             if !other.is_empty() && matches!(other_keeps, Ok(Some(u)) if u == uid) {
-                return Claim::Other(other.to_string());
+                return Ok(Claim::Other(other.to_string()));
             }
             // Stale: its root is gone or chose again. Taken over under the lock.
-            let _ = std::fs::remove_file(&entry);
+            std::fs::remove_file(&entry).map_err(failed)?;
         }
-        Claim::Other("(the entry could not be taken over)".into())
+        // Removed, then found again: someone writes the registry without the lock.
+        Err(failed(std::io::Error::other(
+            "the entry reappeared while it was taken over",
+        )))
     }
 
     /// Gives back an entry this root claimed but does not keep.

@@ -172,3 +172,33 @@ fn a_sandbox_user_edited_live_needs_a_restart_and_tools_keep_their_uid() {
     let text = r["content"].as_str().unwrap_or_default();
     assert_eq!(printed_uid(text), uid, "{text}");
 }
+
+/// A host whose `/var/lib/harnessd` is read-only (ProtectSystem=strict without
+/// it writable): "auto" still chooses a uid, by the account and process checks,
+/// and `check` says the registry could not be used.
+#[test]
+fn a_read_only_registry_falls_back_and_check_says_so() {
+    assert_root();
+    let root = TestRoot::new("http://127.0.0.1:9");
+    std::fs::create_dir_all("/var/lib/harnessd/uids").unwrap();
+    // In a mount namespace of the command's own: nothing outside the test sees it.
+    let script = format!(
+        "mount --bind /var/lib/harnessd /var/lib/harnessd && \
+         mount -o remount,bind,ro /var/lib/harnessd && exec '{bin}' --root '{root}' check",
+        bin = crate::common::bin(),
+        root = root.dir.display(),
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .env("ANTHROPIC_API_KEY", crate::common::SECRET_KEY)
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    let uid = root.tool_uid();
+    assert!(
+        text.contains(&format!("tool user  uid {uid} ")) && text.contains("unusable"),
+        "{text}"
+    );
+    assert!(!Path::new(&format!("/var/lib/harnessd/uids/{uid}")).exists());
+}
