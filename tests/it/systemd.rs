@@ -156,7 +156,8 @@ fn the_install_steps_work_as_written_under_a_prefix() {
             .spawn()
             .unwrap();
         let mut stdin = child.stdin.take().unwrap();
-        std::io::Write::write_all(&mut stdin, b"sk-ant-pasted\n").unwrap();
+        // Only the key step reads it; a step that exits first closes the pipe.
+        let _ = std::io::Write::write_all(&mut stdin, b"sk-ant-pasted\n");
         drop(stdin);
         let out = child.wait_with_output().unwrap();
         assert!(
