@@ -58,8 +58,17 @@ fn spawn_figures() {
         .unwrap()
         .settings;
     let workspace = root.join("workspace");
-    prepare_workspace(&workspace, &settings.sandbox.user).unwrap();
-    let confine = Confinement::from_settings(&settings, &root, harnessd::sandbox::Profile::Write);
+    // As the daemon does: "auto" becomes this root's own uid, kept in the root.
+    let tool_user =
+        harnessd::config::resolve_tool_user(&root.canonicalize().unwrap(), &settings.sandbox.user)
+            .unwrap();
+    prepare_workspace(&workspace, &tool_user.user).unwrap();
+    let confine = Confinement::from_settings(
+        &settings,
+        &root,
+        &tool_user.user,
+        harnessd::sandbox::Profile::Write,
+    );
     let executor = Executor::new(PathBuf::from(env!("CARGO_BIN_EXE_harnessd")));
     let never = CancellationToken::new();
     let job = Job::Exec {

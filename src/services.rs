@@ -235,9 +235,8 @@ fn prepare_sandbox(
 ) -> Result<Result<Report, String>, StartError> {
     let settings = &loaded.policy.settings;
     // Its warnings (a planted `.tmp` moved aside…) are logged where they arise.
-    prepare_workspace(&loaded.paths.workspace, &settings.sandbox.user)?;
-    let confine =
-        Confinement::from_settings(settings, &loaded.paths.root, crate::sandbox::Profile::Write);
+    prepare_workspace(&loaded.paths.workspace, &loaded.tool_user.user)?;
+    let confine = Confinement::for_root(loaded, crate::sandbox::Profile::Write);
     let report = executor.probe(&confine, &loaded.paths.workspace);
     let missing = match &report {
         Ok(r) => r.missing(),

@@ -59,8 +59,7 @@ fn tool_tiers(loaded: &Loaded) -> Vec<Value> {
 fn enforcement(loaded: &Loaded, helper: &Path) -> (u32, Vec<Layer>, Option<String>) {
     let executor = Executor::new(helper.to_path_buf());
     let probe = |profile| {
-        let confine =
-            Confinement::from_settings(&loaded.policy.settings, &loaded.paths.root, profile);
+        let confine = Confinement::for_root(loaded, profile);
         executor.probe(&confine, &loaded.paths.workspace)
     };
     let probed = probe(Profile::Write);
@@ -186,6 +185,25 @@ impl Findings {
     }
 }
 
+/// Whom tools run as, in words: the resolved uid and where it is kept.
+fn tool_user_line(loaded: &Loaded) -> String {
+    let t = &loaded.tool_user;
+    let asked = &loaded.policy.settings.sandbox.user;
+    match (&t.kept_in, &t.registry) {
+        (Some(kept), registry) => format!(
+            "uid {} (sandbox.user {asked:?}), kept in {}; {}",
+            t.user,
+            loaded.paths.display(kept),
+            registry.as_deref().unwrap_or("")
+        ),
+        (None, _) if asked == crate::config::AUTO => format!(
+            "uid {} (sandbox.user {asked:?}): harnessd is not root, tools keep its uid",
+            t.user
+        ),
+        (None, _) => format!("{} (sandbox.user as written)", t.user),
+    }
+}
+
 /// The `--json` report; the text output reads its file names from it too.
 fn report_json(loaded: &Loaded, f: &Findings) -> Value {
     json!({
@@ -204,6 +222,11 @@ fn report_json(loaded: &Loaded, f: &Findings) -> Value {
         "allowed_paths": loaded.policy.settings.allowed_paths,
         "output": loaded.policy.settings.output,
         "sandbox": loaded.policy.settings.sandbox,
+        "tool_user": {
+            "user": loaded.tool_user.user,
+            "kept_in": loaded.tool_user.kept_in.as_ref().map(|p| loaded.paths.display(p)),
+            "registry": loaded.tool_user.registry,
+        },
         "enforced": {
             "landlock_abi": f.landlock_abi,
             "layers": f.layers,
@@ -309,6 +332,7 @@ fn print_sandbox(out: &mut impl Write, loaded: &Loaded, f: &Findings) -> std::io
         escape_line(&sb.user),
         as_written(&sb.require)
     )?;
+    writeln!(out, "tool user  {}", escape_line(&tool_user_line(loaded)))?;
     writeln!(
         out,
         "enforced   (probed: a helper confined exactly as a tool; Landlock ABI {})",

@@ -27,8 +27,8 @@ pub fn run(root: &Path, argv: Vec<String>, profile: Profile, helper: &Path) -> a
     let settings = &loaded.policy.settings;
     // Its warnings (a planted `.tmp` moved aside…) are logged where they arise,
     // to stderr by default.
-    prepare_workspace(&loaded.paths.workspace, &settings.sandbox.user)?;
-    let confine = Confinement::from_settings(settings, &loaded.paths.root, profile);
+    prepare_workspace(&loaded.paths.workspace, &loaded.tool_user.user)?;
+    let confine = Confinement::for_root(&loaded, profile);
     let never = CancellationToken::new();
     let outcome = Executor::new(PathBuf::from(helper)).run(&ExecRequest {
         job: &Job::Exec { argv },

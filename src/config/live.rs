@@ -141,6 +141,14 @@ fn keep_start_bound(new: &mut Loaded, old: &Loaded) -> Vec<String> {
         api.max_retries = was.max_retries;
         api.max_response_mb = was.max_response_mb;
     }
+    // The workspace ACLs are granted to the tool uid at start: tools running as
+    // another uid after a reload could not edit the operator's files, and the
+    // socket's refusal would follow a uid the workspace never knew.
+    if new.tool_user != old.tool_user {
+        restart_needed.push("sandbox.user".to_string());
+        new.tool_user = old.tool_user.clone();
+        new.policy.settings.sandbox.user = old.policy.settings.sandbox.user.clone();
+    }
     // The scheduler's slots are sized at start.
     if new.config.daemon.max_concurrent_tasks != old.config.daemon.max_concurrent_tasks {
         restart_needed.push("daemon.max_concurrent_tasks".to_string());

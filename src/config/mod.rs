@@ -13,6 +13,7 @@ mod key;
 mod live;
 mod remember;
 mod settings;
+mod tool_user;
 
 pub use debounce::Debouncer;
 pub use error::{ConfigError, Invalid, Location, find_key};
@@ -26,6 +27,9 @@ pub use remember::{RememberError, add_allow_rules, restore_settings};
 pub use settings::{
     AllowedPaths, CompiledSettings, OutputSettings, SandboxRequire, SandboxSettings, Settings,
     ToolTiers,
+};
+pub use tool_user::{
+    AUTO, FIRST_UID, LAST_UID, REGISTRY_DIR, ToolUser, ToolUserError, UID_FILE, resolve_tool_user,
 };
 
 use std::path::{Path, PathBuf};
@@ -80,6 +84,9 @@ pub struct Loaded {
     pub settings_sha256: String,
     /// The system prompt: `api.system_prompt_file`'s content or the built-in one.
     pub system_prompt: String,
+    /// `sandbox.user` resolved: whom tools run as (the helper's drop, the
+    /// workspace ACLs and the socket's refusal all read this, never the setting).
+    pub tool_user: ToolUser,
 }
 
 /// The built-in system prompt.
@@ -185,7 +192,16 @@ pub fn load(root: &Path) -> Result<Loaded, ConfigError> {
             })?
         }
     };
+    let tool_user = resolve_tool_user(&paths.root, &policy.settings.sandbox.user).map_err(|e| {
+        ConfigError::invalid(
+            &settings_name,
+            find_key(&settings_text, "sandbox.user"),
+            "sandbox.user",
+            e.to_string(),
+        )
+    })?;
     Ok(Loaded {
+        tool_user,
         system_prompt,
         paths,
         config,

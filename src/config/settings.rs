@@ -146,7 +146,9 @@ pub struct SandboxSettings {
     pub max_open_files: u64,
     /// MiB of the private temporary directory (a tmpfs) of a read-only call.
     pub tmp_mb: u64,
-    /// Account tools run as when harnessd runs as root.
+    /// Whom tools run as when harnessd runs as root: `"auto"` (a uid of the
+    /// root's own from 61184–65519, kept in `config/sandbox-uid`), an account
+    /// name, or a numeric uid. Read at start: a change needs a restart.
     pub user: String,
     /// `full` or `best_effort`.
     pub require: SandboxRequire,
@@ -163,7 +165,7 @@ impl Default for SandboxSettings {
             max_file_mb: 256,
             max_open_files: 256,
             tmp_mb: 256,
-            user: "nobody".into(),
+            user: "auto".into(),
             require: SandboxRequire::Full,
         }
     }

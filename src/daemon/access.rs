@@ -98,7 +98,7 @@ pub(crate) async fn verdict(config: &LiveConfig, peer: u32) -> Result<(), String
         return Ok(());
     }
     let loaded = config.current();
-    let user = loaded.policy.settings.sandbox.user.clone();
+    let user = loaded.tool_user.user.clone();
     let group = loaded.config.daemon.operators_group.clone();
     tokio::task::spawn_blocking(move || {
         decide(peer, me.as_raw(), &tool_uids(&user, me.is_root()), || {

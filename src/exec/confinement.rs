@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use crate::config::{SandboxRequire, SandboxSettings, Settings, resolve};
+use crate::config::{Loaded, SandboxRequire, SandboxSettings, Settings, resolve};
 use crate::sandbox::{Confinement, Limits, Profile, Require};
 
 impl From<SandboxRequire> for Require {
@@ -26,34 +26,51 @@ impl From<crate::policy::Profile> for Profile {
     }
 }
 
-impl From<&SandboxSettings> for Limits {
-    fn from(s: &SandboxSettings) -> Limits {
-        Limits {
-            network: s.network,
-            cpu_secs: s.cpu_secs,
-            memory_mb: s.memory_mb,
-            max_processes: s.max_processes,
-            max_file_mb: s.max_file_mb,
-            max_open_files: s.max_open_files,
-            tmp_mb: s.tmp_mb,
-            user: s.user.clone(),
-            require: s.require.into(),
-        }
+/// The helper's limits from `s`, dropping to `user` (the resolved
+/// [`crate::config::ToolUser::user`], never `s.user`, which may say `"auto"`).
+fn limits(s: &SandboxSettings, user: &str) -> Limits {
+    Limits {
+        network: s.network,
+        cpu_secs: s.cpu_secs,
+        memory_mb: s.memory_mb,
+        max_processes: s.max_processes,
+        max_file_mb: s.max_file_mb,
+        max_open_files: s.max_open_files,
+        tmp_mb: s.tmp_mb,
+        user: user.to_string(),
+        require: s.require.into(),
     }
 }
 
 // An inherent impl of a sandbox type, written here on purpose: callers keep
 // `Confinement::from_settings`, while the sandbox module stays free of `config`.
 impl Confinement {
+    /// The confinement a tool call of the root `loaded` gets under `profile`:
+    /// its settings, with tools running as its resolved tool user.
+    pub fn for_root(loaded: &Loaded, profile: Profile) -> Confinement {
+        Confinement::from_settings(
+            &loaded.policy.settings,
+            &loaded.paths.root,
+            &loaded.tool_user.user,
+            profile,
+        )
+    }
+
     /// The confinement `settings` asks for under `profile`, with relative paths
-    /// resolved against `root`.
-    pub fn from_settings(settings: &Settings, root: &Path, profile: Profile) -> Confinement {
+    /// resolved against `root` and tools running as `user` (resolved, see
+    /// [`crate::config::ToolUser`]).
+    pub fn from_settings(
+        settings: &Settings,
+        root: &Path,
+        user: &str,
+        profile: Profile,
+    ) -> Confinement {
         let paths = |list: &[String]| list.iter().map(|p| resolve(root, p)).collect();
         Confinement {
             read: paths(&settings.allowed_paths.read),
             write: paths(&settings.allowed_paths.write),
             profile,
-            limits: Limits::from(&settings.sandbox),
+            limits: limits(&settings.sandbox, user),
         }
     }
 }
@@ -67,7 +84,8 @@ mod tests {
         let mut settings = Settings::default();
         settings.sandbox.require = SandboxRequire::BestEffort;
         settings.sandbox.network = true;
-        let c = Confinement::from_settings(&settings, Path::new("/root-dir"), Profile::Write);
+        let c =
+            Confinement::from_settings(&settings, Path::new("/root-dir"), "61200", Profile::Write);
         assert!(
             c.read
                 .contains(&Path::new("/root-dir/workspace").to_path_buf())
@@ -83,7 +101,7 @@ mod tests {
             max_file_mb: s.max_file_mb,
             max_open_files: s.max_open_files,
             tmp_mb: s.tmp_mb,
-            user: s.user.clone(),
+            user: "61200".into(),
             require: Require::BestEffort,
         };
         assert_eq!(c.limits, expected);

@@ -186,8 +186,7 @@ pub async fn run(
             .map(|()| dir.join(format!("{}.out", safe_file_name(tool_use_id))))
     });
     // New allowed paths and limits apply from the next child process.
-    let confine =
-        Confinement::from_settings(&loaded.policy.settings, &loaded.paths.root, profile.into());
+    let confine = Confinement::for_root(loaded, profile.into());
     let (executor, workspace, cancel) = (
         ctx.executor.clone(),
         loaded.paths.workspace.clone(),

@@ -11,9 +11,6 @@ use std::time::Duration;
 use crate::common::TestRoot;
 use crate::common::daemon::Daemon;
 
-/// The default `sandbox.user`'s uid (and gid).
-const NOBODY: u32 = 65534;
-
 /// Opens the socket and its directory to every user (SPEC §9: the tool uid is
 /// refused "whatever the file permissions say").
 fn open_to_all(root: &TestRoot, socket: &Path) {
@@ -66,7 +63,7 @@ fn refused_peers_cannot_take_the_operators_connection_slots() {
     root.set_config("daemon", "max_connections", "4");
     let d = Daemon::start(&root);
     open_to_all(&root, &d.socket);
-    let mut tool = hold_connections_as(NOBODY, &d.socket, 8);
+    let mut tool = hold_connections_as(root.tool_uid(), &d.socket, 8);
     // Let the daemon accept them.
     std::thread::sleep(Duration::from_millis(500));
     let answers: Vec<Option<u16>> = (0..3)

@@ -53,6 +53,7 @@ mod stops;
 mod streaming;
 mod systemd;
 mod terminal;
+mod tool_uid;
 mod tools;
 mod workspace_owners;
 mod workspace_race;

@@ -106,17 +106,10 @@ fn each_hardening_directive_leaves_the_sandbox_what_it_needs() {
     // namespace setup with 226/NAMESPACE), and nothing else is.
     let exec = get("ExecStart").unwrap();
     assert!(exec.ends_with(&format!("serve --root {ROOT}")), "{exec}");
-    for path in get("ReadWritePaths").unwrap().split_whitespace() {
-        let path = path.strip_prefix('-').unwrap_or(path);
-        let rel = path
-            .strip_prefix(&format!("{ROOT}/"))
-            .expect("inside the root");
-        assert!(root.dir.join(rel).is_dir(), "init does not create {rel}");
-        assert!(
-            ["workspace", "transcripts", "run", "policies"].contains(&rel),
-            "{rel} writable"
-        );
-    }
+    // The root, and nothing else: config/sandbox-uid and the uid registry
+    // (/var/lib/harnessd/uids) are written there besides the data directories.
+    assert_eq!(get("ReadWritePaths"), Some(ROOT));
+    assert!(root.dir.is_dir());
     // The credential is where api.api_key_file's example (uncommented by the
     // install steps) looks for it.
     let (name, source) = get("LoadCredential").unwrap().split_once(':').unwrap();
@@ -147,9 +140,9 @@ fn under(step: &str, prefix: &Path) -> String {
 fn the_install_steps_work_as_written_under_a_prefix() {
     let root = TestRoot::new("http://127.0.0.1:9");
     let steps = install_steps(&unit_of(&root));
-    assert!(steps.len() >= 8, "{steps:#?}");
+    assert!(steps.len() >= 6, "{steps:#?}");
     let prefix: PathBuf = root.dir.join("host");
-    let host_only = ["useradd ", "chown ", "systemctl "];
+    let host_only = ["systemctl "];
     for step in steps
         .iter()
         .filter(|s| !host_only.iter().any(|h| s.starts_with(h)))
@@ -163,7 +156,8 @@ fn the_install_steps_work_as_written_under_a_prefix() {
             .spawn()
             .unwrap();
         let mut stdin = child.stdin.take().unwrap();
-        std::io::Write::write_all(&mut stdin, b"sk-ant-pasted\n").unwrap();
+        // Only the key step reads it; a step that exits first closes the pipe.
+        let _ = std::io::Write::write_all(&mut stdin, b"sk-ant-pasted\n");
         drop(stdin);
         let out = child.wait_with_output().unwrap();
         assert!(
@@ -195,4 +189,200 @@ fn the_install_steps_work_as_written_under_a_prefix() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+/// The directives the unit must carry: the daemon runs as root, cut down to the
+/// capabilities the sandbox needs, with the filesystem, kernel and address
+/// families locked down; and the ones it must not carry, since tools inherit them.
+#[test]
+fn the_unit_runs_as_root_hardened_without_what_tools_would_inherit() {
+    let root = TestRoot::new("http://127.0.0.1:9");
+    let d = directives(&unit_of(&root));
+    let get = |k: &str| d.get(k).map(String::as_str);
+    assert_eq!(get("User"), None, "root: tools need a uid of their own");
+    for (key, value) in [
+        ("NoNewPrivileges", "yes"),
+        ("ProtectSystem", "strict"),
+        ("ProtectHome", "yes"),
+        ("PrivateTmp", "yes"),
+        ("ProtectKernelTunables", "yes"),
+        ("ProtectKernelModules", "yes"),
+        ("ProtectKernelLogs", "yes"),
+        ("RestrictAddressFamilies", "AF_UNIX AF_INET AF_INET6"),
+        ("LockPersonality", "yes"),
+        ("RestrictRealtime", "yes"),
+        ("RestrictSUIDSGID", "yes"),
+        ("SystemCallArchitectures", "native"),
+        ("UMask", "0077"),
+    ] {
+        assert_eq!(get(key), Some(value), "{key}");
+    }
+    let caps: Vec<&str> = get("CapabilityBoundingSet").unwrap().split(' ').collect();
+    assert_eq!(caps, UNIT_CAPS.map(|(c, _)| c), "CapabilityBoundingSet");
+    // A seccomp filter every tool inherits: breaks JITs; hidden processes would
+    // look like free uids to "auto".
+    for key in ["MemoryDenyWriteExecute", "SystemCallFilter", "ProtectProc"] {
+        assert_eq!(
+            get(key),
+            None,
+            "{key}: tools inherit it or auto needs /proc"
+        );
+    }
+}
+
+/// The unit's CapabilityBoundingSet, each with the `setpriv` name.
+const UNIT_CAPS: [(&str, &str); 7] = [
+    ("CAP_SETUID", "setuid"),
+    ("CAP_SETGID", "setgid"),
+    ("CAP_SYS_ADMIN", "sys_admin"),
+    ("CAP_CHOWN", "chown"),
+    ("CAP_FOWNER", "fowner"),
+    ("CAP_DAC_OVERRIDE", "dac_override"),
+    ("CAP_KILL", "kill"),
+];
+
+/// `harnessd --root ROOT ARGS` as the unit runs it: no_new_privs and the unit's
+/// bounding set, less `without`.
+fn as_the_unit(root: &TestRoot, without: Option<&str>, args: &[&str]) -> std::process::Output {
+    let caps: String = UNIT_CAPS
+        .iter()
+        .filter(|(_, c)| Some(*c) != without)
+        .map(|(_, c)| format!(",+{c}"))
+        .collect();
+    Command::new("setpriv")
+        .args(["--no-new-privs", "--inh-caps", "-all", "--bounding-set"])
+        .arg(format!("-all{caps}"))
+        .arg(bin())
+        .arg("--root")
+        .arg(&root.dir)
+        .args(args)
+        .env("ANTHROPIC_API_KEY", crate::common::SECRET_KEY)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// A root whose workspace has what only some capabilities open up: the
+/// operator's file (not root's), and a directory its owner closed.
+fn workspace_of_others() -> TestRoot {
+    let root = TestRoot::new("http://127.0.0.1:9");
+    let ws = root.workspace();
+    std::os::unix::fs::chown(ws.join("scores.csv"), Some(1000), Some(1000)).unwrap();
+    std::fs::create_dir(ws.join("closed")).unwrap();
+    std::fs::write(ws.join("closed/f"), "x").unwrap();
+    crate::common::chown_tree(&ws.join("closed"), 1000);
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(ws.join("closed"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    root.edit_settings(|s| s["sandbox"]["timeout_secs"] = serde_json::json!(2));
+    root
+}
+
+/// Pids of processes whose command line contains `marker`.
+fn processes_named(marker: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
+        })
+        .collect()
+}
+
+/// A tool tree that outlives its 2 s timeout unless killed, run as the unit
+/// would (less `without`); returns whether any of it survived.
+fn tree_survives_timeout(root: &TestRoot, without: Option<&str>) -> bool {
+    let marker = format!(
+        "hd-cap-tree-{}-{}",
+        std::process::id(),
+        without.unwrap_or("none")
+    );
+    let script =
+        format!("(exec -a {marker} sleep 60) & setsid bash -c 'exec -a {marker} sleep 60' & wait");
+    let out = as_the_unit(root, without, &["sandbox", "--", "bash", "-c", &script]);
+    assert!(stderr(&out).contains("timed out"), "{}", stderr(&out));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let left = processes_named(&marker);
+    for pid in &left {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), nix::sys::signal::SIGKILL);
+    }
+    !left.is_empty()
+}
+
+/// The unit's bounding set is enough and each capability in it is needed: with
+/// all of them (and no_new_privs) the sandbox is whole, and without any one of
+/// them something the daemon does fails.
+#[test]
+fn every_capability_the_unit_keeps_is_needed_and_together_they_suffice() {
+    assert!(nix::unistd::Uid::effective().is_root(), "CI runs as root");
+    let root = workspace_of_others();
+    let unrestricted = stdout(&root.run(&["check"]));
+    let out = as_the_unit(&root, None, &["check"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let enforced = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with("  yes ") || l.starts_with("  NO "))
+            .map(|l| l[..20].to_string())
+            .collect()
+    };
+    assert_eq!(
+        enforced(&stdout(&out)),
+        enforced(&unrestricted),
+        "{}",
+        stdout(&out)
+    );
+    let out = as_the_unit(
+        &root,
+        None,
+        &[
+            "sandbox",
+            "--",
+            "bash",
+            "-c",
+            "echo t >> scores.csv && cat closed/f",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("WARN"), "{}", stderr(&out));
+    assert!(
+        !tree_survives_timeout(&root, None),
+        "the whole tree dies with the full set"
+    );
+    for (cap, what) in [
+        ("setuid", "setresuid"),
+        ("setgid", "setgroups"),
+        ("sys_admin", "PID namespace"),
+    ] {
+        let out = as_the_unit(&root, Some(cap), &["check"]);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "without {cap}: {}",
+            stdout(&out)
+        );
+        assert!(
+            stdout(&out).contains(what) || stderr(&out).contains(what),
+            "without {cap}: {}{}",
+            stdout(&out),
+            stderr(&out)
+        );
+    }
+    for (cap, what) in [
+        ("chown", "cannot give .tmp"),
+        ("fowner", "could not be opened"),
+        ("dac_override", "could not be opened"),
+    ] {
+        let fresh = workspace_of_others();
+        let out = as_the_unit(&fresh, Some(cap), &["sandbox", "--", "true"]);
+        assert!(
+            stderr(&out).contains(what),
+            "without {cap}: {}",
+            stderr(&out)
+        );
+    }
+    assert!(
+        tree_survives_timeout(&workspace_of_others(), Some("kill")),
+        "without kill the tree is left running"
+    );
 }

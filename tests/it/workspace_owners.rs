@@ -14,8 +14,6 @@ use serde_json::{Value, json};
 use crate::common::daemon::Daemon;
 use crate::common::{FakeApi, Reply, TestRoot, last_results, stderr};
 
-const NOBODY: u32 = 65534;
-
 fn assert_root() {
     assert!(
         nix::unistd::Uid::effective().is_root(),
@@ -127,14 +125,17 @@ fn serve_keeps_owners_and_a_tool_still_edits_and_creates() {
     d.wait_finished(&id);
     let (is_error, text) = result(&api, 1);
     assert!(!is_error, "{text}");
-    assert!(text.contains(&format!("stdout:\n{NOBODY}\n")), "{text}");
+    // sandbox.user "auto": the root's own uid, not nobody's.
+    let tool = root.tool_uid();
+    assert_ne!(tool, 65534);
+    assert!(text.contains(&format!("stdout:\n{tool}\n")), "{text}");
     assert!(
         std::fs::read_to_string(ws.join("scores.csv"))
             .unwrap()
             .ends_with("tool\n")
     );
     let new = std::fs::metadata(ws.join("sub/new.txt")).unwrap();
-    assert_eq!((new.uid(), new.gid()), (NOBODY, NOBODY));
+    assert_eq!((new.uid(), new.gid()), (tool, tool));
     for (p, (uid, gid, m)) in &before {
         let now = std::fs::symlink_metadata(p).unwrap();
         assert_eq!((now.uid(), now.gid()), (*uid, *gid), "{}", p.display());
@@ -144,7 +145,7 @@ fn serve_keeps_owners_and_a_tool_still_edits_and_creates() {
         let group = u32::from(acl_perm(p, 0x04, None).unwrap());
         assert_eq!(group, (m >> 3) & 0o7, "{}", p.display());
         let want = if now.is_dir() { 0o7 } else { 0o6 };
-        assert_eq!(granted(p, NOBODY), want, "{}", p.display());
+        assert_eq!(granted(p, tool), want, "{}", p.display());
     }
     drop(d);
 }
@@ -235,7 +236,8 @@ fn without_acls_the_tree_is_given_to_the_tool_user_with_a_warning_naming_the_fil
         .unwrap();
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "{err}");
-    assert_eq!(crate::common::stdout(&out), format!("{NOBODY}\nop\ntool\n"));
+    let tool = root.tool_uid();
+    assert_eq!(crate::common::stdout(&out), format!("{tool}\nop\ntool\n"));
     assert!(
         err.contains("ramfs mounted at") && err.contains("does not support POSIX ACLs"),
         "{err}"
@@ -269,9 +271,10 @@ fn a_bind_mount_inside_the_workspace_gets_no_acl() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     // The mount is gone with its namespace; the files under it are the outside ones.
+    let tool = root.tool_uid();
     for p in [outside.clone(), outside.join("secret")] {
         assert_eq!(
-            granted(&p, NOBODY),
+            granted(&p, tool),
             0,
             "{} was opened to the tool user",
             p.display()

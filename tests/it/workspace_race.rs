@@ -19,7 +19,7 @@ use crate::common::daemon::Daemon;
 use crate::common::{FakeApi, Reply, TestRoot, chown_tree, stderr, stdout};
 use crate::workspace_owners::xattr;
 
-/// The default `sandbox.user`'s uid (and gid).
+/// `nobody`'s uid (and gid): a stranger to the API, or the explicit sandbox.user.
 const NOBODY: u32 = 65534;
 
 pub(crate) fn assert_root() {
@@ -248,9 +248,11 @@ fn a_tool_users_connection_gets_403_even_with_the_socket_opened_to_all() {
     let root = TestRoot::new(&api.url);
     let d = Daemon::start(&root);
     open_to_all(&root, &d.socket);
+    // sandbox.user "auto": the uid of this root's own.
+    let tool = root.tool_uid();
     for (method, path, body) in EVERY_ENDPOINT {
-        let answer = request_as(NOBODY, NOBODY, false, &d.socket, method, path, body);
-        assert_forbidden("nobody", answer, method, path);
+        let answer = request_as(tool, tool, false, &d.socket, method, path, body);
+        assert_forbidden("the tool uid", answer, method, path);
     }
     // The same from inside the sandbox, as a tool would try it.
     let out = root.run(&[
@@ -430,6 +432,9 @@ fn members_of_the_operators_group_may_call_the_api_but_never_the_sandbox_user() 
         }
     };
     let root = TestRoot::new("http://127.0.0.1:9");
+    // Only a named account can be a group member: the explicit "nobody" (an
+    // "auto" uid has no passwd entry).
+    root.edit_settings(|s| s["sandbox"]["user"] = serde_json::json!("nobody"));
     root.set_config("daemon", "operators_group", &format!("{:?}", ops.group));
     let d = Daemon::start(&root);
     // The group can reach the socket; others cannot.
@@ -555,7 +560,7 @@ fn a_planted_tmp_is_moved_aside_and_every_start_still_succeeds() {
         assert!(now.is_dir(), "{plant:?}: .tmp is not a directory");
         assert_eq!(
             now.uid(),
-            NOBODY,
+            root.tool_uid(),
             "{plant:?}: .tmp not given to the sandbox user"
         );
         let aside = planted_aside(&ws);

@@ -29,6 +29,20 @@ impl Drop for TestRoot {
     fn drop(&mut self) {
         // Every line the test made harnessd write matches the shipped schema.
         let bad = schema::violations(&self.dir.join("transcripts"));
+        // The host-wide registry entries of "auto" uids go with the root (this
+        // one's, and those of roots a test made inside it); a later start would
+        // take a stale entry over anyway.
+        let me = self.dir.canonicalize().unwrap_or_else(|_| self.dir.clone());
+        for entry in std::fs::read_dir("/var/lib/harnessd/uids")
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let named = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            if Path::new(named.trim_end()).starts_with(&me) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
         if !bad.is_empty() && !std::thread::panicking() {
             panic!(
@@ -97,6 +111,19 @@ impl TestRoot {
         let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         f(&mut v);
         std::fs::write(&path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    }
+
+    /// The uid `sandbox.user = "auto"` gave this root, once a root daemon (or
+    /// `check`) has chosen it: what its tools run as.
+    pub fn kept_tool_uid(&self) -> Option<u32> {
+        let text = std::fs::read_to_string(self.dir.join("config/sandbox-uid")).ok()?;
+        text.trim().parse().ok()
+    }
+
+    /// [`TestRoot::kept_tool_uid`], which must have been chosen by now.
+    pub fn tool_uid(&self) -> u32 {
+        self.kept_tool_uid()
+            .expect("config/sandbox-uid is written when a root daemon loads the root")
     }
 
     pub fn workspace(&self) -> PathBuf {
