@@ -256,10 +256,29 @@ mod tests {
     }
 
     #[test]
+    fn a_command_tools_rule_goes_to_allow_write() {
+        let (dir, path) = scratch(&crate::config::defaults::default_settings());
+        let rule = "run_bash(sort -o out f)".to_string();
+        add_allow_rules(&path, "settings.json", std::slice::from_ref(&rule), |_| {
+            Ok(())
+        })
+        .unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let parsed = Settings::parse(&text, "settings.json").unwrap();
+        assert_eq!(parsed.settings.tools.allow_write, vec![rule.clone()]);
+        assert!(!parsed.settings.tools.allow.contains(&rule));
+        // Already there: nothing added.
+        let again = add_allow_rules(&path, "settings.json", &[rule], |_| Ok(())).unwrap();
+        assert!(again.is_empty());
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
     fn a_rule_is_appended_and_everything_else_is_kept_as_written() {
         let shipped = crate::config::defaults::default_settings();
         let (dir, path) = scratch(&shipped);
-        let rule = "run_python(print(\"hi\")\n\\[x])".to_string();
+        // A file-tool rule goes to `allow` (a command tool's to `allow_write`).
+        let rule = "write_file(workspace/\"hi\"\n\\[x])".to_string();
         let added = add_allow_rules(&path, "settings.json", std::slice::from_ref(&rule), |_| {
             Ok(())
         })
@@ -273,7 +292,7 @@ mod tests {
         let mut lines: Vec<&str> = text.lines().collect();
         let at = lines
             .iter()
-            .position(|l| l.contains("run_python(print("))
+            .position(|l| l.contains("write_file(workspace/"))
             .unwrap();
         lines.remove(at);
         let changed: Vec<(&str, &str)> = shipped
