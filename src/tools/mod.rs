@@ -24,7 +24,7 @@ pub use input::{
 pub use output::{ToolResult, render_result};
 pub use paths::{JudgedPath, MAX_LINKS, PathError, Walk, WalkError, resolve_in_workspace, walk};
 pub use remember::{RememberCallError, narrowest_rules, remember_call};
-pub use run::{Judged, RunContext, Verdict, decide, judge, run, safe_file_name};
+pub use run::{Judged, RunContext, Verdict, decide, judge, out_file_name, run, safe_file_name};
 
 use serde_json::{Value, json};
 

@@ -35,6 +35,7 @@ mod kill_loop;
 mod loose_ends;
 mod operator;
 mod operators_group;
+mod out_files;
 mod paths;
 mod policy_cli;
 mod protocol;

@@ -1,0 +1,82 @@
+//! The records of each tool call (SPEC §7, §8): one `.out` file per call whatever its
+//! id, a repeated id refused, `show` keeping model text apart from records, and the
+//! per-task spool budget.
+
+use serde_json::{Value, json};
+
+use crate::common::{FakeApi, Reply, TestRoot, stderr, stdout};
+
+/// A root where every `run_bash` call runs without asking.
+fn bash_allowed(api: &FakeApi) -> TestRoot {
+    let root = TestRoot::new(&api.url);
+    root.edit_settings(|s| {
+        s["tools"]["allow"] = json!(["run_bash"]);
+        s["tools"]["ask"] = json!([]);
+        s["tools"]["deny"] = json!([]);
+    });
+    root
+}
+
+/// The id of the root's only task.
+fn task_id(root: &TestRoot) -> String {
+    root.events_of("task_started")[0]["task_id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn ids_that_differ_only_in_unsafe_characters_keep_their_own_out_files() {
+    let api = FakeApi::start(vec![
+        Reply::tools(&[
+            (
+                "toolu_x.1",
+                "run_bash",
+                json!({"command": "echo dot-output"}),
+            ),
+            (
+                "toolu_x:1",
+                "run_bash",
+                json!({"command": "echo colon-output"}),
+            ),
+        ]),
+        Reply::text("done"),
+    ]);
+    let root = bash_allowed(&api);
+    let out = root.run(&["run", "two calls"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let finished = root.events_of("tool_finished");
+    assert_eq!(finished.len(), 2, "{finished:?}");
+    let file_of = |id: &str| -> String {
+        let f = finished
+            .iter()
+            .find(|e| e["tool_use_id"] == id)
+            .unwrap_or_else(|| panic!("no tool_finished for {id}"));
+        f["output_file"].as_str().unwrap().to_string()
+    };
+    let (dot, colon) = (file_of("toolu_x.1"), file_of("toolu_x:1"));
+    assert_ne!(dot, colon, "two calls share one .out file");
+    let read = |rel: &str| std::fs::read_to_string(root.dir.join(rel)).unwrap();
+    assert!(read(&dot).contains("dot-output"), "{}", read(&dot));
+    assert!(read(&colon).contains("colon-output"), "{}", read(&colon));
+    let id = task_id(&root);
+    let out = root.run(&["show", &id]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    for want in [
+        "toolu_x.1".to_string(),
+        "toolu_x:1".to_string(),
+        format!("output    {dot}"),
+        format!("output    {colon}"),
+    ] {
+        assert!(text.contains(&want), "{want:?} missing in:\n{text}");
+    }
+    let j: Value = serde_json::from_slice(&root.run(&["show", "--json", &id]).stdout).unwrap();
+    let files: Vec<&Value> = j["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| &c["output_file"])
+        .collect();
+    assert_eq!(files, [&json!(dot), &json!(colon)], "{j}");
+}
