@@ -255,6 +255,10 @@ struct TaskRun<'a> {
     /// Input tokens of the last response, when over
     /// `context.compress_threshold_tokens`: compact before the next request.
     compact_due: Option<u64>,
+    /// Every `tool_use` id of the task so far: the history it started from and each
+    /// response since. Kept apart from the messages so a compaction that summarises
+    /// old turns away does not make their ids usable again.
+    used_ids: std::collections::HashSet<String>,
 }
 
 impl TaskRun<'_> {
@@ -579,12 +583,15 @@ impl TaskRun<'_> {
         max_turns: u32,
     ) -> Result<AfterResponse, EventError> {
         let checked = match self.transcript.messages.last() {
-            Some(last) => crate::llm::check_protocol(model_stop, &last.content),
+            Some(last) => crate::llm::check_protocol(model_stop, &last.content)
+                .and_then(|()| crate::llm::check_fresh_ids(&last.content, &self.used_ids)),
             None => Ok(()),
         };
         if let Err(violation) = checked {
             return self.protocol_broken(&violation).await;
         }
+        self.used_ids
+            .extend(uses.iter().map(|(id, _, _)| id.clone()));
         Ok(match model_stop {
             "max_tokens" => {
                 if !uses.is_empty() {
@@ -629,7 +636,21 @@ impl TaskRun<'_> {
             .unwrap_or_default();
         if !uses.is_empty() {
             let why = format!("not executed: {error}; the task stops here");
-            self.unexecuted(&uses, &why).await?;
+            // A call reusing an earlier id is answered in the transcript only: the
+            // log's records of that id belong to the call that ran, and a second
+            // `tool_requested` under it would make the two indistinguishable.
+            let mut blocks = Vec::with_capacity(uses.len());
+            for call in &uses {
+                if self.used_ids.contains(&call.0) {
+                    blocks.push(Block::tool_result(&call.0, &why, true));
+                } else {
+                    let one = std::slice::from_ref(call);
+                    blocks.extend(
+                        calls::answer_unexecuted(self.env, &self.spec.task_id, one, &why).await?,
+                    );
+                }
+            }
+            self.push_user(blocks);
         }
         Ok(AfterResponse::Stop((StopReason::Error, Some(error))))
     }
@@ -810,6 +831,14 @@ impl TaskRun<'_> {
 /// never passed on to the caller. `Err` means only that the audit log failed.
 pub async fn run_task(env: &TaskEnv, spec: &TaskSpec) -> Result<TaskOutcome, EventError> {
     let transcript = initial_transcript(env, spec);
+    // A resumed task's history counts: its ids were used too.
+    let used_ids = transcript
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::Assistant)
+        .flat_map(Message::answerable_tool_uses)
+        .map(|(id, _, _)| id)
+        .collect();
     let mut run = TaskRun {
         env,
         spec,
@@ -818,6 +847,7 @@ pub async fn run_task(env: &TaskEnv, spec: &TaskSpec) -> Result<TaskOutcome, Eve
         started: Instant::now(),
         ledger: guard::Ledger::default(),
         compact_due: None,
+        used_ids,
     };
     let (ended, panic) = match guard::catch(run.drive()).await {
         Ok(Ok(ended)) => (ended, None),

@@ -88,8 +88,14 @@ pub fn run(root: &Path, id: &str, json_out: bool) -> anyhow::Result<i32> {
 
 fn build(t: &Transcript, events: &Path) -> anyhow::Result<Shown> {
     let mut calls: Vec<Call> = Vec::new();
+    // A `tool_use` reusing an earlier id never ran (the task stopped on it, SPEC
+    // §7): the call listed, with the log's records of that id, is the first.
+    let mut listed = std::collections::HashSet::new();
     for m in t.messages.iter().filter(|m| m.role == Role::Assistant) {
         for (id, tool, input) in m.tool_uses() {
+            if !listed.insert(id.clone()) {
+                continue;
+            }
             calls.push(Call {
                 tool_use_id: id,
                 tool,

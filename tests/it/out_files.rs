@@ -80,3 +80,53 @@ fn ids_that_differ_only_in_unsafe_characters_keep_their_own_out_files() {
         .collect();
     assert_eq!(files, [&json!(dot), &json!(colon)], "{j}");
 }
+
+#[test]
+fn a_tool_use_id_reused_in_a_later_turn_stops_the_task_and_does_not_run() {
+    let call = json!({"command": "echo 1 >> m"});
+    let api = FakeApi::start(vec![
+        Reply::tool("toolu_A", "run_bash", call.clone()),
+        Reply::tools(&[
+            ("toolu_B", "run_bash", call.clone()),
+            ("toolu_A", "run_bash", call),
+        ]),
+        Reply::text("never asked for"),
+    ]);
+    let root = bash_allowed(&api);
+    let out = root.run(&["run", "append twice"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let marker = std::fs::read_to_string(root.workspace().join("m")).unwrap();
+    assert_eq!(marker, "1\n", "the repeated call (or its sibling) ran");
+    let finished = root.events_of("task_finished");
+    assert_eq!(finished[0]["stop_reason"], "error", "{finished:?}");
+    let error = finished[0]["error"].as_str().unwrap();
+    assert!(error.contains("toolu_A"), "{error}");
+    // One request per turn and no more; `requests` panics on an unanswered tool_use.
+    assert_eq!(api.requests().len(), 2);
+    // The log holds one call under toolu_A, the one that ran.
+    let requested: Vec<Value> = root
+        .events_of("tool_requested")
+        .into_iter()
+        .filter(|e| e["tool_use_id"] == "toolu_A")
+        .collect();
+    assert_eq!(requested.len(), 1, "{requested:?}");
+    // The transcript answers every tool_use, the repeat included.
+    let t = root.transcript();
+    let messages = t["messages"].as_array().unwrap();
+    let last = messages.last().unwrap();
+    assert_eq!(last["role"], "user", "{last}");
+    let answered: Vec<Value> = crate::common::last_results(&t)
+        .iter()
+        .map(|b| b["tool_use_id"].clone())
+        .collect();
+    assert_eq!(answered, [json!("toolu_B"), json!("toolu_A")], "{last}");
+    let id = task_id(&root);
+    let text = stdout(&root.run(&["show", &id]));
+    let listed = text
+        .lines()
+        .filter(|l| l.starts_with("call ") && l.ends_with("toolu_A"))
+        .count();
+    assert_eq!(listed, 1, "{text}");
+    assert!(text.contains("exit      0"), "{text}");
+    assert!(text.contains("/toolu_A.out"), "{text}");
+}
