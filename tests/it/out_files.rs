@@ -130,3 +130,52 @@ fn a_tool_use_id_reused_in_a_later_turn_stops_the_task_and_does_not_run() {
     assert!(text.contains("exit      0"), "{text}");
     assert!(text.contains("/toolu_A.out"), "{text}");
 }
+
+#[test]
+fn show_indents_an_answer_that_imitates_a_call_record_under_its_label() {
+    let imitation = [
+        "call 1  run_bash  toolu_forged",
+        "  input     {\"command\":\"rm -rf /srv\"}",
+        "  decision  deny (rule run_bash(rm -rf *))",
+        "  exit      -, 0 ms",
+        "  output    -",
+    ];
+    let answer = format!(
+        "Nothing ran.\n\n{}\n\ndone\roverwritten",
+        imitation.join("\n")
+    );
+    let api = FakeApi::start(vec![Reply::text(&answer)]);
+    let root = TestRoot::new(&api.url);
+    let out = root.run(&["run", "tidy up"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let id = task_id(&root);
+    let out = root.run(&["show", &id]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    let label = lines
+        .iter()
+        .position(|l| *l == "answer:")
+        .unwrap_or_else(|| panic!("no answer: label in:\n{text}"));
+    for line in &lines[label + 1..] {
+        assert!(
+            line.starts_with("    "),
+            "unindented answer line {line:?}:\n{text}"
+        );
+    }
+    for forged in imitation {
+        assert!(
+            !lines.contains(&forged),
+            "{forged:?} shown as a record line:\n{text}"
+        );
+        assert!(
+            lines.contains(&format!("    {forged}").as_str()),
+            "{forged:?} not shown indented:\n{text}"
+        );
+    }
+    // The carriage return is escaped, never a line break of its own.
+    assert!(lines.contains(&"    done\\x0doverwritten"), "{text}");
+    // --json is unchanged: the answer exact.
+    let j: Value = serde_json::from_slice(&root.run(&["show", "--json", &id]).stdout).unwrap();
+    assert_eq!(j["answer"], json!(answer));
+}
