@@ -65,6 +65,7 @@ impl TaskServices {
         TaskEnv {
             services: self.clone(),
             cancel,
+            spool_used: Arc::default(),
         }
     }
 }
@@ -75,6 +76,11 @@ pub struct TaskEnv {
     pub services: TaskServices,
     /// Cancels this task: its model request and its tools' process trees.
     pub cancel: CancellationToken,
+    /// Bytes of tool output this task keeps on disk, against
+    /// `output.max_spool_mb`: drawn by every call (concurrent ones too, through
+    /// clones of the one counter), so the budget spans the task's turns. A resumed
+    /// task starts from what its directory already holds.
+    pub spool_used: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// A task to run.
@@ -831,6 +837,19 @@ impl TaskRun<'_> {
 /// never passed on to the caller. `Err` means only that the audit log failed.
 pub async fn run_task(env: &TaskEnv, spec: &TaskSpec) -> Result<TaskOutcome, EventError> {
     let transcript = initial_transcript(env, spec);
+    // The budget counts what the task keeps on disk: a resumed task's earlier
+    // output files count too.
+    let output_dir = env
+        .services
+        .config
+        .current()
+        .paths
+        .transcripts
+        .join(&spec.task_id);
+    env.spool_used.store(
+        crate::tools::kept_output_bytes(&output_dir),
+        std::sync::atomic::Ordering::SeqCst,
+    );
     // A resumed task's history counts: its ids were used too.
     let used_ids = transcript
         .messages

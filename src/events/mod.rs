@@ -27,7 +27,7 @@ mod trail;
 pub mod verify;
 
 pub use file::{EventError, GENESIS, Repair};
-pub use kinds::{Event, EventLine, event_types, events_schema};
+pub use kinds::{Event, EventLine, SpoolCutReason, SpoolCutRecord, event_types, events_schema};
 pub use open_tasks::{ended_cleanly, open_tasks};
 pub use trail::{CallTrail, TrailError, call_trails};
 

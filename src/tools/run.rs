@@ -24,6 +24,8 @@ pub struct RunContext {
     pub output_dir: Option<PathBuf>,
     /// Cancels a running call.
     pub cancel: CancellationToken,
+    /// What of the output may be kept on disk: shared by every call of the task.
+    pub spool: crate::exec::SpoolBudget,
 }
 
 /// What a call is judged on, and for a file tool the path it will open.
@@ -196,6 +198,22 @@ pub fn out_file_name(id: &str) -> String {
     format!("{}.out", safe_file_name(id))
 }
 
+/// Bytes the `.out` files in `dir` (a task's output directory) hold: where a
+/// resumed task's spool budget starts, since those files stay on disk.
+pub fn kept_output_bytes(dir: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".out"))
+        // The entry itself, never a link's target.
+        .filter_map(|e| e.metadata().ok())
+        .filter(std::fs::Metadata::is_file)
+        .map(|m| m.len())
+        .sum()
+}
+
 /// Runs the call as it was judged; returns its result and the full-output file,
 /// if one was kept.
 pub async fn run(
@@ -239,6 +257,7 @@ pub async fn run(
     // Keep enough of each stream that the model's view is exact for any sane cap.
     let keep_bytes = (max_chars * 4).max(64 * 1024);
     let out_path = out_file.clone();
+    let spool = ctx.spool.clone();
     let rendered = tokio::task::spawn_blocking(move || {
         let outcome = executor.run(&ExecRequest {
             job: &job,
@@ -246,6 +265,7 @@ pub async fn run(
             confine: &confine,
             timeout: Duration::from_secs(timeout_secs),
             spool_prefix,
+            spool_budget: spool.clone(),
             keep_bytes,
             cancel: &cancel,
             relay_output: false,
@@ -257,7 +277,7 @@ pub async fn run(
             &outcome,
             timeout_secs,
             max_chars,
-            out_path.as_deref(),
+            out_path.as_deref().map(|p| (p, &spool)),
         )
     })
     .await;

@@ -179,3 +179,73 @@ fn show_indents_an_answer_that_imitates_a_call_record_under_its_label() {
     let j: Value = serde_json::from_slice(&root.run(&["show", "--json", &id]).stdout).unwrap();
     assert_eq!(j["answer"], json!(answer));
 }
+
+/// The budget spans the task's turns: each call draws from what the earlier ones
+/// left. (Concurrent calls share it through one counter: `exec::budget`'s tests.)
+#[test]
+fn the_spool_budget_is_shared_by_a_tasks_calls_and_cuts_without_killing() {
+    let print = |n: &str| {
+        let command = format!("head -c 700000 /dev/zero | tr '\\0' a; echo {n} >&2");
+        json!({ "command": command })
+    };
+    let api = FakeApi::start(vec![
+        Reply::tool("toolu_1", "run_bash", print("1")),
+        Reply::tool("toolu_2", "run_bash", print("2")),
+        Reply::tool("toolu_3", "run_bash", print("3")),
+        Reply::text("done"),
+    ]);
+    let root = bash_allowed(&api);
+    // One MiB for the whole task: the first call keeps all, the second part, the
+    // third nothing.
+    root.edit_settings(|s| s["output"]["max_spool_mb"] = json!(1));
+    let out = root.run(&["run", "print a lot"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let finished = root.events_of("tool_finished");
+    assert_eq!(finished.len(), 3, "{finished:?}");
+    for f in &finished {
+        // Counted whole, never killed: the command ran to its end.
+        assert_eq!(f["exit_code"], 0, "{f}");
+        assert_eq!(f["output_bytes"], 700_002, "{f}");
+    }
+    assert!(finished[0].get("spool_cut").is_none(), "{}", finished[0]);
+    let cut = |f: &Value| {
+        (
+            f["spool_cut"]["kept_bytes"].as_u64().unwrap(),
+            f["spool_cut"]["not_kept_bytes"].as_u64().unwrap(),
+            f["spool_cut"]["reason"].clone(),
+        )
+    };
+    let budget = 1024 * 1024;
+    let (kept2, not2, why2) = cut(&finished[1]);
+    assert_eq!(why2, "max_spool_mb");
+    assert_eq!(kept2, budget - 700_002, "{}", finished[1]);
+    assert_eq!(kept2 + not2, 700_002);
+    assert_eq!(cut(&finished[2]), (0, 700_002, json!("max_spool_mb")));
+    // On disk: the whole first output, part of the second, a line saying why.
+    let file = |f: &Value| {
+        std::fs::read_to_string(root.dir.join(f["output_file"].as_str().unwrap())).unwrap()
+    };
+    assert!(file(&finished[0]).ends_with("stderr:\n1\n"), "stderr kept");
+    let second = file(&finished[1]);
+    assert!(
+        second.contains("not kept: this task used up output.max_spool_mb"),
+        "{}",
+        &second[second.len() - 300..]
+    );
+    let kept_on_disk: u64 =
+        std::fs::read_dir(root.dir.join(format!("transcripts/{}", task_id(&root))))
+            .unwrap()
+            .flatten()
+            .map(|e| e.metadata().unwrap().len())
+            .sum();
+    assert!(kept_on_disk < budget + 4096, "{kept_on_disk}");
+    // The model is told the file is partial.
+    let results = crate::common::last_results(&api.requests()[2].body);
+    assert!(
+        results[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("output.max_spool_mb"),
+        "{results:?}"
+    );
+}
