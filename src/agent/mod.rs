@@ -871,12 +871,14 @@ pub async fn run_task(env: &TaskEnv, spec: &TaskSpec) -> Result<TaskOutcome, Eve
     let (ended, panic) = match guard::catch(run.drive()).await {
         Ok(Ok(ended)) => (ended, None),
         Ok(Err(e)) => {
-            // The audit log failed: nothing more may happen unrecorded.
-            run.transcript.status = TaskStatus::Finished;
-            run.transcript.stop_reason = Some(StopReason::Error);
-            run.transcript.error = Some(e.to_string());
-            let _ = run.save().await;
-            return Err(e);
+            // The audit log failed: nothing more may happen unrecorded, but the
+            // end itself is still worth a try: a full disk gives up its reserve for
+            // exactly this line (SPEC §7). If it fails too, the caller owes it.
+            let error = e.to_string();
+            return match run.finish(StopReason::Error, Some(error)).await {
+                Ok(outcome) => Ok(outcome),
+                Err(_) => Err(e),
+            };
         }
         Err(panic) => ((StopReason::Error, Some(panic.to_string())), Some(panic)),
     };

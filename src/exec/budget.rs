@@ -57,7 +57,7 @@ impl SpoolBudget {
     /// than `want` comes with the reason.
     pub fn grant(&self, want: u64) -> (u64, Option<CutReason>) {
         if let Some((dir, reserve)) = &self.floor
-            && free_bytes(dir).is_some_and(|free| free < reserve.saturating_add(want))
+            && crate::disk::free_bytes(dir).is_some_and(|free| free < reserve.saturating_add(want))
         {
             // A write that would take free space under the floor is not made at
             // all: the floor belongs to the audit log.
@@ -78,18 +78,11 @@ impl SpoolBudget {
     pub fn room_for(&self, more: u64) -> bool {
         match &self.floor {
             Some((dir, reserve)) => {
-                free_bytes(dir).is_none_or(|free| free >= reserve.saturating_add(more))
+                crate::disk::free_bytes(dir).is_none_or(|free| free >= reserve.saturating_add(more))
             }
             None => true,
         }
     }
-}
-
-/// Bytes an unprivileged writer may still use on the filesystem of `dir`
-/// (`f_bavail`); `None` when it cannot be asked (then nothing is held back).
-pub fn free_bytes(dir: &std::path::Path) -> Option<u64> {
-    let s = nix::sys::statvfs::statvfs(dir).ok()?;
-    Some((s.blocks_available() as u64).saturating_mul(s.fragment_size() as u64))
 }
 
 #[cfg(test)]
@@ -110,7 +103,7 @@ mod tests {
     #[test]
     fn spool_budget_grants_nothing_under_the_reserve() {
         let dir = std::env::temp_dir();
-        let free = free_bytes(&dir).unwrap();
+        let free = crate::disk::free_bytes(&dir).unwrap();
         // A floor above what is free: nothing may be written.
         let reserve_mb = free / (1024 * 1024) + 1;
         let b = SpoolBudget::new(u64::MAX, Arc::default(), dir, reserve_mb);

@@ -42,6 +42,7 @@ mod protocol;
 mod queue;
 mod records;
 mod reload;
+mod reserve;
 mod resume;
 mod shell_diff;
 mod stops;
