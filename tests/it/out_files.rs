@@ -131,6 +131,49 @@ fn a_tool_use_id_reused_in_a_later_turn_stops_the_task_and_does_not_run() {
     assert!(text.contains("/toolu_A.out"), "{text}");
 }
 
+/// A resumed task's history counts: an id its earlier run used is refused after a
+/// resume too, although the resumed run never saw that response itself.
+#[test]
+fn a_resumed_task_refuses_a_tool_use_id_from_its_history() {
+    let call = json!({"command": "echo 1 >> m"});
+    let mut slow = Reply::text("never seen");
+    slow.delay = std::time::Duration::from_secs(30);
+    let api = FakeApi::start(vec![
+        Reply::tool("toolu_A", "run_bash", call.clone()),
+        slow,
+        Reply::tool("toolu_A", "run_bash", call),
+        Reply::text("never asked for"),
+    ]);
+    let root = bash_allowed(&api);
+    // The first run calls toolu_A, then dies while the model holds its second turn.
+    let mut d = crate::common::daemon::Daemon::start(&root);
+    let id = d.submit("append once");
+    crate::common::wait_until("the second request", || api.requests().len() == 2);
+    d.child.kill().unwrap();
+    d.child.wait().unwrap();
+    let d = crate::common::daemon::Daemon::start(&root);
+    let (_, t) = d.request("GET", &format!("/v1/tasks/{id}"), None);
+    assert_eq!(t["status"], "interrupted", "{t}");
+    let (status, body) = d.request("POST", &format!("/v1/tasks/{id}/resume"), None);
+    assert_eq!(status, 202, "{body}");
+    // The killed run left no end; the resumed one records the only one.
+    crate::common::wait_until("the resumed run's end", || {
+        !root.events_of("task_finished").is_empty()
+    });
+    let ends = root.events_of("task_finished");
+    assert_eq!(ends.len(), 1, "{ends:?}");
+    assert_eq!(ends[0]["stop_reason"], "error", "{}", ends[0]);
+    let error = ends[0]["error"].as_str().unwrap();
+    assert!(
+        error.contains("toolu_A") && error.contains("earlier call"),
+        "{error}"
+    );
+    let marker = std::fs::read_to_string(root.workspace().join("m")).unwrap();
+    assert_eq!(marker, "1\n", "the reused id ran again after the resume");
+    // `requests` panics on any request with an unanswered tool_use.
+    assert_eq!(api.requests().len(), 3);
+}
+
 #[test]
 fn show_indents_an_answer_that_imitates_a_call_record_under_its_label() {
     let imitation = [
