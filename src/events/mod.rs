@@ -435,8 +435,14 @@ impl Writer {
             return true;
         }
         let back = r.retake();
-        if back && let Ok(mut slot) = self.health.reserve.lock() {
-            *slot = None;
+        if back {
+            // Room for twice the reserve proves the disk has space again: a write
+            // refused for a full disk no longer says anything about the log.
+            for slot in [&self.health.reserve, &self.health.write] {
+                if let Ok(mut slot) = slot.lock() {
+                    *slot = None;
+                }
+            }
         }
         back
     }

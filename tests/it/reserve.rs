@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use serde_json::{Value, json};
 
+use crate::common::daemon::Daemon;
 use crate::common::{FakeApi, Reply, TestRoot, stderr, stdout};
 
 /// One tmpfs holding the root's workspace and transcripts (bind mounts of two of
@@ -186,17 +187,13 @@ fn tool_output_never_spools_into_the_reserve_and_the_task_end_is_recorded() {
     drop(disk);
 }
 
-#[test]
-fn a_full_disk_under_the_log_releases_the_reserve_to_record_the_end() {
-    let (asked, go) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicBool::new(false)),
-    );
+/// A fake model whose first answer waits until `go` is set (the test fills the disk
+/// meanwhile) and asks for a call whose line (over 4 KiB) cannot fit in the slack of
+/// the log's last page; every later request gets a plain answer.
+fn held_model(asked: Arc<AtomicBool>, go: Arc<AtomicBool>) -> FakeApi {
     let count = AtomicUsize::new(0);
-    let (a, g) = (asked.clone(), go.clone());
-    // The first answer waits until the test has filled the disk; its call's line
-    // (over 4 KiB) cannot fit in the slack of the log's last page.
-    let api = FakeApi::with_responder(Box::new(move |_| {
+    let (a, g) = (asked, go);
+    FakeApi::with_responder(Box::new(move |_| {
         if count.fetch_add(1, Ordering::SeqCst) > 0 {
             return Reply::text("small");
         }
@@ -206,7 +203,16 @@ fn a_full_disk_under_the_log_releases_the_reserve_to_record_the_end() {
         }
         let command = format!(": {}; echo ran > marker", "x".repeat(4000));
         Reply::tool("toolu_late", "run_bash", json!({ "command": command }))
-    }));
+    }))
+}
+
+#[test]
+fn a_full_disk_under_the_log_releases_the_reserve_to_record_the_end() {
+    let (asked, go) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let api = held_model(asked.clone(), go.clone());
     let (root, disk) = shared_root(&api);
     let Some(disk) = disk else {
         eprintln!(
@@ -315,4 +321,62 @@ fn check_warns_when_the_workspace_shares_the_audit_logs_filesystem() {
     } else {
         eprintln!("reserve: cannot mount a tmpfs; only the shared case of check is tested");
     }
+}
+
+#[test]
+fn the_daemon_refuses_work_while_the_reserve_is_released_and_retakes_it_when_space_returns() {
+    let (asked, go) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let api = held_model(asked.clone(), go.clone());
+    let (root, disk) = shared_root(&api);
+    let Some(disk) = disk else {
+        eprintln!("reserve: without a tmpfs the disk cannot be filled; nothing to check here");
+        return;
+    };
+    let reserve = root.dir.join("transcripts/.reserve");
+    let d = Daemon::start(&root);
+    assert!(reserve.exists(), "no reserve held");
+    let id = d.submit("go on");
+    crate::common::wait_until("the model request", || asked.load(Ordering::SeqCst));
+    let filler = root.dir.join("disk/filler");
+    fill(&filler);
+    go.store(true, Ordering::SeqCst);
+    let t = d.wait_finished(&id);
+    assert_eq!(t["stop_reason"], "error", "{t}");
+    assert!(!reserve.exists(), "the reserve was not given up");
+    assert!(!root.workspace().join("marker").exists(), "the call ran");
+    // Released: nothing new is recorded, so nothing new starts.
+    let (status, health) = d.request("GET", "/healthz", None);
+    assert_eq!(status, 503, "{health}");
+    assert!(
+        health["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("reserve")),
+        "{health}"
+    );
+    let (status, body) = d.request("POST", "/v1/tasks", Some(r#"{"prompt": "more"}"#));
+    assert_eq!(status, 507, "{body}");
+    // Space returns: the writer takes the reserve back by itself, and the health
+    // with it, with no request needed.
+    std::fs::remove_file(&filler).unwrap();
+    crate::common::wait_until("the reserve held again", || reserve.exists());
+    crate::common::wait_until("healthz 200", || {
+        d.request("GET", "/healthz", None).0 == 200
+    });
+    let id2 = d.submit("again");
+    assert_eq!(d.wait_finished(&id2)["stop_reason"], "end_turn");
+    let ends = root.events_of("task_finished");
+    assert_eq!(ends.len(), 2, "{ends:?}");
+    drop(d);
+    let out = root.run(&["audit", "verify"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    drop(disk);
 }
