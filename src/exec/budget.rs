@@ -73,6 +73,16 @@ impl SpoolBudget {
         (granted, (granted < want).then_some(CutReason::Budget))
     }
 
+    /// Returns `n` granted bytes that are no longer on disk (a spool removed after
+    /// a failed write).
+    pub fn give_back(&self, n: u64) {
+        let _ = self
+            .used
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |used| {
+                Some(used.saturating_sub(n))
+            });
+    }
+
     /// Whether free space is above the floor with `more` bytes on top (the copy
     /// into the `.out` file, whose bytes the budget already counted).
     pub fn room_for(&self, more: u64) -> bool {

@@ -130,6 +130,8 @@ impl Sink {
         if let Some(path) = self.spool_path.take() {
             let _ = std::fs::remove_file(path);
         }
+        self.budget.give_back(self.spooled);
+        self.spooled = 0;
     }
 
     fn push(&mut self, chunk: &[u8]) {
