@@ -81,6 +81,7 @@ fn spawn_figures() {
             confine: &confine,
             timeout: Duration::from_secs(10),
             spool_prefix: None,
+            spool_budget: harnessd::exec::SpoolBudget::unlimited(),
             keep_bytes: 4096,
             cancel: &never,
             relay_output: false,

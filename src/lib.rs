@@ -39,6 +39,8 @@
 //! - [`commands`]: one module per subcommand; [`cli`] holds their clap types.
 //! - [`usage`]: token counts, shared by [`llm`] and [`events`] so neither imports
 //!   the other.
+//! - [`disk`]: free space on a filesystem, for the spool budget and the audit
+//!   log's reserve.
 //! - [`text`]: cutting long text in the middle; escaping hostile text before it
 //!   reaches a terminal (every human-readable printer uses it).
 
@@ -51,6 +53,7 @@ pub mod commands;
 pub mod config;
 pub mod control;
 pub mod daemon;
+pub mod disk;
 pub mod events;
 pub mod exec;
 pub mod llm;

@@ -196,6 +196,16 @@ async fn open_audit_log(
     let (events, repair) = EventLog::open(&loaded.paths.events, tap)?;
     events.set_sync(loaded.config.audit.sync);
     events.set_rotate_mb(loaded.config.audit.rotate_mb);
+    // Before anything else is written: the space for recording a failure.
+    let reserve = loaded.paths.transcripts.join(".reserve");
+    if let Err(e) = events
+        .hold_reserve(reserve, loaded.config.audit.reserve_mb)
+        .await
+    {
+        tracing::warn!(
+            "no audit reserve: {e}; a full disk may then keep a task's end off the record"
+        );
+    }
     if let Some(r) = repair {
         events
             .record(

@@ -13,7 +13,7 @@ use super::TaskEnv;
 use super::guard::{self, FaultPoint, Ledger};
 use crate::approval::{ApprovalAnswer, ApprovalRequest};
 use crate::config::Loaded;
-use crate::events::{Event, EventError};
+use crate::events::{Event, EventError, SpoolCutReason, SpoolCutRecord};
 use crate::llm::Block;
 use crate::policy::{self, Tier};
 use crate::tools::{self, RunContext, ToolInput, ToolName, ToolResult};
@@ -69,6 +69,14 @@ pub(super) async fn finished(
                 truncated: result.truncated,
                 is_error: result.is_error,
                 output_file,
+                spool_cut: result.spool_cut.map(|c| SpoolCutRecord {
+                    kept_bytes: c.kept_bytes,
+                    not_kept_bytes: c.not_kept_bytes,
+                    reason: match c.reason {
+                        crate::exec::CutReason::Budget => SpoolCutReason::MaxSpoolMb,
+                        crate::exec::CutReason::Reserve => SpoolCutReason::Reserve,
+                    },
+                }),
                 sandbox: env
                     .services
                     .executor
@@ -372,6 +380,12 @@ async fn run_admitted(
         loaded: loaded.clone(),
         output_dir: Some(loaded.paths.transcripts.join(task_id)),
         cancel: env.cancel.clone(),
+        spool: crate::exec::SpoolBudget::new(
+            loaded.policy.settings.output.max_spool_mb,
+            env.spool_used.clone(),
+            loaded.paths.transcripts.clone(),
+            loaded.config.audit.reserve_mb,
+        ),
     };
     let mut i = 0;
     while i < runnable.len() {

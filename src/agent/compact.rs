@@ -209,7 +209,7 @@ impl TaskRun<'_> {
         let dir = loaded.paths.transcripts.join(&self.spec.task_id);
         let paths = loaded.paths.clone();
         move |id: &str| {
-            let out = dir.join(format!("{}.out", crate::tools::safe_file_name(id)));
+            let out = dir.join(crate::tools::out_file_name(id));
             if out.is_file() {
                 format!(
                     "[compacted by harnessd: the full output of this call is in {}]",

@@ -65,6 +65,7 @@ impl TaskServices {
         TaskEnv {
             services: self.clone(),
             cancel,
+            spool_used: Arc::default(),
         }
     }
 }
@@ -75,6 +76,11 @@ pub struct TaskEnv {
     pub services: TaskServices,
     /// Cancels this task: its model request and its tools' process trees.
     pub cancel: CancellationToken,
+    /// Bytes of tool output this task keeps on disk, against
+    /// `output.max_spool_mb`: drawn by every call (concurrent ones too, through
+    /// clones of the one counter), so the budget spans the task's turns. A resumed
+    /// task starts from what its directory already holds.
+    pub spool_used: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// A task to run.
@@ -255,6 +261,10 @@ struct TaskRun<'a> {
     /// Input tokens of the last response, when over
     /// `context.compress_threshold_tokens`: compact before the next request.
     compact_due: Option<u64>,
+    /// Every `tool_use` id of the task so far: the history it started from and each
+    /// response since. Kept apart from the messages so a compaction that summarises
+    /// old turns away does not make their ids usable again.
+    used_ids: std::collections::HashSet<String>,
 }
 
 impl TaskRun<'_> {
@@ -579,12 +589,15 @@ impl TaskRun<'_> {
         max_turns: u32,
     ) -> Result<AfterResponse, EventError> {
         let checked = match self.transcript.messages.last() {
-            Some(last) => crate::llm::check_protocol(model_stop, &last.content),
+            Some(last) => crate::llm::check_protocol(model_stop, &last.content)
+                .and_then(|()| crate::llm::check_fresh_ids(&last.content, &self.used_ids)),
             None => Ok(()),
         };
         if let Err(violation) = checked {
             return self.protocol_broken(&violation).await;
         }
+        self.used_ids
+            .extend(uses.iter().map(|(id, _, _)| id.clone()));
         Ok(match model_stop {
             "max_tokens" => {
                 if !uses.is_empty() {
@@ -629,7 +642,21 @@ impl TaskRun<'_> {
             .unwrap_or_default();
         if !uses.is_empty() {
             let why = format!("not executed: {error}; the task stops here");
-            self.unexecuted(&uses, &why).await?;
+            // A call reusing an earlier id is answered in the transcript only: the
+            // log's records of that id belong to the call that ran, and a second
+            // `tool_requested` under it would make the two indistinguishable.
+            let mut blocks = Vec::with_capacity(uses.len());
+            for call in &uses {
+                if self.used_ids.contains(&call.0) {
+                    blocks.push(Block::tool_result(&call.0, &why, true));
+                } else {
+                    let one = std::slice::from_ref(call);
+                    blocks.extend(
+                        calls::answer_unexecuted(self.env, &self.spec.task_id, one, &why).await?,
+                    );
+                }
+            }
+            self.push_user(blocks);
         }
         Ok(AfterResponse::Stop((StopReason::Error, Some(error))))
     }
@@ -810,6 +837,27 @@ impl TaskRun<'_> {
 /// never passed on to the caller. `Err` means only that the audit log failed.
 pub async fn run_task(env: &TaskEnv, spec: &TaskSpec) -> Result<TaskOutcome, EventError> {
     let transcript = initial_transcript(env, spec);
+    // The budget counts what the task keeps on disk: a resumed task's earlier
+    // output files count too.
+    let output_dir = env
+        .services
+        .config
+        .current()
+        .paths
+        .transcripts
+        .join(&spec.task_id);
+    env.spool_used.store(
+        crate::tools::kept_output_bytes(&output_dir),
+        std::sync::atomic::Ordering::SeqCst,
+    );
+    // A resumed task's history counts: its ids were used too.
+    let used_ids = transcript
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::Assistant)
+        .flat_map(Message::answerable_tool_uses)
+        .map(|(id, _, _)| id)
+        .collect();
     let mut run = TaskRun {
         env,
         spec,
@@ -818,16 +866,19 @@ pub async fn run_task(env: &TaskEnv, spec: &TaskSpec) -> Result<TaskOutcome, Eve
         started: Instant::now(),
         ledger: guard::Ledger::default(),
         compact_due: None,
+        used_ids,
     };
     let (ended, panic) = match guard::catch(run.drive()).await {
         Ok(Ok(ended)) => (ended, None),
         Ok(Err(e)) => {
-            // The audit log failed: nothing more may happen unrecorded.
-            run.transcript.status = TaskStatus::Finished;
-            run.transcript.stop_reason = Some(StopReason::Error);
-            run.transcript.error = Some(e.to_string());
-            let _ = run.save().await;
-            return Err(e);
+            // The audit log failed: nothing more may happen unrecorded, but the
+            // end itself is still worth a try: a full disk gives up its reserve for
+            // exactly this line (SPEC §7). If it fails too, the caller owes it.
+            let error = e.to_string();
+            return match run.finish(StopReason::Error, Some(error)).await {
+                Ok(outcome) => Ok(outcome),
+                Err(_) => Err(e),
+            };
         }
         Err(panic) => ((StopReason::Error, Some(panic.to_string())), Some(panic)),
     };

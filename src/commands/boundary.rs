@@ -187,6 +187,23 @@ fn guarded_for_read(loaded: &Loaded, homes: &[PathBuf]) -> Vec<Guarded> {
     list
 }
 
+/// The warning when `workspace` and `transcripts` are on one filesystem (same
+/// `st_dev`): the audit log's reserve bounds what tool output may take, but writes
+/// into the workspace are bounded only by its filesystem (SPEC §10). Either missing:
+/// nothing to compare yet.
+pub fn shared_filesystem(workspace: &Path, transcripts: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let (w, t) = (
+        std::fs::metadata(workspace).ok()?,
+        std::fs::metadata(transcripts).ok()?,
+    );
+    (w.dev() == t.dev()).then(|| {
+        "workspace and transcripts/ share a filesystem: a tool can fill the audit log's disk; \
+         put the workspace on its own filesystem or a project quota"
+            .to_string()
+    })
+}
+
 /// Every warning `check` prints about the settings, in a stable order.
 pub fn warnings(loaded: &Loaded, homes: &[PathBuf]) -> Vec<String> {
     let s = &loaded.policy.settings;
@@ -231,6 +248,9 @@ pub fn warnings(loaded: &Loaded, homes: &[PathBuf]) -> Vec<String> {
         }
     }
     out.extend(rule_warnings(s));
+    if let Some(w) = shared_filesystem(&loaded.paths.workspace, &loaded.paths.transcripts) {
+        out.push(w);
+    }
     if s.sandbox.network {
         out.push(
             "sandbox.network is true: tools may open any socket (TCP, UDP, DNS) and reach the \

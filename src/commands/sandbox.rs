@@ -36,6 +36,7 @@ pub fn run(root: &Path, argv: Vec<String>, profile: Profile, helper: &Path) -> a
         confine: &confine,
         timeout: Duration::from_secs(settings.sandbox.timeout_secs),
         spool_prefix: None,
+        spool_budget: crate::exec::SpoolBudget::unlimited(),
         keep_bytes: 0,
         cancel: &never,
         relay_output: true,

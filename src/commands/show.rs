@@ -1,7 +1,7 @@
 //! `harnessd show ID` (SPEC §8): one task from its transcript and the audit log,
 //! with no daemon needed: prompt, model, status, usage, duration, then each tool
 //! call (tool, full input, decision and rule, approver, exit, duration, output
-//! file), then the answer. The transcript holds the full inputs and the answer;
+//! file), then the answer under its own `answer:` label, every line indented. The transcript holds the full inputs and the answer;
 //! the log, read across its rotated files with only this task's lines kept, holds
 //! what happened to each call. Everything printed is escaped.
 
@@ -88,8 +88,14 @@ pub fn run(root: &Path, id: &str, json_out: bool) -> anyhow::Result<i32> {
 
 fn build(t: &Transcript, events: &Path) -> anyhow::Result<Shown> {
     let mut calls: Vec<Call> = Vec::new();
+    // A `tool_use` reusing an earlier id never ran (the task stopped on it, SPEC
+    // §7): the call listed, with the log's records of that id, is the first.
+    let mut listed = std::collections::HashSet::new();
     for m in t.messages.iter().filter(|m| m.role == Role::Assistant) {
         for (id, tool, input) in m.tool_uses() {
+            if !listed.insert(id.clone()) {
+                continue;
+            }
             calls.push(Call {
                 tool_use_id: id,
                 tool,
@@ -220,7 +226,24 @@ fn print(out: &mut impl Write, s: &Shown) -> std::io::Result<()> {
         print_call(out, n + 1, c)?;
     }
     if let Some(a) = s.answer.as_deref().filter(|a| !a.is_empty()) {
-        writeln!(out, "\n{}", escape_text(a))?;
+        print_answer(out, a)?;
+    }
+    Ok(())
+}
+
+/// What starts every line of the answer. Record lines start at column 0 (a call's
+/// head, a task field) or with exactly two spaces (a call's fields), so a line
+/// starting with four is never one of them, whatever the model wrote.
+const ANSWER_INDENT: &str = "    ";
+
+/// The model's answer under its own label, every line indented (SPEC §8), so model
+/// text that imitates a call record can never pass for one.
+fn print_answer(out: &mut impl Write, answer: &str) -> std::io::Result<()> {
+    writeln!(out, "\nanswer:")?;
+    // Escaped first: a carriage return or a line separator is then shown as an
+    // escape, and only real newlines start new (indented) lines.
+    for line in escape_text(answer).lines() {
+        writeln!(out, "{ANSWER_INDENT}{line}")?;
     }
     Ok(())
 }

@@ -166,6 +166,11 @@ impl LogFile {
     }
 
     /// The last line written: its seq and hash (the chain head).
+    /// The live file's path.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
     pub(crate) fn head(&self) -> (u64, &str) {
         (self.next_seq - 1, &self.prev_hash)
     }

@@ -276,6 +276,12 @@ pub enum Event {
         is_error: bool,
         /// Full output file, relative to the root, when one was kept.
         output_file: Option<String>,
+        /// Present when the output file does not hold all of the output: the
+        /// task's `output.max_spool_mb` was used up, or free space on the
+        /// transcripts filesystem was under `audit.reserve_mb`. The rest was
+        /// counted (`output_bytes`), not kept; the process was not killed for it.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        spool_cut: Option<SpoolCutRecord>,
         /// With `sandbox.require = best_effort`: the layers not enforced.
         #[serde(skip_serializing_if = "Option::is_none")]
         sandbox: Option<String>,
@@ -296,6 +302,27 @@ pub enum Event {
         /// The error, when stop_reason is `error`.
         error: Option<String>,
     },
+}
+
+/// What of a call's output its `.out` file does not hold (`tool_finished.spool_cut`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct SpoolCutRecord {
+    /// Output bytes the file holds.
+    pub kept_bytes: u64,
+    /// Output bytes counted but not kept.
+    pub not_kept_bytes: u64,
+    /// Why they were not kept.
+    pub reason: SpoolCutReason,
+}
+
+/// Why output was not kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SpoolCutReason {
+    /// The task used up `output.max_spool_mb`.
+    MaxSpoolMb,
+    /// Free space was under `audit.reserve_mb`, which is kept for the audit log.
+    Reserve,
 }
 
 impl Event {

@@ -22,12 +22,13 @@ mod file;
 mod kinds;
 mod open_tasks;
 pub mod query;
+mod reserve;
 pub mod segments;
 mod trail;
 pub mod verify;
 
 pub use file::{EventError, GENESIS, Repair};
-pub use kinds::{Event, EventLine, event_types, events_schema};
+pub use kinds::{Event, EventLine, SpoolCutReason, SpoolCutRecord, event_types, events_schema};
 pub use open_tasks::{ended_cleanly, open_tasks};
 pub use trail::{CallTrail, TrailError, call_trails};
 
@@ -49,6 +50,9 @@ enum Command {
     /// Write one line.
     Append {
         body: Map<String, Value>,
+        /// The line records an end ([`records_an_end`]): it may use a released
+        /// reserve.
+        ends: bool,
         /// Sync before answering: the line gates an action and `audit.sync` is on.
         sync: bool,
         /// Receives the seq once the line is written (and synced, if asked); dropped
@@ -58,6 +62,13 @@ enum Command {
     /// Sync every line written so far.
     Sync {
         ack: oneshot::Sender<Result<(), EventError>>,
+    },
+    /// Hold the reserve of `mb` MiB at `path` (0: none, and a left-over file is
+    /// removed); answered with why it could not be held.
+    HoldReserve {
+        path: std::path::PathBuf,
+        mb: u64,
+        ack: oneshot::Sender<Result<(), String>>,
     },
 }
 
@@ -71,6 +82,9 @@ struct Health {
     /// after a failed `fdatasync` the lines may not be on the disk, and a later
     /// write that lands in the page cache proves nothing until a sync succeeds.
     sync: Mutex<Option<String>>,
+    /// Set while the reserve is released (the disk filled): only the ends of
+    /// things are recorded until space returns and the reserve is held again.
+    reserve: Mutex<Option<String>>,
     /// The chain head: seq and hash of the last line written.
     head: Mutex<(u64, String)>,
 }
@@ -84,7 +98,9 @@ impl Health {
 
     fn failing(&self) -> Option<String> {
         let get = |slot: &Mutex<Option<String>>| slot.lock().ok().and_then(|f| f.clone());
-        get(&self.sync).or_else(|| get(&self.write))
+        get(&self.sync)
+            .or_else(|| get(&self.write))
+            .or_else(|| get(&self.reserve))
     }
 }
 
@@ -118,6 +134,7 @@ impl EventLog {
         let health = Arc::new(Health {
             write: Mutex::new(None),
             sync: Mutex::new(None),
+            reserve: Mutex::new(None),
             head: Mutex::new((seq, hash.to_string())),
         });
         let rotate_bytes = Arc::new(AtomicU64::new(0));
@@ -126,6 +143,7 @@ impl EventLog {
             tap: tap.clone(),
             health: health.clone(),
             rotate_bytes: rotate_bytes.clone(),
+            reserve: None,
         };
         std::thread::Builder::new()
             .name("events-writer".into())
@@ -179,11 +197,24 @@ impl EventLog {
         self.tx
             .send(Command::Append {
                 body: body(task_id, &event),
+                ends: records_an_end(&event),
                 sync,
                 ack,
             })
             .map_err(|_| EventError::Closed)?;
         done.await.map_err(|_| EventError::Closed)?
+    }
+
+    /// Holds the reserve (SPEC §7): `path` (`transcripts/.reserve`) preallocated to
+    /// `mb` MiB, given up by the writer only to record a failure when the disk
+    /// fills, and taken back when space returns. 0 removes a left-over reserve.
+    /// `Err` says why it could not be held; the log then runs without one.
+    pub async fn hold_reserve(&self, path: std::path::PathBuf, mb: u64) -> Result<(), String> {
+        let (ack, done) = oneshot::channel();
+        self.tx
+            .send(Command::HoldReserve { path, mb, ack })
+            .map_err(|_| EventError::Closed.to_string())?;
+        done.await.map_err(|_| EventError::Closed.to_string())?
     }
 
     /// Syncs every line written so far to disk. Syncs asked for together are one
@@ -230,6 +261,20 @@ impl EventError {
     }
 }
 
+/// Whether `event` records the end of something (a call, a task, the daemon):
+/// while the reserve is released, only these are written, so every running task
+/// can still record how it stopped and nothing new starts.
+fn records_an_end(event: &Event) -> bool {
+    matches!(
+        event,
+        Event::ToolFinished { .. }
+            | Event::TaskFinished { .. }
+            | Event::TaskInterrupted { .. }
+            | Event::TaskCancelled { .. }
+            | Event::DaemonStopping { .. }
+    )
+}
+
 /// Whether `event` is the last line before an action (a tool run, an approval
 /// taking effect, a 202 to a new task or a resume), and so must be on disk before
 /// it proceeds.
@@ -249,7 +294,12 @@ struct Writer {
     tap: Option<mpsc::UnboundedSender<Value>>,
     health: Arc<Health>,
     rotate_bytes: Arc<AtomicU64>,
+    /// The space kept for recording a failure; `None`: no reserve.
+    reserve: Option<reserve::Reserve>,
 }
+
+/// How often a released reserve is tried again while no line comes.
+const RETAKE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// An answer held back until the batch's sync: an append's seq or a sync request.
 enum Held {
@@ -261,18 +311,47 @@ impl Writer {
     /// Serves commands in batches: everything queued is written, then one sync
     /// covers every line of the batch for all who asked for it (group sync).
     fn run(mut self, rx: &std_mpsc::Receiver<Command>) {
-        while let Ok(first) = rx.recv() {
+        loop {
+            // A released reserve is tried again even while nothing is written, so
+            // the health recovers by itself once space returns.
+            let first = if self
+                .reserve
+                .as_ref()
+                .is_some_and(reserve::Reserve::released)
+            {
+                match rx.recv_timeout(RETAKE_EVERY) {
+                    Ok(cmd) => cmd,
+                    Err(std_mpsc::RecvTimeoutError::Timeout) => {
+                        self.retake_reserve();
+                        continue;
+                    }
+                    Err(std_mpsc::RecvTimeoutError::Disconnected) => return,
+                }
+            } else {
+                match rx.recv() {
+                    Ok(cmd) => cmd,
+                    Err(_) => return,
+                }
+            };
             let mut held = Vec::new();
             let mut next = Some(first);
             while let Some(cmd) = next {
                 match cmd {
-                    Command::Append { body, sync, ack } => match self.append(body) {
+                    Command::Append {
+                        body,
+                        ends,
+                        sync,
+                        ack,
+                    } => match self.append(body, ends) {
                         Ok(seq) if sync => held.push(Held::Append(ack, seq)),
                         result => {
                             let _ = ack.send(result);
                         }
                     },
                     Command::Sync { ack } => held.push(Held::Sync(ack)),
+                    Command::HoldReserve { path, mb, ack } => {
+                        let _ = ack.send(self.hold_reserve(path, mb));
+                    }
                 }
                 next = rx.try_recv().ok();
             }
@@ -284,12 +363,88 @@ impl Writer {
 
     /// Writes one line, then rotates the file if it is now full; the rotation is
     /// recorded as the first line of the new file.
-    fn append(&mut self, body: Map<String, Value>) -> Result<u64, EventError> {
-        let result = self.append_one(body);
+    ///
+    /// A line that finds the disk full releases the reserve: the line itself is
+    /// not written (the action it records does not happen), unless it records an
+    /// end, which is written again into the space given up. While the reserve is
+    /// released, only such lines are written.
+    fn append(&mut self, body: Map<String, Value>, ends: bool) -> Result<u64, EventError> {
+        if !ends && !self.retake_reserve() {
+            let refused = EventError::Io {
+                op: "append to",
+                path: self.log.path().to_path_buf(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::StorageFull,
+                    "the disk filled: the audit log's reserve is kept for recording how \
+                     tasks end, and nothing new is recorded until space returns",
+                ),
+            };
+            Health::note::<u64>(&self.health.write, &Err(copy_error(&refused)));
+            return Err(refused);
+        }
+        let mut result = self.append_one(body.clone());
+        if let Err(e) = &result
+            && reserve::is_disk_full(e)
+            && let Some(r) = self.reserve.as_mut().filter(|r| !r.released())
+        {
+            r.release();
+            if let Ok(mut slot) = self.health.reserve.lock() {
+                *slot = Some(format!(
+                    "{e}; the audit log's reserve was released to record the failure, and \
+                     new work is refused until space returns"
+                ));
+            }
+            if ends {
+                result = self.append_one(body);
+            }
+        }
         if result.is_ok() {
             self.rotate();
         }
         result
+    }
+
+    /// Holds the reserve asked for at start; see [`EventLog::hold_reserve`].
+    fn hold_reserve(&mut self, path: std::path::PathBuf, mb: u64) -> Result<(), String> {
+        if mb == 0 {
+            self.reserve = None;
+            return match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    Err(format!("cannot remove {}: {e}", path.display()))
+                }
+                _ => Ok(()),
+            };
+        }
+        let mut r = reserve::Reserve::new(path.clone(), mb);
+        let held = r
+            .hold()
+            .map_err(|e| format!("cannot preallocate {} ({mb} MiB): {e}", path.display()));
+        // One that cannot be held at start is not one to wait for: the log runs
+        // without it (and says so), as before the setting existed.
+        self.reserve = held.is_ok().then_some(r);
+        held
+    }
+
+    /// Whether nothing holds lines back: no reserve, a held one, or a released
+    /// one taken back just now (the health recovers with it).
+    fn retake_reserve(&mut self) -> bool {
+        let Some(r) = self.reserve.as_mut() else {
+            return true;
+        };
+        if !r.released() {
+            return true;
+        }
+        let back = r.retake();
+        if back {
+            // Room for twice the reserve proves the disk has space again: a write
+            // refused for a full disk no longer says anything about the log.
+            for slot in [&self.health.reserve, &self.health.write] {
+                if let Ok(mut slot) = slot.lock() {
+                    *slot = None;
+                }
+            }
+        }
+        back
     }
 
     fn append_one(&mut self, body: Map<String, Value>) -> Result<u64, EventError> {

@@ -11,6 +11,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use super::budget::{CutReason, SpoolBudget};
+
 /// What was kept of one stream.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Captured {
@@ -20,8 +22,14 @@ pub struct Captured {
     pub tail: Vec<u8>,
     /// Every byte the stream produced.
     pub total: u64,
-    /// The spool file holding every byte, when the stream outgrew memory.
+    /// The spool file, when the stream outgrew memory: every byte, or the first
+    /// [`Captured::spooled`] of them when [`Captured::cut`] is set.
     pub spool: Option<PathBuf>,
+    /// Bytes written to the spool.
+    pub spooled: u64,
+    /// Why the spool stopped before the stream's end (the task's spool budget, or
+    /// free space under the reserve); the rest was counted, not kept.
+    pub cut: Option<CutReason>,
 }
 
 impl Captured {
@@ -56,6 +64,12 @@ pub(crate) struct Sink {
     spool_path: Option<PathBuf>,
     spool: Option<File>,
     spool_error: Option<String>,
+    /// What the task may still keep; asked before every spool write.
+    budget: SpoolBudget,
+    /// Bytes written to the spool.
+    spooled: u64,
+    /// Set when the budget refused a write: the spool stays a prefix of the stream.
+    cut: Option<CutReason>,
 }
 
 impl Sink {
@@ -68,21 +82,56 @@ impl Sink {
             spool_path: spool,
             spool: None,
             spool_error: None,
+            budget: SpoolBudget::unlimited(),
+            spooled: 0,
+            cut: None,
         }
     }
 
-    /// Starts the spool file with what memory holds so far.
+    /// The same sink, spooling only what `budget` grants.
+    pub(crate) fn with_budget(mut self, budget: SpoolBudget) -> Sink {
+        self.budget = budget;
+        self
+    }
+
+    /// Starts the spool file with what memory holds so far (the whole stream: it
+    /// has not outgrown head and tail yet).
     fn open_spool(&mut self) -> std::io::Result<()> {
         let Some(path) = &self.spool_path else {
             return Ok(());
         };
         let mut file = create_exclusive(path)?;
-        file.write_all(&self.head)?;
-        let (a, b) = self.tail.as_slices();
-        file.write_all(a)?;
-        file.write_all(b)?;
-        self.spool = Some(file);
+        self.spool = Some(file.try_clone()?);
+        // At most twice `keep` bytes: the bound memory already holds.
+        let held: Vec<u8> = self.head.iter().chain(self.tail.iter()).copied().collect();
+        let n = self.granted(held.len());
+        file.write_all(&held[..n])?;
+        self.spooled += n as u64;
         Ok(())
+    }
+
+    /// How many of `want` bytes may go to the spool; records a cut, which is
+    /// final for the stream (so the spool stays a prefix of it).
+    fn granted(&mut self, want: usize) -> usize {
+        if self.cut.is_some() {
+            return 0;
+        }
+        let (n, why) = self.budget.grant(want as u64);
+        self.cut = why;
+        usize::try_from(n).unwrap_or(want).min(want)
+    }
+
+    /// Gives up the spool after a failed write: the file is removed (a partial
+    /// spool must not fill the disk nor be taken for the full output), and the
+    /// record falls back to head and tail.
+    fn spool_failed(&mut self, e: &std::io::Error) {
+        self.spool_error = Some(format!("{}: {e}", self.spool_path_display()));
+        self.spool = None;
+        if let Some(path) = self.spool_path.take() {
+            let _ = std::fs::remove_file(path);
+        }
+        self.budget.give_back(self.spooled);
+        self.spooled = 0;
     }
 
     fn push(&mut self, chunk: &[u8]) {
@@ -92,15 +141,19 @@ impl Sink {
             && self.spool_error.is_none()
             && let Err(e) = self.open_spool()
         {
-            self.spool_error = Some(format!("{}: {e}", self.spool_path_display()));
-            self.spool_path = None;
+            self.spool_failed(&e);
         }
         self.total += chunk.len() as u64;
-        if let Some(file) = &mut self.spool
-            && let Err(e) = file.write_all(chunk)
-        {
-            self.spool_error = Some(format!("{}: {e}", self.spool_path_display()));
-            self.spool = None;
+        if self.spool.is_some() {
+            let n = self.granted(chunk.len());
+            if let Some(file) = &mut self.spool
+                && n > 0
+            {
+                match file.write_all(&chunk[..n]) {
+                    Ok(()) => self.spooled += n as u64,
+                    Err(e) => self.spool_failed(&e),
+                }
+            }
         }
         let room = self.keep.saturating_sub(self.head.len());
         let (to_head, rest) = chunk.split_at(room.min(chunk.len()));
@@ -123,6 +176,8 @@ impl Sink {
             tail: self.tail.iter().copied().collect(),
             total: self.total,
             spool: self.spool.as_ref().and(self.spool_path.as_ref()).cloned(),
+            spooled: self.spooled,
+            cut: self.cut,
         }
     }
 

@@ -10,6 +10,7 @@
 //! terminal. It decides no policy: what it is given has already been allowed.
 
 mod acl;
+pub mod budget;
 pub mod capture;
 pub mod cgroup;
 mod confinement;
@@ -31,6 +32,7 @@ use nix::unistd::Pid;
 use tokio_util::sync::CancellationToken;
 use wait_timeout::ChildExt;
 
+pub use budget::{CutReason, SpoolBudget};
 pub use capture::Captured;
 use capture::Sink;
 /// Removes the idle pooled call cgroups; for a clean exit.
@@ -93,6 +95,8 @@ pub struct ExecRequest<'a> {
     pub timeout: Duration,
     /// Where to spool full output: `<prefix>.stdout.part` and `<prefix>.stderr.part`.
     pub spool_prefix: Option<PathBuf>,
+    /// What of the output may be spooled: the task's budget and the disk floor.
+    pub spool_budget: SpoolBudget,
     /// Bytes of head and of tail kept in memory per stream.
     pub keep_bytes: usize,
     /// Copy the job's stdout and stderr to harnessd's own as they arrive
@@ -147,6 +151,7 @@ impl Executor {
             confine: &confine,
             timeout: Duration::from_secs(10),
             spool_prefix: None,
+            spool_budget: SpoolBudget::unlimited(),
             keep_bytes: 64 * 1024,
             cancel: &never,
             relay_output: false,
@@ -273,8 +278,12 @@ fn sinks(req: &ExecRequest<'_>) -> [Arc<Mutex<Sink>>; 2] {
         })
     };
     [
-        Arc::new(Mutex::new(Sink::new(req.keep_bytes, spool(".stdout.part")))),
-        Arc::new(Mutex::new(Sink::new(req.keep_bytes, spool(".stderr.part")))),
+        Arc::new(Mutex::new(
+            Sink::new(req.keep_bytes, spool(".stdout.part")).with_budget(req.spool_budget.clone()),
+        )),
+        Arc::new(Mutex::new(
+            Sink::new(req.keep_bytes, spool(".stderr.part")).with_budget(req.spool_budget.clone()),
+        )),
     ]
 }
 

@@ -17,5 +17,5 @@ pub use assemble::{Assembler, StreamError};
 pub use sse::{SseError, SseEvent, SseFramer};
 pub use wire::{
     Block, KNOWN_STOP_REASONS, KnownBlock, Message, ProtocolError, Request, Response, Role,
-    ToolChoice, check_protocol,
+    ToolChoice, check_fresh_ids, check_protocol,
 };

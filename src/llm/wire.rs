@@ -190,6 +190,10 @@ pub enum ProtocolError {
     /// Two `tool_use` blocks of one response share an id.
     #[error("tool_use id \"{0}\" appears more than once in one response")]
     DuplicateToolUseId(String),
+    /// A `tool_use` block reuses the id of a call made earlier in the task (an
+    /// earlier response, or the history a resumed task started from).
+    #[error("tool_use id \"{0}\" was already used by an earlier call of this task")]
+    RepeatedToolUseId(String),
     /// A `tool_use` block with an id but no usable `name` or `input`.
     #[error("tool_use block \"{id}\" is malformed: {reason}")]
     MalformedToolUse {
@@ -228,6 +232,23 @@ pub fn check_protocol(stop_reason: &str, content: &[Block]) -> Result<(), Protoc
         }
     }
     Ok(())
+}
+
+/// Checks that no `tool_use` of `content` reuses an id in `used` (the ids of the
+/// task's earlier calls); the first reused id is returned.
+pub fn check_fresh_ids(
+    content: &[Block],
+    used: &std::collections::HashSet<String>,
+) -> Result<(), ProtocolError> {
+    match content
+        .iter()
+        .filter(|b| b.kind() == "tool_use")
+        .filter_map(Block::tool_use_id)
+        .find(|id| used.contains(*id))
+    {
+        Some(id) => Err(ProtocolError::RepeatedToolUseId(id.to_string())),
+        None => Ok(()),
+    }
 }
 
 /// A successful Messages API response (the fields harnessd uses).
@@ -341,6 +362,16 @@ mod tests {
             check_protocol("tool_use", &dup),
             Err(ProtocolError::DuplicateToolUseId("a".into()))
         );
+        let used: std::collections::HashSet<String> = ["a".to_string()].into();
+        let later = blocks(json!([
+            {"type": "tool_use", "id": "b", "name": "x", "input": {}},
+            {"type": "tool_use", "id": "a", "name": "y", "input": {}}
+        ]));
+        assert_eq!(
+            check_fresh_ids(&later, &used),
+            Err(ProtocolError::RepeatedToolUseId("a".into()))
+        );
+        assert_eq!(check_fresh_ids(&later[..1], &used), Ok(()));
         let no_name = blocks(json!([{"type": "tool_use", "id": "a", "input": {}}]));
         assert!(matches!(
             check_protocol("tool_use", &no_name),

@@ -21,10 +21,13 @@ pub use input::{
     EditFileInput, GetTimeInput, ListDirInput, ReadFileInput, RunBashInput, RunPythonInput,
     ToolInput, WriteFileInput,
 };
-pub use output::{ToolResult, render_result};
+pub use output::{SpoolCut, ToolResult, render_result};
 pub use paths::{JudgedPath, MAX_LINKS, PathError, Walk, WalkError, resolve_in_workspace, walk};
 pub use remember::{RememberCallError, narrowest_rules, remember_call};
-pub use run::{Judged, RunContext, Verdict, decide, judge, run, safe_file_name};
+pub use run::{
+    Judged, RunContext, Verdict, decide, judge, kept_output_bytes, out_file_name, run,
+    safe_file_name,
+};
 
 use serde_json::{Value, json};
 

@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use crate::exec::{Captured, Ending, ExecOutcome, FLOOD_CAP_BYTES};
+use crate::exec::{Captured, CutReason, Ending, ExecOutcome, FLOOD_CAP_BYTES, SpoolBudget};
 use crate::sandbox::SETUP_FAILED;
 use crate::text::truncate_middle;
 
@@ -21,6 +21,20 @@ pub struct ToolResult {
     pub output_bytes: u64,
     /// Whether `content` was cut to the cap.
     pub truncated: bool,
+    /// Output counted but not kept in the `.out` file (the task's spool budget or
+    /// the disk reserve); `None` when the file holds all of it.
+    pub spool_cut: Option<SpoolCut>,
+}
+
+/// What of a call's output the `.out` file does not hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpoolCut {
+    /// Output bytes the file holds.
+    pub kept_bytes: u64,
+    /// Output bytes counted but not kept.
+    pub not_kept_bytes: u64,
+    /// Why the first bytes were not kept.
+    pub reason: CutReason,
 }
 
 impl ToolResult {
@@ -32,6 +46,7 @@ impl ToolResult {
             exit_code: None,
             output_bytes: 0,
             truncated: false,
+            spool_cut: None,
         }
     }
 
@@ -44,6 +59,7 @@ impl ToolResult {
             is_error: false,
             exit_code: None,
             truncated: false,
+            spool_cut: None,
         }
     }
 }
@@ -77,13 +93,14 @@ fn section(name: &str, c: &Captured) -> String {
     format!("{name}:\n{text}")
 }
 
-/// Renders an outcome for the model and writes the full output to `out_file`.
+/// Renders an outcome for the model and writes the full output to `out_file`,
+/// within `budget` (the spools already drew from it; what memory held draws now).
 pub fn render_result(
     is_command: bool,
     outcome: &ExecOutcome,
     timeout_secs: u64,
     max_chars: usize,
-    out_file: Option<&Path>,
+    out_file: Option<(&Path, &SpoolBudget)>,
 ) -> ToolResult {
     let exit_code = match outcome.ending {
         Ending::Exited(c) => Some(c),
@@ -125,10 +142,25 @@ pub fn render_result(
     let budget = max_chars.saturating_sub(notes.chars().count());
     let (mut content, truncated) = truncate_middle(&view, budget, omitted);
     content.push_str(&notes);
-    if let Some(path) = out_file
-        && let Err(e) = write_full(path, &header, is_command, outcome)
-    {
-        tracing::warn!("cannot keep full tool output at {}: {e}", path.display());
+    let mut spool_cut = None;
+    if let Some((path, budget)) = out_file {
+        let mut kept = Kept::default();
+        if let Err(e) = write_full(path, &header, is_command, outcome, budget, &mut kept) {
+            tracing::warn!("cannot keep full tool output at {}: {e}", path.display());
+        }
+        spool_cut = kept.reason.map(|reason| SpoolCut {
+            kept_bytes: kept.bytes,
+            not_kept_bytes: output_bytes.saturating_sub(kept.bytes),
+            reason,
+        });
+    }
+    if let Some(cut) = &spool_cut {
+        // The model is told too, so it does not read the file for what is not there.
+        content.push_str(&format!(
+            "[note: the full output file holds {} of {output_bytes} bytes: {}]\n",
+            cut.kept_bytes,
+            cut_why(cut.reason)
+        ));
     }
     ToolResult {
         content,
@@ -136,12 +168,46 @@ pub fn render_result(
         exit_code,
         output_bytes,
         truncated,
+        spool_cut,
+    }
+}
+
+/// Why output was not kept, for the model and the `.out` file.
+fn cut_why(reason: CutReason) -> &'static str {
+    match reason {
+        CutReason::Budget => "this task used up output.max_spool_mb",
+        CutReason::Reserve => {
+            "free space on the transcripts filesystem is under audit.reserve_mb, which is \
+             kept for the audit log"
+        }
+    }
+}
+
+/// What [`write_full`] kept: output bytes written, and why the first not written
+/// were not.
+#[derive(Debug, Default)]
+struct Kept {
+    bytes: u64,
+    reason: Option<CutReason>,
+}
+
+impl Kept {
+    fn cut(&mut self, reason: CutReason) {
+        self.reason.get_or_insert(reason);
     }
 }
 
 /// Writes header + full stdout + full stderr (from their spools, which it removes).
-/// Neither file is opened through a symlink: harnessd may be root here.
-fn write_full(path: &Path, header: &str, is_command: bool, o: &ExecOutcome) -> std::io::Result<()> {
+/// Neither file is opened through a symlink: harnessd may be root here. A stream's
+/// bytes that are not kept are followed by a line saying how many and why.
+fn write_full(
+    path: &Path,
+    header: &str,
+    is_command: bool,
+    o: &ExecOutcome,
+    budget: &SpoolBudget,
+    kept: &mut Kept,
+) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut out = std::fs::OpenOptions::new()
         .write(true)
@@ -162,17 +228,73 @@ fn write_full(path: &Path, header: &str, is_command: bool, o: &ExecOutcome) -> s
         if is_command {
             writeln!(out, "{name}:")?;
         }
-        match &c.spool {
+        let (written, reason) = match &c.spool {
             Some(spool) => {
-                let mut spooled = std::fs::OpenOptions::new()
-                    .read(true)
-                    .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                    .open(spool)?;
-                std::io::copy(&mut spooled, &mut out)?;
+                let copied = copy_spool(spool, &mut out, budget);
                 let _ = std::fs::remove_file(spool);
+                let copied = copied?;
+                // The spool's own cut comes first; else a copy stopped at the floor.
+                let reason = c.cut.or((copied < c.spooled).then_some(CutReason::Reserve));
+                (copied, reason)
             }
-            None => out.write_all(&c.bytes())?,
+            None => {
+                // Held in memory only; it is kept on disk now, so it draws now.
+                let bytes = c.bytes();
+                let (n, reason) = budget.grant(bytes.len() as u64);
+                let n = usize::try_from(n).unwrap_or(bytes.len()).min(bytes.len());
+                out.write_all(&bytes[..n])?;
+                (n as u64, reason)
+            }
+        };
+        kept.bytes += written;
+        if let Some(reason) = reason {
+            kept.cut(reason);
+            writeln!(
+                out,
+                "\n[harnessd: {} more bytes of {name} not kept: {}]",
+                c.total.saturating_sub(written),
+                cut_why(reason)
+            )?;
         }
     }
     out.flush()
+}
+
+/// Copies a spool into the `.out` file and returns the bytes copied. Each copied
+/// piece is punched out of the spool at once, so the copy never holds the output
+/// twice on disk; where the filesystem cannot punch holes, copying stops when free
+/// space reaches the reserve (the rest is counted, not kept).
+fn copy_spool(spool: &Path, out: &mut std::fs::File, budget: &SpoolBudget) -> std::io::Result<u64> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut spooled = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(spool)?;
+    let mut buf = vec![0u8; 1024 * 1024];
+    let (mut copied, mut punches) = (0u64, false);
+    loop {
+        let n = spooled.read(&mut buf)?;
+        if n == 0 {
+            return Ok(copied);
+        }
+        // Without holes each piece is held twice until the spool is removed. With
+        // them, at most one piece (1 MiB) is, which the floor's check allows.
+        // The first piece needs only the floor itself: spooling stopped at it.
+        let needs = if copied == 0 { 0 } else { n as u64 };
+        if !punches && !budget.room_for(needs) {
+            return Ok(copied);
+        }
+        out.write_all(&buf[..n])?;
+        punches = nix::fcntl::fallocate(
+            &spooled,
+            nix::fcntl::FallocateFlags::FALLOC_FL_PUNCH_HOLE
+                | nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE,
+            copied as i64,
+            n as i64,
+        )
+        .is_ok();
+        copied += n as u64;
+    }
 }

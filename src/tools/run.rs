@@ -24,6 +24,8 @@ pub struct RunContext {
     pub output_dir: Option<PathBuf>,
     /// Cancels a running call.
     pub cancel: CancellationToken,
+    /// What of the output may be kept on disk: shared by every call of the task.
+    pub spool: crate::exec::SpoolBudget,
 }
 
 /// What a call is judged on, and for a file tool the path it will open.
@@ -141,9 +143,41 @@ fn job_for(input: &ToolInput, judged: &Judged) -> Result<Option<Job>, String> {
     }))
 }
 
-/// A file name safe to build from a model-chosen id.
+/// Longest id kept as its own file name; longer ids are hashed.
+const MAX_KEPT_ID: usize = 128;
+
+/// Whether `id` is used as its file name unchanged: non-empty, at most
+/// [`MAX_KEPT_ID`] characters, only ASCII letters, digits, `_` and `-` (as the API's
+/// ids are).
+fn kept_as_is(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_KEPT_ID
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// The file name (without `.out`) that holds the full output of the call `id`;
+/// it is injective, so two calls never share a file.
+///
+/// Why no two ids share a name:
+/// - an id that is [`kept_as_is`] is its own name, so two such ids keep their
+///   distinct names, and such a name never holds a `.`;
+/// - every other id is named `<readable>.h<sha256 of the id, hex>`: it holds a
+///   `.`, so it never equals a kept name, and two different ids have different
+///   SHA-256 digests (collision resistance), hence different names. The readable
+///   part (the id's first 64 characters, each outside the safe set shown as `_`)
+///   only helps a reader; it is not what makes names distinct.
+///
+/// Every name is a single path component made of `[A-Za-z0-9_.-]`, never `.` or
+/// `..`, and at most 64 + 2 + 64 characters.
 pub fn safe_file_name(id: &str) -> String {
-    id.chars()
+    if kept_as_is(id) {
+        return id.to_string();
+    }
+    let mut name: String = id
+        .chars()
+        .take(64)
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
                 c
@@ -151,8 +185,33 @@ pub fn safe_file_name(id: &str) -> String {
                 '_'
             }
         })
-        .take(128)
-        .collect()
+        .collect();
+    name.push_str(".h");
+    name.push_str(&crate::config::sha256_hex(id.as_bytes()));
+    name
+}
+
+/// The name of the file that keeps the full output of the call `id`:
+/// [`safe_file_name`] and `.out`. Everything that writes or reads the file
+/// builds its name here.
+pub fn out_file_name(id: &str) -> String {
+    format!("{}.out", safe_file_name(id))
+}
+
+/// Bytes the `.out` files in `dir` (a task's output directory) hold: where a
+/// resumed task's spool budget starts, since those files stay on disk.
+pub fn kept_output_bytes(dir: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".out"))
+        // The entry itself, never a link's target.
+        .filter_map(|e| e.metadata().ok())
+        .filter(std::fs::Metadata::is_file)
+        .map(|m| m.len())
+        .sum()
 }
 
 /// Runs the call as it was judged; returns its result and the full-output file,
@@ -183,7 +242,7 @@ pub async fn run(
         std::fs::create_dir_all(dir)
             .map_err(|e| tracing::warn!("cannot create {}: {e}", dir.display()))
             .ok()
-            .map(|()| dir.join(format!("{}.out", safe_file_name(tool_use_id))))
+            .map(|()| dir.join(out_file_name(tool_use_id)))
     });
     // New allowed paths and limits apply from the next child process.
     let confine = Confinement::for_root(loaded, profile.into());
@@ -197,6 +256,7 @@ pub async fn run(
     // Keep enough of each stream that the model's view is exact for any sane cap.
     let keep_bytes = (max_chars * 4).max(64 * 1024);
     let out_path = out_file.clone();
+    let spool = ctx.spool.clone();
     let rendered = tokio::task::spawn_blocking(move || {
         let outcome = executor.run(&ExecRequest {
             job: &job,
@@ -204,6 +264,7 @@ pub async fn run(
             confine: &confine,
             timeout: Duration::from_secs(timeout_secs),
             spool_prefix,
+            spool_budget: spool.clone(),
             keep_bytes,
             cancel: &cancel,
             relay_output: false,
@@ -215,7 +276,7 @@ pub async fn run(
             &outcome,
             timeout_secs,
             max_chars,
-            out_path.as_deref(),
+            out_path.as_deref().map(|p| (p, &spool)),
         )
     })
     .await;
@@ -225,5 +286,88 @@ pub async fn run(
             ToolResult::error(format!("internal error running the tool: {e}")),
             None,
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn out_names_keep_api_ids_unchanged() {
+        for id in ["toolu_01A-b_c", "a", &"x".repeat(128)] {
+            assert_eq!(safe_file_name(id), id);
+            assert_eq!(out_file_name(id), format!("{id}.out"));
+        }
+    }
+
+    #[test]
+    fn out_names_of_ids_differing_only_in_unsafe_chars_differ() {
+        let ids = [
+            "toolu_x.1",
+            "toolu_x:1",
+            "toolu_x_1",
+            "toolu_x/1",
+            "toolu_x 1",
+            "toolu_x\u{e9}1",
+            "",
+            ".",
+            "..",
+            &"x".repeat(129),
+            &format!("{}y", "x".repeat(128)),
+        ];
+        let names: std::collections::HashSet<String> =
+            ids.iter().map(|id| safe_file_name(id)).collect();
+        assert_eq!(names.len(), ids.len(), "{names:?}");
+    }
+
+    #[test]
+    fn out_names_are_one_safe_component() {
+        for id in [
+            "../../etc/passwd",
+            "",
+            ".",
+            "..",
+            "a\0b",
+            &"\u{202e}".repeat(300),
+        ] {
+            let name = safe_file_name(id);
+            assert!(name != "." && name != ".." && !name.is_empty(), "{name:?}");
+            assert!(name.len() <= 64 + 2 + 64, "{name:?}");
+            assert!(
+                name.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)),
+                "{name:?}"
+            );
+        }
+    }
+
+    /// A property test over generated ids: kept names have no `.`, every other
+    /// name has one, and no two distinct ids share a name.
+    #[test]
+    fn out_names_are_injective_over_generated_ids() {
+        let alphabet = ['a', 'Z', '0', '_', '-', '.', ':', '/', ' ', '\u{e9}'];
+        let mut ids = Vec::new();
+        // Every string of length 0..=4 over the alphabet: 11 110 ids.
+        let mut frontier = vec![String::new()];
+        for _ in 0..4 {
+            let mut next = Vec::new();
+            for s in &frontier {
+                for c in alphabet {
+                    next.push(format!("{s}{c}"));
+                }
+            }
+            ids.extend(frontier);
+            frontier = next;
+        }
+        ids.extend(frontier);
+        let mut seen = std::collections::HashMap::new();
+        for id in &ids {
+            let name = safe_file_name(id);
+            assert_eq!(kept_as_is(id), !name.contains('.'), "{id:?} -> {name:?}");
+            if let Some(other) = seen.insert(name.clone(), id.clone()) {
+                panic!("{id:?} and {other:?} share {name:?}");
+            }
+        }
     }
 }

@@ -22,7 +22,7 @@ use crate::common::{rust_files, src_dir};
 /// agent loop → policy → exec → sandbox with events on the side, is how data
 /// moves; imports run from the module that acts to the module it uses:
 ///
-/// - `text`, `usage`, `tool_name`, `sandbox`: leaves. The sandbox helper is the
+/// - `text`, `usage`, `tool_name`, `sandbox`, `disk` (free space): leaves. The sandbox helper is the
 ///   confined child side and depends on nothing of harnessd, least of all on
 ///   `config`: the parent hands it its own `Confinement`/`Limits` types.
 /// - `policy`: compiles rule lists given as plain data and decides; no files.
@@ -39,7 +39,7 @@ use crate::common::{rust_files, src_dir};
 /// - `daemon` and `cli`: the service and the clap types.
 /// - `commands`: one module per subcommand, the top.
 const LAYERS: &[&[&str]] = &[
-    &["text", "usage", "tool_name", "sandbox"],
+    &["text", "usage", "tool_name", "sandbox", "disk"],
     &["policy"],
     &["config"],
     &["events", "llm", "exec", "approval"],

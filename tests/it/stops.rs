@@ -158,8 +158,10 @@ fn token_budget_stops_before_running_the_turns_tools() {
 
 #[test]
 fn no_progress_stops_on_the_repeat_without_running_it() {
-    let call = || Reply::tool("x", "run_bash", json!({"command": "echo run >> count.txt"}));
-    let api = FakeApi::start(vec![call(), call(), call()]);
+    // The same call (name and input) each turn, under a fresh id: a reused id would
+    // be a protocol error of its own (SPEC §7), not a repeat.
+    let call = |id: &str| Reply::tool(id, "run_bash", json!({"command": "echo run >> count.txt"}));
+    let api = FakeApi::start(vec![call("x1"), call("x2"), call("x3")]);
     let root = TestRoot::new(&api.url);
     root.set_config("loop", "no_progress_repeats", "3");
     let out = root.run(&["run", "--yes", "loop"]);
