@@ -294,36 +294,10 @@ pub fn decide(policy: &Policy, subject: Subject<'_>) -> Decision {
         },
         _ => d,
     };
-    // A pattern allow needs every command covered, each by `allow` or
-    // `allow_write`; anything else falls through to the whole-tool rules.
-    if let Some(parts) = &allowable {
-        let covering: Option<Vec<(&Rule, bool)>> = parts
-            .iter()
-            .map(|part| {
-                let one = std::slice::from_ref(part);
-                // `allow_write` is the operator's word that this command writes.
-                match policy.allow_write.first_pattern_hit(tool, one) {
-                    Some(r) => Some((r, true)),
-                    None => policy
-                        .allow
-                        .first_pattern_hit(tool, one)
-                        .map(|r| (r, false)),
-                }
-            })
-            .collect();
-        if let Some(rules) = covering {
-            let mut names: Vec<&str> = rules.iter().map(|(r, _)| r.text.as_str()).collect();
-            names.dedup();
-            let writes = rules.iter().any(|(_, w)| *w);
-            // File tools open the judged path itself: their rules keep the write
-            // set. A command tool's pattern allow runs read-only.
-            let profile = if writes || !tool.runs_commands() {
-                Profile::Write
-            } else {
-                Profile::ReadOnly
-            };
-            return decided(Tier::Allow, Some(names.join(" + ")), profile);
-        }
+    if let Some(parts) = &allowable
+        && let Some((rule, profile)) = pattern_allow(policy, tool, parts)
+    {
+        return decided(Tier::Allow, Some(rule), profile);
     }
     if let Some(r) = policy.ask.whole_tool(tool) {
         return decided(Tier::Ask, Some(r.text.clone()), Profile::Write);
@@ -332,6 +306,37 @@ pub fn decide(policy: &Policy, subject: Subject<'_>) -> Decision {
         return raise(decided(Tier::Allow, Some(r.text.clone()), Profile::Write));
     }
     raise(decided(policy.default, None, Profile::Write))
+}
+
+/// The pattern rules allowing every one of `parts`, each by `allow` or
+/// `allow_write`, and the profile they give; `None` when a part is not covered
+/// (the call falls to the whole-tool rules).
+fn pattern_allow(policy: &Policy, tool: ToolName, parts: &[String]) -> Option<(String, Profile)> {
+    let rules: Vec<(&Rule, bool)> = parts
+        .iter()
+        .map(|part| {
+            let one = std::slice::from_ref(part);
+            // `allow_write` is the operator's word that this command writes.
+            match policy.allow_write.first_pattern_hit(tool, one) {
+                Some(r) => Some((r, true)),
+                None => policy
+                    .allow
+                    .first_pattern_hit(tool, one)
+                    .map(|r| (r, false)),
+            }
+        })
+        .collect::<Option<_>>()?;
+    let mut names: Vec<&str> = rules.iter().map(|(r, _)| r.text.as_str()).collect();
+    names.dedup();
+    let writes = rules.iter().any(|(_, w)| *w);
+    // File tools open the judged path itself: their rules keep the write set. A
+    // command tool's pattern allow runs read-only.
+    let profile = if writes || !tool.runs_commands() {
+        Profile::Write
+    } else {
+        Profile::ReadOnly
+    };
+    Some((names.join(" + "), profile))
 }
 
 /// Why a `run_bash` command must be asked although a rule allows it: the tool has
@@ -756,7 +761,7 @@ mod tests {
     /// Issue reproductions with `allow run_bash` and `deny run_bash(rm -rf *)`:
     /// spellings the deny rule missed, and text it cannot see.
     #[test]
-    fn deny_catches_folded_spellings_and_raises_what_it_cannot_see() {
+    fn deny_catches_folded_spellings_and_looked_through_wrappers() {
         let p = policy(
             r#"{"tools": {"default": "ask", "allow": ["run_bash"], "ask": [], "deny": ["run_bash(rm -rf *)", "run_bash(git push --force*)", "run_bash(kill -9 *)", "run_bash(chmod -R *)"]}}"#,
         );
@@ -804,6 +809,15 @@ mod tests {
             );
             assert_eq!(d.tier, Tier::Deny, "{cmd:?}: {d:?}");
         }
+    }
+
+    /// With a deny pattern, what it cannot see is raised to ask above a whole-tool
+    /// allow; literal programs it does not name keep their tier.
+    #[test]
+    fn what_a_deny_cannot_see_is_raised_to_ask() {
+        let p = policy(
+            r#"{"tools": {"default": "ask", "allow": ["run_bash"], "ask": [], "deny": ["run_bash(rm -rf *)"]}}"#,
+        );
         for cmd in [
             "echo 'rm -rf d' | sh",
             "bash <<< 'rm -rf x'",

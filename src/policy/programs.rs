@@ -373,12 +373,23 @@ pub fn met(words: &[String]) -> Vec<&'static Entry> {
     };
     let name = family(program);
     let mut out: Vec<&'static Entry> = Vec::new();
-    let has = |opt: &str| {
-        args.iter()
-            .any(|a| a == opt || a.strip_prefix(opt).is_some_and(|r| r.starts_with('=')))
-    };
+    if !option_programs(name, args, &mut out) {
+        other_programs(name, args, &mut out);
+    }
+    out
+}
+
+/// Whether `--opt` or `--opt=…` is among `args`.
+fn has(args: &[String], opt: &str) -> bool {
+    args.iter()
+        .any(|a| a == opt || a.strip_prefix(opt).is_some_and(|r| r.starts_with('=')))
+}
+
+/// The programs whose options decide: sed, awk, find, sort, tar, git, less, man,
+/// zip, rsync. `false` when `name` is none of them.
+fn option_programs(name: &str, args: &[String], out: &mut Vec<&'static Entry>) -> bool {
     match name {
-        "sed" => sed(args, &mut out),
+        "sed" => sed(args, out),
         "awk" => out.extend((!only_version_or_help(args)).then(|| entry("awk", "a program"))),
         "find" => {
             if args
@@ -387,7 +398,7 @@ pub fn met(words: &[String]) -> Vec<&'static Entry> {
             {
                 out.push(entry("find", "-exec"));
             }
-            if has("-delete") {
+            if has(args, "-delete") {
                 out.push(entry("find", "-delete"));
             }
             if args
@@ -401,12 +412,12 @@ pub fn met(words: &[String]) -> Vec<&'static Entry> {
             if args.iter().any(|a| a.starts_with("--compress-prog")) {
                 out.push(entry("sort", "--compress-program"));
             }
-            if has("--output") || short_option(args, 'o', "") {
+            if has(args, "--output") || short_option(args, 'o', "") {
                 out.push(entry("sort", "-o"));
             }
         }
-        "tar" => tar(args, &mut out),
-        "git" => git(args, &mut out),
+        "tar" => tar(args, out),
+        "git" => git(args, out),
         "less" | "more" => {
             out.extend((args.iter().any(|a| a.starts_with('+'))).then(|| entry("less", "a + or !")))
         }
@@ -438,6 +449,15 @@ pub fn met(words: &[String]) -> Vec<&'static Entry> {
             }
             out.push(entry("rsync", "a destination"));
         }
+        _ => return false,
+    }
+    true
+}
+
+/// Interpreters, programs that always run commands, writers and workspace-code
+/// runners.
+fn other_programs(name: &str, args: &[String], out: &mut Vec<&'static Entry>) {
+    match name {
         "python" | "perl" | "ruby" | "node" | "php" | "lua" => {
             out.extend((!only_version_or_help(args)).then(|| entry(name, "code")))
         }
@@ -445,7 +465,7 @@ pub fn met(words: &[String]) -> Vec<&'static Entry> {
             out.extend((!only_version_or_help(args)).then(|| entry(name, "any invocation")))
         }
         "nc" => out.extend(
-            (short_option(args, 'e', "") || short_option(args, 'c', "") || has("--exec"))
+            (short_option(args, 'e', "") || short_option(args, 'c', "") || has(args, "--exec"))
                 .then(|| entry("nc", "-e")),
         ),
         "cp" | "mv" | "install" => out.push(entry(name, "a destination")),
@@ -500,7 +520,6 @@ pub fn met(words: &[String]) -> Vec<&'static Entry> {
         ),
         _ => {}
     }
-    out
 }
 
 /// Whether the arguments only ask for a version or help, which run no code.
@@ -618,32 +637,43 @@ struct SedFound {
     writes: bool,
 }
 
+/// Moves `i` to the end of the line.
+fn to_eol(s: &[char], i: &mut usize) {
+    while *i < s.len() && s[*i] != '\n' {
+        *i += 1;
+    }
+}
+
+/// Moves `i` past text up to an unescaped `delim`; `false` when it never ends on
+/// this line.
+fn delimited(s: &[char], i: &mut usize, delim: char) -> bool {
+    while *i < s.len() {
+        let c = s[*i];
+        *i += 1;
+        if c == '\\' {
+            *i += 1;
+        } else if c == delim {
+            return true;
+        } else if c == '\n' {
+            return false;
+        }
+    }
+    false
+}
+
+/// Moves `i` up to `;` or the end of the line (labels, versions).
+fn to_separator(s: &[char], i: &mut usize) {
+    while *i < s.len() && !matches!(s[*i], ';' | '\n') {
+        *i += 1;
+    }
+}
+
 /// Reads a GNU sed script far enough to find `e`, the `e` flag and `w`/`W`.
 /// `None` when it cannot be read: the caller treats that as *runs*.
 fn sed_script(script: &str) -> Option<SedFound> {
     let s: Vec<char> = script.chars().collect();
     let mut found = SedFound::default();
     let mut i = 0;
-    let to_eol = |i: &mut usize| {
-        while *i < s.len() && s[*i] != '\n' {
-            *i += 1;
-        }
-    };
-    // Text up to an unescaped `delim`; `false` when it never ends.
-    let delimited = |i: &mut usize, delim: char| -> bool {
-        while *i < s.len() {
-            let c = s[*i];
-            *i += 1;
-            if c == '\\' {
-                *i += 1;
-            } else if c == delim {
-                return true;
-            } else if c == '\n' {
-                return false;
-            }
-        }
-        false
-    };
     while i < s.len() {
         let c = s[i];
         // Separators, blocks and negation between commands.
@@ -652,7 +682,7 @@ fn sed_script(script: &str) -> Option<SedFound> {
             continue;
         }
         if c == '#' {
-            to_eol(&mut i);
+            to_eol(&s, &mut i);
             continue;
         }
         // Addresses: numbers, `$`, `first~step`, `addr,+N`, `/re/`, `\cREc`, flags.
@@ -668,7 +698,7 @@ fn sed_script(script: &str) -> Option<SedFound> {
                 '/'
             };
             i += 1;
-            if !delimited(&mut i, delim) {
+            if !delimited(&s, &mut i, delim) {
                 return None;
             }
             // `I` and `M` address flags.
@@ -678,79 +708,73 @@ fn sed_script(script: &str) -> Option<SedFound> {
             continue;
         }
         i += 1;
-        match c {
-            's' => {
-                let delim = *s.get(i)?;
-                if delim == '\n' || delim == '\\' {
-                    return None;
-                }
-                i += 1;
-                if !delimited(&mut i, delim) || !delimited(&mut i, delim) {
-                    return None;
-                }
-                while i < s.len() && !matches!(s[i], ';' | '\n' | '}') {
-                    match s[i] {
-                        'e' => found.runs_flag = true,
-                        'w' => {
-                            found.writes = true;
-                            to_eol(&mut i);
-                            break;
-                        }
-                        'g' | 'p' | 'i' | 'I' | 'm' | 'M' | ' ' | '\t' => {}
-                        d if d.is_ascii_digit() => {}
-                        _ => return None,
-                    }
-                    i += 1;
-                }
-            }
-            'y' => {
-                let delim = *s.get(i)?;
-                i += 1;
-                if !delimited(&mut i, delim) || !delimited(&mut i, delim) {
-                    return None;
-                }
-            }
-            'e' => {
-                found.runs_e = true;
-                to_eol(&mut i);
-            }
-            'w' | 'W' => {
-                found.writes = true;
-                to_eol(&mut i);
-            }
-            // File names and text run to the end of the line.
-            'r' | 'R' | 'a' | 'i' | 'c' => {
-                loop {
-                    to_eol(&mut i);
-                    // A line ending in a backslash continues the text.
-                    if i > 0 && s.get(i - 1) == Some(&'\\') && i < s.len() {
-                        i += 1;
-                        continue;
-                    }
-                    break;
-                }
-            }
-            // Labels run to `;` or the end of the line.
-            ':' | 'b' | 't' | 'T' => {
-                while i < s.len() && !matches!(s[i], ';' | '\n') {
-                    i += 1;
-                }
-            }
-            'q' | 'Q' | 'l' | 'L' => {
-                while i < s.len() && (s[i].is_ascii_digit() || s[i] == ' ') {
-                    i += 1;
-                }
-            }
-            'v' => {
-                while i < s.len() && !matches!(s[i], ';' | '\n') {
-                    i += 1;
-                }
-            }
-            '=' | 'd' | 'D' | 'g' | 'G' | 'h' | 'H' | 'n' | 'N' | 'p' | 'P' | 'x' | 'z' | 'F' => {}
-            _ => return None,
-        }
+        sed_command(c, &s, &mut i, &mut found)?;
     }
     Some(found)
+}
+
+/// One sed command `c` (already consumed), its arguments read up to `i`.
+fn sed_command(c: char, s: &[char], i: &mut usize, found: &mut SedFound) -> Option<()> {
+    match c {
+        's' => {
+            let delim = *s.get(*i)?;
+            if delim == '\n' || delim == '\\' {
+                return None;
+            }
+            *i += 1;
+            if !delimited(s, i, delim) || !delimited(s, i, delim) {
+                return None;
+            }
+            while *i < s.len() && !matches!(s[*i], ';' | '\n' | '}') {
+                match s[*i] {
+                    'e' => found.runs_flag = true,
+                    'w' => {
+                        found.writes = true;
+                        to_eol(s, i);
+                        break;
+                    }
+                    'g' | 'p' | 'i' | 'I' | 'm' | 'M' | ' ' | '\t' => {}
+                    d if d.is_ascii_digit() => {}
+                    _ => return None,
+                }
+                *i += 1;
+            }
+        }
+        'y' => {
+            let delim = *s.get(*i)?;
+            *i += 1;
+            if !delimited(s, i, delim) || !delimited(s, i, delim) {
+                return None;
+            }
+        }
+        'e' => {
+            found.runs_e = true;
+            to_eol(s, i);
+        }
+        'w' | 'W' => {
+            found.writes = true;
+            to_eol(s, i);
+        }
+        // File names and text run to the end of the line; a line ending in a
+        // backslash continues the text.
+        'r' | 'R' | 'a' | 'i' | 'c' => loop {
+            to_eol(s, i);
+            if *i > 0 && s.get(*i - 1) == Some(&'\\') && *i < s.len() {
+                *i += 1;
+                continue;
+            }
+            break;
+        },
+        ':' | 'b' | 't' | 'T' | 'v' => to_separator(s, i),
+        'q' | 'Q' | 'l' | 'L' => {
+            while *i < s.len() && (s[*i].is_ascii_digit() || s[*i] == ' ') {
+                *i += 1;
+            }
+        }
+        '=' | 'd' | 'D' | 'g' | 'G' | 'h' | 'H' | 'n' | 'N' | 'p' | 'P' | 'x' | 'z' | 'F' => {}
+        _ => return None,
+    }
+    Some(())
 }
 
 /// `tar`: the options that run programs, and whether it extracts or creates.

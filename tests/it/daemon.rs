@@ -19,6 +19,9 @@ fn allow_commands(root: &TestRoot) {
             "get_time"
         ]);
         s["tools"]["ask"] = json!(["write_file", "edit_file"]);
+        // No deny pattern on run_bash: with one, commands it cannot see into (the
+        // heartbeat's `while` loop) are raised to ask.
+        s["tools"]["deny"] = json!(["read_file(workspace/secrets/*)"]);
     });
 }
 

@@ -352,7 +352,7 @@ fn every_capability_the_unit_keeps_is_needed_and_together_they_suffice() {
     for (cap, what) in [
         ("setuid", "setresuid"),
         ("setgid", "setgroups"),
-        ("sys_admin", "PID namespace"),
+        ("sys_admin", "PID and IPC namespace"),
     ] {
         let out = as_the_unit(&root, Some(cap), &["check"]);
         assert_eq!(

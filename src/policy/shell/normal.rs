@@ -272,17 +272,14 @@ fn is_assignment(word: &str) -> bool {
     })
 }
 
-/// How many words after a wrapper's own name are its options (and their
-/// arguments), for the wrappers SPEC §4 names and a few alike.
-fn wrapper_arity(wrapper: &str, args: &[String]) -> Option<usize> {
-    // With `-c` these run a script, which `inner` follows, not an argv.
-    if matches!(wrapper, "su" | "runuser" | "flock") && dash_c_script(args).is_some() {
-        return None;
-    }
-    // Options that take a separate argument, per wrapper.
-    // Long options too: getopt takes `--user root` like `--user=root`.
-    let with_arg: &[&str] = match wrapper {
-        "sudo" | "doas" => &[
+/// Wrappers looked through for seen commands (SPEC §4), each with its options that
+/// take a separate argument (long ones too: getopt takes `--user root` like
+/// `--user=root`). `busybox APPLET ARGS…` runs the applet like a wrapper runs its
+/// command.
+const WRAPPER_OPTIONS: &[(&str, &[&str])] = &[
+    (
+        "sudo",
+        &[
             "-u",
             "-g",
             "-C",
@@ -306,11 +303,41 @@ fn wrapper_arity(wrapper: &str, args: &[String]) -> Option<usize> {
             "--command-timeout",
             "--chroot",
         ],
-        "env" => &["-u", "--unset", "-C", "--chdir"],
-        "nice" => &["-n", "--adjustment"],
-        "timeout" => &["-s", "--signal", "-k", "--kill-after"],
-        "time" => &["-f", "--format", "-o", "--output"],
-        "xargs" => &[
+    ),
+    (
+        "doas",
+        &[
+            "-u",
+            "-g",
+            "-C",
+            "-D",
+            "-h",
+            "-p",
+            "-r",
+            "-t",
+            "-U",
+            "-T",
+            "-R",
+            "--user",
+            "--group",
+            "--close-from",
+            "--chdir",
+            "--host",
+            "--prompt",
+            "--role",
+            "--type",
+            "--other-user",
+            "--command-timeout",
+            "--chroot",
+        ],
+    ),
+    ("env", &["-u", "--unset", "-C", "--chdir"]),
+    ("nice", &["-n", "--adjustment"]),
+    ("timeout", &["-s", "--signal", "-k", "--kill-after"]),
+    ("time", &["-f", "--format", "-o", "--output"]),
+    (
+        "xargs",
+        &[
             "-I",
             "-n",
             "-L",
@@ -326,10 +353,16 @@ fn wrapper_arity(wrapper: &str, args: &[String]) -> Option<usize> {
             "--max-chars",
             "--process-slot-var",
         ],
-        "stdbuf" => &["-i", "-o", "-e", "--input", "--output", "--error"],
-        "exec" => &["-a"],
-        "ionice" => &["-c", "-n", "--class", "--classdata"],
-        "chrt" => &[
+    ),
+    (
+        "stdbuf",
+        &["-i", "-o", "-e", "--input", "--output", "--error"],
+    ),
+    ("exec", &["-a"]),
+    ("ionice", &["-c", "-n", "--class", "--classdata"]),
+    (
+        "chrt",
+        &[
             "-T",
             "-P",
             "-D",
@@ -337,8 +370,11 @@ fn wrapper_arity(wrapper: &str, args: &[String]) -> Option<usize> {
             "--sched-period",
             "--sched-deadline",
         ],
-        "flock" => &["-w", "--timeout", "-E", "--conflict-exit-code"],
-        "setpriv" => &[
+    ),
+    ("flock", &["-w", "--timeout", "-E", "--conflict-exit-code"]),
+    (
+        "setpriv",
+        &[
             "--reuid",
             "--regid",
             "--groups",
@@ -354,7 +390,10 @@ fn wrapper_arity(wrapper: &str, args: &[String]) -> Option<usize> {
             "--ptracer",
             "--seccomp-filter",
         ],
-        "strace" | "ltrace" => &[
+    ),
+    (
+        "strace",
+        &[
             "-o",
             "-e",
             "-p",
@@ -378,7 +417,37 @@ fn wrapper_arity(wrapper: &str, args: &[String]) -> Option<usize> {
             "--env",
             "--string-limit",
         ],
-        "unshare" => &[
+    ),
+    (
+        "ltrace",
+        &[
+            "-o",
+            "-e",
+            "-p",
+            "-s",
+            "-u",
+            "-a",
+            "-b",
+            "-E",
+            "-I",
+            "-O",
+            "-S",
+            "-P",
+            "-X",
+            "-n",
+            "-l",
+            "-L",
+            "--output",
+            "--signal",
+            "--trace",
+            "--user",
+            "--env",
+            "--string-limit",
+        ],
+    ),
+    (
+        "unshare",
+        &[
             "-S",
             "-G",
             "-R",
@@ -393,8 +462,14 @@ fn wrapper_arity(wrapper: &str, args: &[String]) -> Option<usize> {
             "--map-groups",
             "--propagation",
         ],
-        "nsenter" => &["-t", "--target", "-S", "-G", "--setuid", "--setgid"],
-        "runuser" | "su" => &[
+    ),
+    (
+        "nsenter",
+        &["-t", "--target", "-S", "-G", "--setuid", "--setgid"],
+    ),
+    (
+        "runuser",
+        &[
             "-u",
             "-g",
             "-G",
@@ -406,8 +481,26 @@ fn wrapper_arity(wrapper: &str, args: &[String]) -> Option<usize> {
             "--shell",
             "--whitelist-environment",
         ],
-        "pkexec" => &["--user"],
-        "systemd-run" => &[
+    ),
+    (
+        "su",
+        &[
+            "-u",
+            "-g",
+            "-G",
+            "-s",
+            "-w",
+            "--user",
+            "--group",
+            "--supp-group",
+            "--shell",
+            "--whitelist-environment",
+        ],
+    ),
+    ("pkexec", &["--user"]),
+    (
+        "systemd-run",
+        &[
             "-p",
             "--property",
             "-u",
@@ -432,12 +525,31 @@ fn wrapper_arity(wrapper: &str, args: &[String]) -> Option<usize> {
             "--socket-property",
             "--service-type",
         ],
-        "watch" => &["-n", "--interval", "-q", "--equexit"],
-        "prlimit" => &["-p", "--pid"],
-        "chroot" | "taskset" => &[],
-        // `busybox APPLET ARGS…` runs the applet like a wrapper runs its command.
-        "nohup" | "command" | "builtin" | "setsid" | "busybox" | "coproc" => &[],
-        _ => return None,
+    ),
+    ("watch", &["-n", "--interval", "-q", "--equexit"]),
+    ("prlimit", &["-p", "--pid"]),
+    ("chroot", &[]),
+    ("taskset", &[]),
+    ("nohup", &[]),
+    ("command", &[]),
+    ("builtin", &[]),
+    ("setsid", &[]),
+    ("busybox", &[]),
+    ("coproc", &[]),
+];
+
+/// How many words after a wrapper's own name are its options (and their
+/// arguments), for the wrappers SPEC §4 names and a few alike.
+fn wrapper_arity(wrapper: &str, args: &[String]) -> Option<usize> {
+    // With `-c` these run a script, which `inner` follows, not an argv.
+    if matches!(wrapper, "su" | "runuser" | "flock") && dash_c_script(args).is_some() {
+        return None;
+    }
+    // Options that take a separate argument, per wrapper.
+    // Long options too: getopt takes `--user root` like `--user=root`.
+    let with_arg: &[&str] = match WRAPPER_OPTIONS.iter().find(|(w, _)| *w == wrapper) {
+        Some((_, options)) => options,
+        None => return None,
     };
     let mut i = 0;
     while let Some(w) = args.get(i) {
