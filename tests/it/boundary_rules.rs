@@ -25,6 +25,16 @@ fn with_allow(rules: &'static [&'static str]) -> impl FnOnce(&TestRoot) {
     }
 }
 
+/// The root of [`with_allow`] with `run_bash` allowed as a whole (and no longer
+/// asked), beside the shipped `deny run_bash(rm -rf *)`.
+fn whole_tool_bash(root: &TestRoot) {
+    with_allow(&[])(root);
+    root.edit_settings(|s| {
+        s["tools"]["allow"] = json!(["run_bash"]);
+        s["tools"]["ask"] = json!(["write_file", "edit_file", "run_python"]);
+    });
+}
+
 /// `sed -n '1e rm -rf important'` under `allow run_bash(sed -n *)` deleted
 /// `important/` with `provable: true`; `awk 'BEGIN{system(…)}'` under
 /// `allow run_bash(awk *)` ran its command.
@@ -78,16 +88,7 @@ fn a_deny_rule_catches_folded_spellings_and_looked_through_wrappers() {
         "strace -o /dev/null rm -rf d",
         "script -qc 'rm -rf d' /dev/null",
     ];
-    let (root, results, decisions) = one_turn(
-        |root| {
-            with_allow(&[])(root);
-            root.edit_settings(|s| {
-                s["tools"]["allow"] = json!(["run_bash"]);
-                s["tools"]["ask"] = json!(["write_file", "edit_file", "run_python"]);
-            });
-        },
-        &spellings,
-    );
+    let (root, results, decisions) = one_turn(whole_tool_bash, &spellings);
     for (i, d) in decisions.iter().enumerate() {
         assert_eq!(d["tier"], "deny", "{:?}: {d}", spellings[i]);
     }
@@ -106,16 +107,7 @@ fn what_a_deny_rule_cannot_see_is_asked() {
         "python3 -c 'import shutil; shutil.rmtree(\"d\")'",
         "/usr/bin/r[m] -rf d",
     ];
-    let (root, results, decisions) = one_turn(
-        |root| {
-            with_allow(&[])(root);
-            root.edit_settings(|s| {
-                s["tools"]["allow"] = json!(["run_bash"]);
-                s["tools"]["ask"] = json!(["write_file", "edit_file", "run_python"]);
-            });
-        },
-        &unseen,
-    );
+    let (root, results, decisions) = one_turn(whole_tool_bash, &unseen);
     for (i, d) in decisions.iter().enumerate() {
         assert_eq!(d["tier"], "ask", "{:?}: {d}", unseen[i]);
         assert!(
@@ -264,4 +256,71 @@ fn an_allowed_find_cannot_rewrite_git_config_for_an_allowed_git_status() {
         status.contains("exit_code: 0"),
         "git status must work: {status}"
     );
+}
+
+/// The everyday read-only commands work under `allow` pattern rules, that is under
+/// the read-only profile, through the real loop: the kernel refuses writes, not
+/// reads (`ps` needs `/proc`, which is not allowed under either profile; see
+/// docs/sandbox.md).
+#[test]
+fn everyday_read_only_commands_work_under_allow_rules() {
+    let commands = [
+        "git status --short",
+        "git log --oneline",
+        "ls -la",
+        "cat scores.csv",
+        "grep -r alice .",
+        "find . -name scores.csv",
+        "sort -S 64k big.txt",
+        "du -sh .",
+        "df .",
+        "wc -l big.txt",
+    ];
+    let (_root, results, decisions) = one_turn(
+        |root| {
+            with_allow(&[
+                "run_bash(cat *)",
+                "run_bash(grep *)",
+                "run_bash(find *)",
+                "run_bash(sort *)",
+                "run_bash(du *)",
+                "run_bash(df *)",
+                "run_bash(wc *)",
+                "run_bash(git log*)",
+            ])(root);
+            let ws = root.workspace();
+            let lines: String = (0..200_000).map(|i| format!("{}\n", 999_999 - i)).collect();
+            std::fs::write(ws.join("big.txt"), lines).unwrap();
+            let git = |args: &[&str]| {
+                let ok = std::process::Command::new("git")
+                    .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+                    .args(args)
+                    .current_dir(&ws)
+                    .status()
+                    .unwrap()
+                    .success();
+                assert!(ok, "git {args:?}");
+            };
+            git(&["init", "-q"]);
+            git(&["add", "scores.csv"]);
+            git(&["commit", "-qm", "scores"]);
+        },
+        &commands,
+    );
+    for (i, d) in decisions.iter().enumerate() {
+        assert_eq!(
+            (&d["tier"], &d["profile"]),
+            (&json!("allow"), &json!("read_only")),
+            "{:?}: {d}",
+            commands[i]
+        );
+        let content = results[i]["content"].as_str().unwrap();
+        assert!(
+            content.starts_with("exit_code: 0"),
+            "{:?} failed under the read-only profile: {content}",
+            commands[i]
+        );
+    }
+    let log = results[1]["content"].as_str().unwrap();
+    assert!(log.contains("scores"), "{log}");
 }
