@@ -1,7 +1,7 @@
 //! Benchmark of the sandbox (issue 3's figures):
 //!
 //! - median spawn-to-exit of `true` through the full sandbox (helper re-exec, every
-//!   layer, exec) against an unconfined fork+exec in the same run, and against
+//!   layer, exec), under the write and the read-only profile, against an unconfined fork+exec in the same run, and against
 //!   `bwrap` doing comparable confinement when bubblewrap is installed;
 //! - peak RSS of `harnessd run` during an endless-output attack (`yes`) against a
 //!   task with no tool.
@@ -88,6 +88,26 @@ fn spawn_figures() {
         });
         assert_eq!(o.ending, Ending::Exited(0), "{}", o.stderr.text());
     });
+    // The read-only profile (a pattern-allowed call): its own mount namespace and
+    // a tmpfs on /tmp besides every layer above.
+    let read_only = Confinement {
+        profile: harnessd::sandbox::Profile::ReadOnly,
+        ..confine.clone()
+    };
+    let sandboxed_ro = time_runs(|| {
+        let o = executor.run(&ExecRequest {
+            job: &job,
+            workspace: &workspace,
+            confine: &read_only,
+            timeout: Duration::from_secs(10),
+            spool_prefix: None,
+            spool_budget: harnessd::exec::SpoolBudget::unlimited(),
+            keep_bytes: 4096,
+            cancel: &never,
+            relay_output: false,
+        });
+        assert_eq!(o.ending, Ending::Exited(0), "{}", o.stderr.text());
+    });
     let bare = time_runs(|| {
         let s = Command::new("/bin/true")
             .stdout(Stdio::null())
@@ -101,6 +121,11 @@ fn spawn_figures() {
         "  full sandbox (harnessd):     {:.2} ms  (+{:.2} ms)",
         ms(sandboxed),
         ms(sandboxed.saturating_sub(bare))
+    );
+    println!(
+        "  read-only profile:           {:.2} ms  (+{:.2} ms over the write profile)",
+        ms(sandboxed_ro),
+        ms(sandboxed_ro.saturating_sub(sandboxed))
     );
     if Path::new("/usr/bin/bwrap").exists() {
         let mut args: Vec<String> = Vec::new();
