@@ -456,6 +456,9 @@ pub fn tool_environment(workspace: &Path) -> Vec<(String, String)> {
         ),
         ("TERM".into(), "dumb".into()),
         ("PYTHONDONTWRITEBYTECODE".into(), "1".into()),
+        // less runs no `!`/`|` command, LESSOPEN or lesskey file (HOME is
+        // writable, so `~/.lesskey` would be model text that sets LESSOPEN).
+        ("LESSSECURE".into(), "1".into()),
         ("GIT_CONFIG_NOSYSTEM".into(), "1".into()),
         ("GIT_CONFIG_GLOBAL".into(), "/dev/null".into()),
         ("GIT_CONFIG_COUNT".into(), "2".into()),

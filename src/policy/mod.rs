@@ -636,7 +636,15 @@ mod tests {
             );
         }
         // Not rm -rf: still asked, not denied.
-        for cmd in ["rm -r d", "rm -f d", "rm -v d", "cat -rf x", "rm -r -- -f"] {
+        // `rm -r` is also `rm -rf` (tools have no terminal to be asked on).
+        for cmd in ["rm -r d", "rm -r -- -f", "rm -Rv d"] {
+            assert_eq!(
+                tier(&p, ToolName::RunBash, Some(cmd)),
+                Tier::Deny,
+                "{cmd:?}"
+            );
+        }
+        for cmd in ["rm -f d", "rm -v d", "cat -rf x"] {
             assert_eq!(tier(&p, ToolName::RunBash, Some(cmd)), Tier::Ask, "{cmd:?}");
         }
     }
@@ -769,6 +777,9 @@ mod tests {
             "rm -Rf d",
             "rm -R -f d",
             "rm --recursive --force d",
+            "rm --re --fo d",
+            "rm --rec -f d",
+            "rm -r --interactive=never d",
             "rm -r --force d",
             "ionice -c3 rm -rf d",
             "ionice -c 3 rm -rf d",
@@ -827,6 +838,11 @@ mod tests {
             "{rm,-rf,d}",
             "F=f; rm -r$F d",
             "bash x.sh",
+            "hash -p /bin/rm ls; ls -rf d",
+            "setarch x86_64 rm -rf d",
+            "/lib64/ld-linux-x86-64.so.2 /bin/rm -rf d",
+            "fakeroot rm -rf d",
+            "tclsh x.tcl",
         ] {
             let d = decide(
                 &p,

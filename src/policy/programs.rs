@@ -148,6 +148,11 @@ pub const TABLE: &[Entry] = &[
         "--info-script/--new-volume-script/-F",
         "runs a script at each volume",
     ),
+    runs(
+        "tar",
+        "--rsh-command/--rmt-command",
+        "runs the named remote shell or rmt program",
+    ),
     writes("tar", "extract or create", "writes members or the archive"),
     runs(
         "git",
@@ -175,11 +180,26 @@ pub const TABLE: &[Entry] = &[
         "grep -O/--open-files-in-pager",
         "runs a pager program on the files",
     ),
+    runs(
+        "git",
+        "--upload-pack/--receive-pack/--exec/clone -u",
+        "runs the named program as the other end of a transport",
+    ),
+    runs(
+        "git",
+        "an unknown global option",
+        "it may take the next word as its value, hiding the real command",
+    ),
     writes("git", "--output", "writes the named file"),
     runs(
         "less",
         "a + or ! command",
         "`+!cmd` runs a shell command at start",
+    ),
+    runs(
+        "less",
+        "-k/--lesskey-src/--lesskey-file",
+        "a lesskey file can set LESSOPEN, which runs a command",
     ),
     runs(
         "man",
@@ -208,6 +228,12 @@ pub const TABLE: &[Entry] = &[
     runs("node", "code, a script or stdin", "runs JavaScript"),
     runs("php", "code, a script or stdin", "runs PHP code"),
     runs("lua", "code, a script or stdin", "runs Lua code"),
+    runs(
+        "tcl",
+        "code, a script or stdin",
+        "runs Tcl code (`exec` runs programs)",
+    ),
+    runs("ed", "any invocation", "`!command` runs a shell command"),
     runs(
         "vim",
         "any invocation",
@@ -246,6 +272,11 @@ pub const TABLE: &[Entry] = &[
     writes("dd", "of=", "writes the named file"),
     writes("rm", "files", "deletes files"),
     writes("install", "a destination", "writes the destination"),
+    runs(
+        "make",
+        "--eval/-E",
+        "evaluates makefile text, which can run `$(shell …)`",
+    ),
     workspace("make", "any target", "runs the workspace's Makefile"),
     workspace(
         "npm",
@@ -339,7 +370,12 @@ fn family(program: &str) -> &str {
         "gtar" | "bsdtar" => "tar",
         "vi" | "vim" | "nvim" | "view" | "ex" | "rvim" | "gvim" => "vim",
         "ncat" | "netcat" | "nc.openbsd" | "nc.traditional" => "nc",
+        "scp" | "sftp" => "ssh",
+        "red" => "ed",
         "nodejs" => "node",
+        "irb" | "erb" => "ruby",
+        p if p.starts_with("ipython") => "python",
+        p if p.starts_with("tclsh") || p.starts_with("wish") => "tcl",
         "yarn" | "pnpm" => "npm",
         p if is_python(p) => "python",
         p if p.starts_with("perl") && p[4..].chars().all(|c| c.is_ascii_digit() || c == '.') => {
@@ -379,6 +415,18 @@ pub fn met(words: &[String]) -> Vec<&'static Entry> {
     out
 }
 
+/// Whether `full` (`--compress-program`) is among `args` (before `--`) as itself or
+/// as any prefix getopt would take for it (`--co`, `--compress=x`): GNU programs
+/// accept unambiguous abbreviations, and an ambiguous one is refused by the
+/// program anyway, so every prefix counts.
+fn long_option(args: &[String], full: &str) -> bool {
+    args.iter()
+        .take_while(|a| *a != "--")
+        .filter_map(|a| a.strip_prefix("--"))
+        .map(|a| a.split_once('=').map_or(a, |(name, _)| name))
+        .any(|name| !name.is_empty() && full.trim_start_matches('-').starts_with(name))
+}
+
 /// Whether `--opt` or `--opt=…` is among `args`.
 fn has(args: &[String], opt: &str) -> bool {
     args.iter()
@@ -409,44 +457,47 @@ fn option_programs(name: &str, args: &[String], out: &mut Vec<&'static Entry>) -
             }
         }
         "sort" => {
-            if args.iter().any(|a| a.starts_with("--compress-prog")) {
+            if long_option(args, "--compress-program") {
                 out.push(entry("sort", "--compress-program"));
             }
-            if has(args, "--output") || short_option(args, 'o', "") {
+            if long_option(args, "--output") || short_option(args, 'o', "") {
                 out.push(entry("sort", "-o"));
             }
         }
         "tar" => tar(args, out),
         "git" => git(args, out),
         "less" | "more" => {
-            out.extend((args.iter().any(|a| a.starts_with('+'))).then(|| entry("less", "a + or !")))
+            out.extend(
+                args.iter()
+                    .any(|a| a.starts_with('+'))
+                    .then(|| entry("less", "a + or !")),
+            );
+            let lesskey = short_option(args, 'k', "")
+                || long_option(args, "--lesskey-file")
+                || long_option(args, "--lesskey-src")
+                || long_option(args, "--lesskey-content");
+            out.extend(lesskey.then(|| entry("less", "-k/")));
         }
-        "man" => out.extend(
-            (args
-                .iter()
-                .any(|a| a.starts_with("--pager") || a.starts_with("--html"))
-                || short_option(args, 'P', "")
-                || short_option(args, 'H', ""))
-            .then(|| entry("man", "-P")),
-        ),
+        "man" => {
+            // `-C FILE` names a configuration that can name a pager too.
+            let runs = long_option(args, "--pager")
+                || long_option(args, "--html")
+                || long_option(args, "--config-file")
+                || ['P', 'H', 'C'].iter().any(|&l| short_option(args, l, ""));
+            out.extend(runs.then(|| entry("man", "-P")));
+        }
         "zip" => {
-            if args
-                .iter()
-                .any(|a| a.starts_with("--unzip-command") || a == "--test")
-                || short_option(args, 'T', "")
-            {
-                out.push(entry("zip", "-T"));
-            }
+            let runs = long_option(args, "--unzip-command")
+                || long_option(args, "--test")
+                || short_option(args, 'T', "");
+            out.extend(runs.then(|| entry("zip", "-T")));
             out.push(entry("zip", "an archive"));
         }
         "rsync" => {
-            if args
-                .iter()
-                .any(|a| a.starts_with("--rsh") || a.starts_with("--rsync-path"))
-                || short_option(args, 'e', "")
-            {
-                out.push(entry("rsync", "-e"));
-            }
+            let runs = long_option(args, "--rsh")
+                || long_option(args, "--rsync-path")
+                || short_option(args, 'e', "");
+            out.extend(runs.then(|| entry("rsync", "-e")));
             out.push(entry("rsync", "a destination"));
         }
         _ => return false,
@@ -458,10 +509,10 @@ fn option_programs(name: &str, args: &[String], out: &mut Vec<&'static Entry>) -
 /// runners.
 fn other_programs(name: &str, args: &[String], out: &mut Vec<&'static Entry>) {
     match name {
-        "python" | "perl" | "ruby" | "node" | "php" | "lua" => {
+        "python" | "perl" | "ruby" | "node" | "php" | "lua" | "tcl" => {
             out.extend((!only_version_or_help(args)).then(|| entry(name, "code")))
         }
-        "vim" | "emacs" | "gdb" | "sqlite3" | "ssh" | "socat" | "tmux" => {
+        "vim" | "emacs" | "gdb" | "sqlite3" | "ssh" | "socat" | "tmux" | "ed" => {
             out.extend((!only_version_or_help(args)).then(|| entry(name, "any invocation")))
         }
         "nc" => out.extend(
@@ -472,7 +523,12 @@ fn other_programs(name: &str, args: &[String], out: &mut Vec<&'static Entry>) {
         "tee" => out.push(entry("tee", "files")),
         "rm" => out.push(entry("rm", "files")),
         "dd" => out.extend((args.iter().any(|a| a.starts_with("of="))).then(|| entry("dd", "of="))),
-        "make" | "pytest" | "tox" => out.push(entry(name, "")),
+        "make" | "pytest" | "tox" => {
+            if name == "make" && (long_option(args, "--eval") || short_option(args, 'E', "")) {
+                out.push(entry("make", "--eval"));
+            }
+            out.push(entry(name, if name == "make" { "any target" } else { "" }));
+        }
         "npm" => out.extend(
             (args.iter().any(|a| {
                 matches!(
@@ -562,15 +618,20 @@ fn sed(args: &[String], out: &mut Vec<&'static Entry>) {
         }
         if a == "--" {
             options_end = true;
-        } else if a == "--expression" {
-            scripts.extend(args.get(i).map(String::as_str));
-            i += 1;
-        } else if let Some(s) = a.strip_prefix("--expression=") {
-            scripts.push(s);
-        } else if a == "--file" || a.starts_with("--file=") {
+        } else if long_option(std::slice::from_ref(a), "--expression") {
+            // `--expression X`, `--e=X`: any prefix getopt takes.
+            match a.split_once('=') {
+                Some((_, s)) => scripts.push(s),
+                None => {
+                    scripts.extend(args.get(i).map(String::as_str));
+                    i += 1;
+                }
+            }
+        } else if long_option(std::slice::from_ref(a), "--file") {
+            // `--f` is ambiguous to sed (`--follow-symlinks`); taken as a file.
             out.push(entry("sed", "-f"));
-            i += usize::from(a == "--file");
-        } else if a.starts_with("--in-place") {
+            i += usize::from(!a.contains('='));
+        } else if long_option(std::slice::from_ref(a), "--in-place") {
             out.push(entry("sed", "-i"));
         } else if a == "--line-length" {
             i += 1;
@@ -661,6 +722,53 @@ fn delimited(s: &[char], i: &mut usize, delim: char) -> bool {
     false
 }
 
+/// [`delimited`] for a regular expression: a bracket expression (`[/]`,
+/// `[]/]`, `[[:alpha:]/]`) holds the delimiter as a plain character, as sed reads
+/// it.
+fn regex_delimited(s: &[char], i: &mut usize, delim: char) -> bool {
+    while *i < s.len() {
+        let c = s[*i];
+        *i += 1;
+        match c {
+            '\\' => *i += 1,
+            '[' => {
+                // `[^]…]` and `[]…]`: a `]` first is literal.
+                if s.get(*i) == Some(&'^') {
+                    *i += 1;
+                }
+                if s.get(*i) == Some(&']') {
+                    *i += 1;
+                }
+                loop {
+                    match s.get(*i) {
+                        None | Some('\n') => return false,
+                        Some(']') => {
+                            *i += 1;
+                            break;
+                        }
+                        Some('[') if matches!(s.get(*i + 1), Some(':' | '.' | '=')) => {
+                            let close = s[*i + 1];
+                            *i += 2;
+                            while *i < s.len() && !(s[*i] == close && s.get(*i + 1) == Some(&']')) {
+                                if s[*i] == '\n' {
+                                    return false;
+                                }
+                                *i += 1;
+                            }
+                            *i += 2;
+                        }
+                        Some(_) => *i += 1,
+                    }
+                }
+            }
+            c if c == delim => return true,
+            '\n' => return false,
+            _ => {}
+        }
+    }
+    false
+}
+
 /// Moves `i` up to `;` or the end of the line (labels, versions).
 fn to_separator(s: &[char], i: &mut usize) {
     while *i < s.len() && !matches!(s[*i], ';' | '\n') {
@@ -698,7 +806,7 @@ fn sed_script(script: &str) -> Option<SedFound> {
                 '/'
             };
             i += 1;
-            if !delimited(&s, &mut i, delim) {
+            if !regex_delimited(&s, &mut i, delim) {
                 return None;
             }
             // `I` and `M` address flags.
@@ -722,7 +830,7 @@ fn sed_command(c: char, s: &[char], i: &mut usize, found: &mut SedFound) -> Opti
                 return None;
             }
             *i += 1;
-            if !delimited(s, i, delim) || !delimited(s, i, delim) {
+            if !regex_delimited(s, i, delim) || !delimited(s, i, delim) {
                 return None;
             }
             while *i < s.len() && !matches!(s[*i], ';' | '\n' | '}') {
@@ -755,11 +863,15 @@ fn sed_command(c: char, s: &[char], i: &mut usize, found: &mut SedFound) -> Opti
             found.writes = true;
             to_eol(s, i);
         }
-        // File names and text run to the end of the line; a line ending in a
-        // backslash continues the text.
-        'r' | 'R' | 'a' | 'i' | 'c' => loop {
+        // A file name runs to the end of the line.
+        'r' | 'R' => to_eol(s, i),
+        // Text runs to the end of the line; a line ending in an odd number of
+        // backslashes continues it (`\\` is an escaped backslash, not a
+        // continuation).
+        'a' | 'i' | 'c' => loop {
             to_eol(s, i);
-            if *i > 0 && s.get(*i - 1) == Some(&'\\') && *i < s.len() {
+            let trailing = s[..*i].iter().rev().take_while(|&&c| c == '\\').count();
+            if trailing % 2 == 1 && *i < s.len() {
                 *i += 1;
                 continue;
             }
@@ -779,7 +891,7 @@ fn sed_command(c: char, s: &[char], i: &mut usize, found: &mut SedFound) -> Opti
 
 /// `tar`: the options that run programs, and whether it extracts or creates.
 fn tar(args: &[String], out: &mut Vec<&'static Entry>) {
-    let long = |prefix: &str| args.iter().any(|a| a.starts_with(prefix));
+    let long = |full: &str| long_option(args, full);
     // Old-style first argument (`tar xIf …`) is a cluster without the dash.
     let clusters: Vec<&str> = args
         .iter()
@@ -805,6 +917,9 @@ fn tar(args: &[String], out: &mut Vec<&'static Entry>) {
     if long("--info-script") || long("--new-volume-script") || short('F') {
         out.push(entry("tar", "--info-script"));
     }
+    if long("--rsh-command") || long("--rmt-command") {
+        out.push(entry("tar", "--rsh-command"));
+    }
     let lists_only = short('t') || long("--list");
     if !lists_only
         || short('x')
@@ -812,6 +927,7 @@ fn tar(args: &[String], out: &mut Vec<&'static Entry>) {
         || long("--extract")
         || long("--create")
         || long("--get")
+        || long("--remove-files")
     {
         out.push(entry("tar", "extract"));
     }
@@ -892,10 +1008,83 @@ const GIT_COMMANDS: &[&str] = &[
 
 /// `git`: global options, then the command and its options.
 fn git(args: &[String], out: &mut Vec<&'static Entry>) {
+    let Some((command, rest)) = git_command(args, out) else {
+        return;
+    };
+    if !GIT_COMMANDS.contains(&command) {
+        out.push(entry("git", "an alias"));
+        return;
+    }
+    let rest_long = |full: &str| long_option(rest, full);
+    if rest_long("--ext-diff") {
+        out.push(entry("git", "--ext-diff"));
+    }
+    let runs_given = match command {
+        "rebase" => rest_long("--exec") || short_option(rest, 'x', ""),
+        "bisect" => rest.first().is_some_and(|a| a == "run"),
+        "submodule" => rest.iter().any(|a| a == "foreach"),
+        _ => false,
+    };
+    if runs_given {
+        out.push(entry("git", "difftool"));
+    }
+    if command == "grep" && (rest_long("--open-files-in-pager") || short_option(rest, 'O', "")) {
+        out.push(entry("git", "grep -O"));
+    }
+    let transport = rest_long("--upload-pack")
+        || rest_long("--receive-pack")
+        || (command != "rebase" && rest_long("--exec"))
+        || (command == "clone" && short_option(rest, 'u', ""));
+    if transport {
+        out.push(entry("git", "--upload-pack"));
+    }
+    if rest_long("--output") {
+        out.push(entry("git", "--output"));
+    }
+}
+
+/// Git's global options that take no value.
+const GIT_FLAGS: &[&str] = &[
+    "-p",
+    "--paginate",
+    "-P",
+    "--no-pager",
+    "--bare",
+    "--no-replace-objects",
+    "--no-lazy-fetch",
+    "--no-optional-locks",
+    "--no-advice",
+    "--literal-pathspecs",
+    "--glob-pathspecs",
+    "--noglob-pathspecs",
+    "--icase-pathspecs",
+    "--version",
+    "--help",
+];
+
+/// Git's global options that take the next word as their value (or `=value`).
+const GIT_VALUED: &[&str] = &[
+    "-C",
+    "--git-dir",
+    "--work-tree",
+    "--namespace",
+    "--super-prefix",
+    "--shallow-file",
+    "--attr-source",
+    "--list-cmds",
+];
+
+/// The subcommand and its arguments, after git's global options; records `-c`,
+/// `--exec-path=` and any global option git may read differently from this list
+/// (an unknown one could take the next word as its value and hide the command).
+fn git_command<'a>(
+    args: &'a [String],
+    out: &mut Vec<&'static Entry>,
+) -> Option<(&'a str, &'a [String])> {
     let mut i = 0;
-    let mut command: Option<&str> = None;
     while let Some(a) = args.get(i) {
         i += 1;
+        let name = a.split_once('=').map_or(a.as_str(), |(n, _)| n);
         match a.as_str() {
             "-c" | "--config-env" => {
                 out.push(entry("git", "-c"));
@@ -905,47 +1094,18 @@ fn git(args: &[String], out: &mut Vec<&'static Entry>) {
                 out.push(entry("git", "-c"));
             }
             a if a.starts_with("--exec-path=") => out.push(entry("git", "--exec-path")),
-            "-C" | "--git-dir" | "--work-tree" | "--namespace" | "--super-prefix" => i += 1,
-            a if a.starts_with('-') => {}
-            a => {
-                command = Some(a);
-                break;
+            "--exec-path" => {}
+            a if GIT_FLAGS.contains(&a) => {}
+            a if GIT_VALUED.contains(&a) => i += 1,
+            a if a.starts_with("-C") || (a.contains('=') && GIT_VALUED.contains(&name)) => {}
+            a if a.starts_with('-') => {
+                out.push(entry("git", "an unknown global option"));
+                return None;
             }
+            a => return Some((a, args.get(i..).unwrap_or_default())),
         }
     }
-    let rest = args.get(i..).unwrap_or_default();
-    let Some(command) = command else {
-        return;
-    };
-    if !GIT_COMMANDS.contains(&command) {
-        out.push(entry("git", "an alias"));
-        return;
-    }
-    let any = |f: &dyn Fn(&str) -> bool| rest.iter().any(|a| f(a));
-    if any(&|a| a == "--ext-diff") {
-        out.push(entry("git", "--ext-diff"));
-    }
-    let runs_given = match command {
-        "rebase" => any(&|a| a == "-x" || a.starts_with("--exec")),
-        "bisect" => rest.first().is_some_and(|a| a == "run"),
-        "submodule" => any(&|a| a == "foreach"),
-        _ => false,
-    };
-    if runs_given {
-        out.push(entry("git", "difftool"));
-    }
-    if command == "grep"
-        && any(&|a| {
-            a == "-O"
-                || a.starts_with("--open-files-in-pager")
-                || (a.starts_with("-O") && !a.starts_with("--"))
-        })
-    {
-        out.push(entry("git", "grep -O"));
-    }
-    if any(&|a| a == "--output" || a.starts_with("--output=")) {
-        out.push(entry("git", "--output"));
-    }
+    None
 }
 
 #[cfg(test)]
@@ -1087,6 +1247,66 @@ mod tests {
         ] {
             assert!(!runs_any(cmd), "{cmd}");
         }
+    }
+
+    /// Spellings the attack on the table found: GNU long-option abbreviations,
+    /// sed scripts the reader misread, git options that run transports or hide the
+    /// command, lesskey files, more interpreters.
+    #[test]
+    fn abbreviations_and_misread_scripts_still_run() {
+        for cmd in [
+            "sed --e=e f",
+            "sed -n --expression=p --e=1e\\ id f",
+            "sed --expr=1e\\ id f",
+            "sed --fi=script f",
+            "sort -S 16k --co=sh f",
+            "sort --compress=sh f",
+            "tar --use=sh -tf x.tar",
+            "tar --to-c=id -xf x.tar",
+            "tar --checkpoint=1 --checkpoint-a=exec=id -tf x.tar",
+            "tar --info=x -tf x.tar",
+            "tar --rsh-command=x -tf h:x.tar",
+            "tar --rmt-command=x -tf h:x.tar",
+            "git -C repo ls-remote --upload-pack=id .",
+            "git -C repo archive --remote=. --exec=id HEAD",
+            "git fetch --upload-pack=id .",
+            "git clone -u id . x",
+            "git push --receive-pack=id .",
+            "git -C repo grep --open=id hi",
+            "git -C repo grep -iOid hi",
+            "git -C repo --shallow-file status difftool -y -x id a b",
+            "git -C repo --attr-source stash difftool -x id",
+            "git rebase --ex=id HEAD~1",
+            "git rebase -qxid HEAD~1",
+            "less --lesskey-src=k f",
+            "less -k k f",
+            "zip x.zip f --tes --unzip-c=id",
+            "man --pag=id ls",
+            "man --ht=id ls",
+            "man -C cfg ls",
+            "make --eval=x -f /dev/null",
+            "tclsh",
+            "irb",
+            "erb",
+            "ed f",
+            "scp -o ProxyCommand=id a h:b",
+        ] {
+            assert!(runs_any(cmd), "{cmd}");
+        }
+        // The reader: an escaped backslash is no continuation, `r` takes no
+        // continuation, a delimiter inside a bracket expression is a character.
+        assert!(
+            runs_any("sed -n 1a\\x\\\\\n1e\\ id f")
+                || sed_script("1a x\\\\\n1e id").is_some_and(|f| f.runs_e)
+        );
+        assert!(sed_script("1a x\\\\\n1e id").is_some_and(|f| f.runs_e));
+        assert!(sed_script("1r foo\\\n1e id").is_some_and(|f| f.runs_e));
+        assert!(sed_script("s/[/]/w/;e id").is_some_and(|f| f.runs_e && !f.writes));
+        assert!(sed_script("s/[[:alpha:]/]/x/g").is_some_and(|f| !f.runs_e && !f.writes));
+        // Git's own valueless flags still leave the command readable.
+        assert!(!runs_any("git --no-pager log"));
+        assert!(!runs_any("git -P -C repo status"));
+        assert!(!runs_any("git --git-dir=.git log"));
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! too when the tool shares the daemon's uid; ptrace and
 //! cross-process memory access; io_uring (which would bypass this filter); the mount
 //! family; namespace creation (`unshare`, `setns`, `clone` with CLONE_NEWUSER and
-//! friends); keyrings; bpf; perf_event_open; and the TIOCSTI / TIOCLINUX ioctls that
+//! friends); keyrings; bpf; perf_event_open; the inode-flag ioctls (`chattr`); and the
+//! TIOCSTI / TIOCLINUX ioctls that
 //! inject input into a terminal.
 //!
 //! Landlock does not govern a file's mode, owner, timestamps or extended
@@ -166,6 +167,13 @@ pub fn filters(
         vec![
             SeccompRule::new(vec![arg(1, SeccompCmpOp::Eq, libc::TIOCSTI)?]).map_err(err)?,
             SeccompRule::new(vec![arg(1, SeccompCmpOp::Eq, libc::TIOCLINUX)?]).map_err(err)?,
+            // Inode flags and fsxattrs (`chattr +A`, `+d`, project ids) need only a
+            // descriptor opened for reading, which Landlock allows on any readable
+            // file the tool uid owns: refused everywhere (FS_IOC_SETFLAGS, its
+            // 32-bit form, FS_IOC_FSSETXATTR).
+            SeccompRule::new(vec![arg(1, SeccompCmpOp::Eq, 0x4008_6602)?]).map_err(err)?,
+            SeccompRule::new(vec![arg(1, SeccompCmpOp::Eq, 0x4004_6602)?]).map_err(err)?,
+            SeccompRule::new(vec![arg(1, SeccompCmpOp::Eq, 0x401c_5820)?]).map_err(err)?,
         ],
     );
     if metadata_by_path {

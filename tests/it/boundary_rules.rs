@@ -324,3 +324,22 @@ fn everyday_read_only_commands_work_under_allow_rules() {
     let log = results[1]["content"].as_str().unwrap();
     assert!(log.contains("scores"), "{log}");
 }
+
+/// `chattr +A` on a file the tool owns worked under either profile (the
+/// FS_IOC_SETFLAGS ioctl needs only a descriptor opened for reading): refused now.
+#[test]
+fn a_tool_cannot_set_inode_flags_with_chattr() {
+    let root = TestRoot::new("http://127.0.0.1:9");
+    let out = root.run(&[
+        "sandbox",
+        "--",
+        "bash",
+        "-c",
+        "echo x > own && chattr +A own; echo rc=$?; lsattr own",
+    ]);
+    let text = format!("{}{}", stdout(&out), crate::common::stderr(&out));
+    assert!(text.contains("rc=1"), "{text}");
+    assert!(text.contains("Operation not permitted"), "{text}");
+    let flags = text.lines().find(|l| l.ends_with(" own")).unwrap_or("");
+    assert!(!flags.contains('A'), "{text}");
+}

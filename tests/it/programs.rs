@@ -138,6 +138,12 @@ fn cases() -> Vec<Case> {
             MARKER,
         ),
         case(
+            "tar --rsh-command/--rmt-command: runs",
+            "printf '#!/bin/sh\\ntouch M\\nexit 1\\n' > x; chmod +x x",
+            "tar -tf 127.0.0.1:x.tar --rsh-command=./x",
+            MARKER,
+        ),
+        case(
             "tar extract or create: writes",
             "echo a > f; tar -cf a.tar f; rm f",
             "tar -xf a.tar",
@@ -186,6 +192,20 @@ fn cases() -> Vec<Case> {
             MARKER,
         ),
         case(
+            "git --upload-pack/--receive-pack/--exec/clone -u: runs",
+            REPO,
+            "git -C r ls-remote --upload-pack=\"touch $PWD/M;\" .",
+            MARKER,
+        ),
+        case(
+            // `--shallow-file` takes `status` as its value: the command is
+            // `difftool`, which the table does not take for a plain command.
+            "git an alias or unknown command: runs",
+            REPO,
+            "git -C r --shallow-file status difftool -y -x \"touch $PWD/M; true\" HEAD~1 HEAD",
+            MARKER,
+        ),
+        case(
             "git --output: writes",
             REPO,
             "git -C r log --output=../M",
@@ -196,6 +216,13 @@ fn cases() -> Vec<Case> {
             "less a + or ! command: runs",
             "echo a > f; printf '#!/bin/sh\\nless \"+!touch M\\n\" f\\n' > l; chmod +x l",
             "less '+!touch M' f",
+            "TERM=xterm timeout 10 script -qc ./l /dev/null </dev/null >/dev/null 2>&1; test -e M",
+        ),
+        case(
+            "less -k/--lesskey-src/--lesskey-file: runs",
+            "echo a > f; printf '#env\\nLESSOPEN=||touch M; cat %%s\\n' > k; \
+             printf '#!/bin/sh\\nless --lesskey-src=k f\\n' > l; chmod +x l",
+            "less --lesskey-src=k f",
             "TERM=xterm timeout 10 script -qc ./l /dev/null </dev/null >/dev/null 2>&1; test -e M",
         ),
         case(
@@ -272,6 +299,18 @@ fn cases() -> Vec<Case> {
             MARKER,
         ),
         case(
+            "tcl code, a script or stdin: runs",
+            "echo 'exec touch M' > s.tcl",
+            "tclsh s.tcl",
+            MARKER,
+        ),
+        case(
+            "ed any invocation: runs",
+            "echo a > f; printf '!touch M\\nq\\n' > s",
+            "ed -s f < s",
+            MARKER,
+        ),
+        case(
             "vim any invocation: runs",
             "",
             "vim -es -c 'call system(\"touch M\")' -c 'qa!'",
@@ -341,6 +380,12 @@ fn cases() -> Vec<Case> {
             MARKER,
         ),
         case(
+            "make --eval/-E: runs",
+            "",
+            "make -s --eval='$(shell touch M)' -f /dev/null",
+            MARKER,
+        ),
+        case(
             "make any target: runs workspace code",
             "printf 'all:\\n\\ttouch M\\n' > Makefile",
             "make -s",
@@ -362,7 +407,11 @@ fn cases() -> Vec<Case> {
 }
 
 /// Entries no case demonstrates, and why.
-const NOT_RUN: [(&str, &str); 4] = [
+const NOT_RUN: [(&str, &str); 5] = [
+    (
+        "git an unknown global option: runs",
+        "the fail-closed default for a global option harnessd does not know, not a git feature",
+    ),
     (
         "sed unreadable script: runs",
         "the fail-closed default for a script harnessd cannot read, not a sed feature",

@@ -389,8 +389,10 @@ fn every_capability_the_unit_keeps_is_needed_and_together_they_suffice() {
             stderr(&out)
         );
     }
+    // Shown once is enough: under the full suite another test's daemon may reap
+    // stale call cgroups (and so this tree) at its start, a false "died".
     assert!(
-        tree_survives_timeout(&workspace_of_others(), Some("kill")),
+        (0..3).any(|_| tree_survives_timeout(&workspace_of_others(), Some("kill"))),
         "without kill the tree is left running"
     );
 }

@@ -80,7 +80,7 @@ const PROVABLE_BUILTINS: [&str; 6] = [":", "cd", "echo", "false", "pwd", "true"]
 
 /// Programs whose arguments are another command or script: running them runs text
 /// harnessd has not proven.
-const RUNS_OTHER: [&str; 41] = [
+const RUNS_OTHER: [&str; 52] = [
     "bash",
     "sh",
     "dash",
@@ -122,6 +122,17 @@ const RUNS_OTHER: [&str; 41] = [
     "unbuffer",
     "expect",
     "pkexec",
+    "setarch",
+    "linux32",
+    "linux64",
+    "fakeroot",
+    "ssh-agent",
+    "sg",
+    "capsh",
+    "valgrind",
+    "start-stop-daemon",
+    "dbus-run-session",
+    "runcon",
 ];
 const SHELLS: [&str; 11] = [
     "bash", "sh", "dash", "zsh", "ksh", "mksh", "rbash", "fish", "csh", "tcsh", "busybox",
@@ -146,7 +157,7 @@ pub(super) fn not_provable_program(words: &[String]) -> Option<String> {
         ));
     }
     let base = base_name(program);
-    if RUNS_OTHER.contains(&base) {
+    if RUNS_OTHER.contains(&base) || is_dynamic_loader(base) {
         return Some(format!("`{base}` runs another command"));
     }
     if base == "find" && words.iter().any(|w| FIND_RUNS.contains(&w.as_str())) {
@@ -159,6 +170,11 @@ pub(super) fn not_provable_program(words: &[String]) -> Option<String> {
         .map(|e| format!("`{} {}` runs other text: {}", e.program, e.what, e.why))
 }
 
+/// `ld-linux-x86-64.so.2`, `ld.so`: the dynamic loader runs the program it is given.
+fn is_dynamic_loader(base: &str) -> bool {
+    base == "ld.so" || (base.starts_with("ld-") && base.contains(".so"))
+}
+
 /// Whether the program word is a wrapper that runs another command or a shell.
 pub(super) fn is_wrapper_or_shell(words: &[String]) -> bool {
     let skip = words.iter().take_while(|w| is_assignment(w)).count();
@@ -166,6 +182,11 @@ pub(super) fn is_wrapper_or_shell(words: &[String]) -> bool {
         let base = base_name(w);
         RUNS_OTHER.contains(&base)
             || SHELLS.contains(&base)
+            || is_dynamic_loader(base)
+            // A builtin that is not provable can rebind names (`hash -p`,
+            // `alias`, `enable -f`) or run text, so later commands are not what
+            // they seem.
+            || (BUILTINS.contains(&base) && !PROVABLE_BUILTINS.contains(&base))
             || matches!(
                 base,
                 "eval" | "source" | "." | "exec" | "command" | "builtin" | "pkexec"
@@ -756,8 +777,17 @@ fn folded(program: &str, args: &[String]) -> Vec<(String, Vec<String>)> {
                     return w.clone();
                 }
                 options_end |= w == "--";
-                if let Some((_, short)) = longs.iter().find(|(l, _)| w == l) {
+                // Any prefix getopt takes (`--rec`, `--fo`) is the option.
+                let name = w.split_once('=').map_or(w.as_str(), |(n, _)| n);
+                if let Some((_, short)) = longs
+                    .iter()
+                    .find(|(l, _)| name.len() > 2 && name.starts_with("--") && l.starts_with(name))
+                {
                     return short.to_string();
+                }
+                // `--interactive=never` asks nothing: it is `-f`.
+                if program == "rm" && w.starts_with("--interactive=n") {
+                    return "-f".to_string();
                 }
                 // `rm -R` and `cp -R` are `-r`.
                 if matches!(program, "rm" | "cp") && w.starts_with('-') && !w.starts_with("--") {
@@ -766,6 +796,20 @@ fn folded(program: &str, args: &[String]) -> Vec<(String, Vec<String>)> {
                 w.clone()
             })
             .collect();
+        // Tools have no terminal: `rm -r` asks nothing (write-protected files
+        // aside, answered "no" from /dev/null), so it is also tried as `rm -rf`.
+        let short =
+            |w: &String, l: char| w.starts_with('-') && !w.starts_with("--") && w.contains(l);
+        let options: Vec<&String> = canon.iter().take_while(|w| *w != "--").collect();
+        if program == "rm"
+            && options.iter().any(|w| short(w, 'r'))
+            && !options.iter().any(|w| short(w, 'f'))
+        {
+            let forced = std::iter::once("-f".to_string())
+                .chain(canon.iter().cloned())
+                .collect();
+            out.push((program.to_string(), forced));
+        }
         if matches!(program, "rm" | "cp") {
             let upper = canon
                 .iter()
