@@ -638,33 +638,7 @@ fn sed(args: &[String], out: &mut Vec<&'static Entry>) {
         } else if a.starts_with("--") {
             // --quiet, --posix, --regexp-extended, --separate, --null-data, …
         } else {
-            // A cluster: `-ne 'p'`, `-e'p'`, `-i.bak`, `-nf f`, `-l 5`.
-            let cluster = &a[1..];
-            for (at, c) in cluster.char_indices() {
-                let attached = &cluster[at + c.len_utf8()..];
-                match c {
-                    'e' | 'f' | 'l' => {
-                        let value = if attached.is_empty() {
-                            i += 1;
-                            args.get(i - 1).map(String::as_str)
-                        } else {
-                            Some(attached)
-                        };
-                        match c {
-                            'e' => scripts.extend(value),
-                            'f' => out.push(entry("sed", "-f")),
-                            _ => {}
-                        }
-                        break;
-                    }
-                    'i' => {
-                        // `-i` takes the rest of the cluster as its suffix.
-                        out.push(entry("sed", "-i"));
-                        break;
-                    }
-                    _ => {}
-                }
-            }
+            sed_cluster(&a[1..], args, &mut i, &mut scripts, out);
         }
     }
     let has_file_script = out.iter().any(|e| e.what.starts_with("-f"));
@@ -688,6 +662,43 @@ fn sed(args: &[String], out: &mut Vec<&'static Entry>) {
         }
     }
     out.dedup();
+}
+
+/// One cluster of sed's short options (`-ne 'p'`, `-e'p'`, `-i.bak`, `-nf f`,
+/// `-l 5`): a script it names goes to `scripts`, `-f` and `-i` to `out`; `i` moves
+/// past a separate value.
+fn sed_cluster<'a>(
+    cluster: &'a str,
+    args: &'a [String],
+    i: &mut usize,
+    scripts: &mut Vec<&'a str>,
+    out: &mut Vec<&'static Entry>,
+) {
+    for (at, c) in cluster.char_indices() {
+        let attached = &cluster[at + c.len_utf8()..];
+        match c {
+            'e' | 'f' | 'l' => {
+                let value = if attached.is_empty() {
+                    *i += 1;
+                    args.get(*i - 1).map(String::as_str)
+                } else {
+                    Some(attached)
+                };
+                match c {
+                    'e' => scripts.extend(value),
+                    'f' => out.push(entry("sed", "-f")),
+                    _ => {}
+                }
+                break;
+            }
+            'i' => {
+                // `-i` takes the rest of the cluster as its suffix.
+                out.push(entry("sed", "-i"));
+                break;
+            }
+            _ => {}
+        }
+    }
 }
 
 /// What a sed script holds.

@@ -761,6 +761,36 @@ fn merged_forms(program: &str, args: &[String], out: &mut Vec<String>) {
 /// main`; `find d -delete` is also `rm -rf d`.
 fn folded(program: &str, args: &[String]) -> Vec<(String, Vec<String>)> {
     let mut out = vec![(program.to_string(), args.to_vec())];
+    out.extend(option_spellings(program, args));
+    match program {
+        "kill" => out.extend(kill_spellings(args)),
+        "git" => out.extend(git_push_forced(args)),
+        "find" if args.iter().any(|a| a == "-delete") => {
+            let paths: Vec<String> = args
+                .iter()
+                .take_while(|a| !a.starts_with('-') && *a != "(" && *a != "!")
+                .cloned()
+                .collect();
+            let paths = if paths.is_empty() {
+                vec![".".to_string()]
+            } else {
+                paths
+            };
+            out.push((
+                "rm".into(),
+                std::iter::once("-rf".to_string()).chain(paths).collect(),
+            ));
+        }
+        _ => {}
+    }
+    out
+}
+
+/// `rm`, `cp`, `mv`, `chmod`, `chown`, `chgrp` with their long options (and any
+/// prefix of them) as short ones, `-R` as `-r` for `rm` and `cp` (and back), and
+/// `rm -r` also as `rm -rf`.
+fn option_spellings(program: &str, args: &[String]) -> Vec<(String, Vec<String>)> {
+    let mut out = Vec::new();
     let longs: &[(&str, &str)] = match program {
         "rm" => &[("--recursive", "-r"), ("--force", "-f"), ("--dir", "-d")],
         "cp" => &[("--recursive", "-r"), ("--force", "-f")],
@@ -824,27 +854,6 @@ fn folded(program: &str, args: &[String]) -> Vec<(String, Vec<String>)> {
             out.push((program.to_string(), upper));
         }
         out.push((program.to_string(), canon));
-    }
-    match program {
-        "kill" => out.extend(kill_spellings(args)),
-        "git" => out.extend(git_push_forced(args)),
-        "find" if args.iter().any(|a| a == "-delete") => {
-            let paths: Vec<String> = args
-                .iter()
-                .take_while(|a| !a.starts_with('-') && *a != "(" && *a != "!")
-                .cloned()
-                .collect();
-            let paths = if paths.is_empty() {
-                vec![".".to_string()]
-            } else {
-                paths
-            };
-            out.push((
-                "rm".into(),
-                std::iter::once("-rf".to_string()).chain(paths).collect(),
-            ));
-        }
-        _ => {}
     }
     out
 }
