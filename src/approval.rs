@@ -182,7 +182,7 @@ impl Approver for TerminalApprover {
 /// Shows the call on the terminal and reads one line of answer.
 async fn prompt(req: &ApprovalRequest, always: bool) -> String {
     // Every character of the input, escaped and wrapped: what is approved is
-    // exactly what is shown (SPEC §8).
+    // exactly what is shown (docs/commands.md).
     let width = crate::text::terminal_width(std::io::stderr().as_fd())
         .unwrap_or(crate::text::DEFAULT_WIDTH);
     let choices = if always {

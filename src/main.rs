@@ -38,7 +38,7 @@ fn main() {
         Err(e) if is_broken_pipe(&e) => std::process::exit(0),
         Err(e) => {
             // A config error (either file, the API key) is shown as it is, without
-            // a chain, and is a usage error (SPEC §8).
+            // a chain, and is a usage error (docs/commands.md).
             if let Some(StartError::Config(c)) = e.downcast_ref::<StartError>() {
                 let _ = writeln!(
                     std::io::stderr(),

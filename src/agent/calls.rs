@@ -202,7 +202,7 @@ async fn admit(
                 decision.rule_label()
             )
         }))),
-        // What a human approved runs with the write set (SPEC §4).
+        // What a human approved runs with the write set (docs/policy.md).
         Tier::Ask => ask(env, task_id, (id, name, input), decision.rule_label())
             .await?
             .map(|()| policy::Profile::Write),

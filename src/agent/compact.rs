@@ -1,4 +1,4 @@
-//! Context compaction (SPEC §6): when a response reports more input tokens than
+//! Context compaction (docs/guide.md): when a response reports more input tokens than
 //! `context.compress_threshold_tokens`, or the API answers 400 "prompt is too
 //! long", the history is made smaller before the next request.
 //!

@@ -1,6 +1,6 @@
 //! The turn loop: send system + tools + the whole history, run the tool calls the
 //! model asks for, send every result back in one user message, repeat until the
-//! model ends its turn or a limit stops the task (SPEC §6).
+//! model ends its turn or a limit stops the task (docs/guide.md).
 //!
 //! The loop owns the history and its invariants (every `tool_use` answered exactly
 //! once, in order; the assistant message appended exactly as received). It never
@@ -873,7 +873,7 @@ pub async fn run_task(env: &TaskEnv, spec: &TaskSpec) -> Result<TaskOutcome, Eve
         Ok(Err(e)) => {
             // The audit log failed: nothing more may happen unrecorded, but the
             // end itself is still worth a try: a full disk gives up its reserve for
-            // exactly this line (SPEC §7). If it fails too, the caller owes it.
+            // exactly this line (docs/events.md). If it fails too, the caller owes it.
             let error = e.to_string();
             return match run.finish(StopReason::Error, Some(error)).await {
                 Ok(outcome) => Ok(outcome),

@@ -1,4 +1,4 @@
-//! Where a task stands and why it stopped (SPEC §6, §9), and the exit code
+//! Where a task stands and why it stopped (docs/guide.md, docs/api.md), and the exit code
 //! `harnessd run` (and `submit --wait`) gives for it. One typed value travels through
 //! the transcript, the control API, the clients and the exit code; nothing re-parses
 //! a string.
@@ -45,7 +45,7 @@ impl StopReason {
         }
     }
 
-    /// Exit code of `harnessd run` (SPEC §8).
+    /// Exit code of `harnessd run` (docs/commands.md).
     pub fn exit_code(self) -> i32 {
         match self {
             StopReason::EndTurn => 0,
@@ -66,7 +66,7 @@ impl std::fmt::Display for StopReason {
     }
 }
 
-/// Where a task stands (SPEC §9).
+/// Where a task stands (docs/api.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskStatus {
@@ -108,7 +108,7 @@ impl TaskStatus {
 mod tests {
     use super::*;
 
-    /// The serde names are the names SPEC §6 and §9 use, and `as_str` agrees.
+    /// The serde names are the names docs/guide.md, docs/api.md use, and `as_str` agrees.
     #[test]
     fn wire_names_match_as_str() {
         for s in TaskStatus::ALL {

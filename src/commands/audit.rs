@@ -1,5 +1,5 @@
 //! `harnessd audit verify`: checks the audit log's hash chain and seq over every
-//! file (SPEC §7, §8). Reads only `config/config.toml` to find the log, so a
+//! file (docs/events.md, docs/commands.md). Reads only `config/config.toml` to find the log, so a
 //! broken policy file does not stop an audit.
 
 use std::io::Write as _;

@@ -1,4 +1,4 @@
-//! What `check` warns about: settings that weaken the boundary (SPEC §4), and the
+//! What `check` warns about: settings that weaken the boundary (docs/policy.md), and the
 //! one gap no path rule can close.
 //!
 //! An allowed path weakens the boundary when it overlaps a guarded place after
@@ -20,7 +20,7 @@ pub const HARD_LINK_GAP: &str = "a hard link placed inside an allowed tree by so
     (Landlock, bubblewrap or Seatbelt) can see that. Keep files tools must not reach from \
     being hard-linked into allowed paths (e.g. keep them on another filesystem)";
 
-/// What a daemon that is not root costs its tools (SPEC §4 `sandbox.user`), stated
+/// What a daemon that is not root costs its tools (docs/policy.md `sandbox.user`), stated
 /// by `check` when it runs as another user than root.
 pub const SAME_UID_METADATA_COST: &str = "path-based chmod/chown/utimes/setxattr refused for \
     every path (tools share the daemon's uid, so nothing else would keep them off its own \
@@ -189,7 +189,7 @@ fn guarded_for_read(loaded: &Loaded, homes: &[PathBuf]) -> Vec<Guarded> {
 
 /// The warning when `workspace` and `transcripts` are on one filesystem (same
 /// `st_dev`): the audit log's reserve bounds what tool output may take, but writes
-/// into the workspace are bounded only by its filesystem (SPEC §10). Either missing:
+/// into the workspace are bounded only by its filesystem (docs/sandbox.md). Either missing:
 /// nothing to compare yet.
 pub fn shared_filesystem(workspace: &Path, transcripts: &Path) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
@@ -239,7 +239,7 @@ pub fn warnings(loaded: &Loaded, homes: &[PathBuf]) -> Vec<String> {
                      socket: allow writing to the workspace (or directories outside the root) only",
                 );
             }
-            // Write access includes read access (SPEC §10: read ∪ write).
+            // Write access includes read access (docs/sandbox.md: read ∪ write).
             check(
                 "read",
                 &read_guard,
@@ -269,7 +269,7 @@ pub fn warnings(loaded: &Loaded, homes: &[PathBuf]) -> Vec<String> {
     out
 }
 
-/// Warnings about `run_bash` allow rules (SPEC §4): a rule for a program with
+/// Warnings about `run_bash` allow rules (docs/policy.md): a rule for a program with
 /// *runs* entries never allows the commands that use them (they are not
 /// provable), which the operator may not expect; an `allow_write` rule for a
 /// program that runs workspace code grants whatever the workspace holds then.

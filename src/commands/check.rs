@@ -389,7 +389,7 @@ pub fn run(
     };
     let findings = Findings::gather(&loaded, helper, env);
     let report = report_json(&loaded, &findings);
-    // SPEC §4: a full sandbox that cannot be had is a configuration this host
+    // docs/policy.md: a full sandbox that cannot be had is a configuration this host
     // cannot run, so it fails like any config error, not with an "ok".
     let code = if findings.refused { EXIT_CONFIG } else { 0 };
     let mut out = std::io::stdout().lock();

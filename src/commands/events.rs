@@ -1,4 +1,4 @@
-//! `harnessd events`: queries the audit log (SPEC §8). Through the daemon's
+//! `harnessd events`: queries the audit log (docs/commands.md). Through the daemon's
 //! `/v1/events` when it runs (and always with `--follow`), from the files
 //! otherwise; either way the log is streamed, never held whole. A table by
 //! default, the log's own JSON lines with `--json`. An unknown `--type`, a bad

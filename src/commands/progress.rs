@@ -1,6 +1,6 @@
 //! The readable progress trail of `harnessd run` on stderr, drawn from the events
 //! as they are written (so it shows exactly what the record holds). Every text
-//! field goes through `short`, which escapes it (SPEC §8).
+//! field goes through `short`, which escapes it (docs/commands.md).
 
 use std::io::Write;
 use std::time::{Duration, Instant};

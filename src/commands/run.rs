@@ -1,5 +1,5 @@
 //! `harnessd run "TASK"`: one task in-process. Answer on stdout, progress on
-//! stderr, exit code from the stop reason (SPEC §8).
+//! stderr, exit code from the stop reason (docs/commands.md).
 
 use std::future::Future;
 use std::io::Write;
@@ -40,7 +40,7 @@ pub fn run(opts: RunOptions, env: impl Fn(&str) -> Option<String>) -> anyhow::Re
     }
     let runtime = super::runtime()?;
     runtime.block_on(async {
-        // Installed here, at the top, and handed down (SPEC §8: Ctrl-C exits 130).
+        // Installed here, at the top, and handed down (docs/commands.md: Ctrl-C exits 130).
         let interrupted = super::signals::interrupt()?;
         run_async(opts, env, interrupted, super::signals::hangups()).await
     })
@@ -111,7 +111,7 @@ async fn run_async(
         eprintln!("error: {}", escape_text(&e.to_string()));
     }
     let mut out = std::io::stdout().lock();
-    // The answer is model text: newlines stay, controls are escaped (SPEC §8).
+    // The answer is model text: newlines stay, controls are escaped (docs/commands.md).
     if !outcome.answer.is_empty() {
         writeln!(out, "{}", escape_text(&outcome.answer))?;
     }

@@ -1,7 +1,7 @@
 //! `harnessd sandbox [--read-only] -- CMD…`: run a command through exactly the path
 //! a tool takes, with the current policy and the write profile (or the read-only
 //! one of a pattern-allowed call), so an operator can try a policy out. The command gets
-//! no terminal (SPEC §8): stdin is `/dev/null`, stdout and stderr are pipes whose
+//! no terminal (docs/commands.md): stdin is `/dev/null`, stdout and stderr are pipes whose
 //! bytes harnessd relays to its own (escaped where those are a terminal, byte for
 //! byte to a pipe or a file), and the helper is a session leader with no
 //! controlling terminal. Its exit code is the command's own (124 on timeout, 125

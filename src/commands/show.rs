@@ -1,4 +1,4 @@
-//! `harnessd show ID` (SPEC §8): one task from its transcript and the audit log,
+//! `harnessd show ID` (docs/commands.md): one task from its transcript and the audit log,
 //! with no daemon needed: prompt, model, status, usage, duration, then each tool
 //! call (tool, full input, decision and rule, approver, exit, duration, output
 //! file), then the answer under its own `answer:` label, every line indented. The transcript holds the full inputs and the answer;
@@ -88,8 +88,8 @@ pub fn run(root: &Path, id: &str, json_out: bool) -> anyhow::Result<i32> {
 
 fn build(t: &Transcript, events: &Path) -> anyhow::Result<Shown> {
     let mut calls: Vec<Call> = Vec::new();
-    // A `tool_use` reusing an earlier id never ran (the task stopped on it, SPEC
-    // §7): the call listed, with the log's records of that id, is the first.
+    // A `tool_use` reusing an earlier id never ran (the task stopped on it, see
+    // docs/events.md): the call listed, with the log's records of that id, is the first.
     let mut listed = std::collections::HashSet::new();
     for m in t.messages.iter().filter(|m| m.role == Role::Assistant) {
         for (id, tool, input) in m.tool_uses() {
@@ -115,7 +115,7 @@ fn build(t: &Transcript, events: &Path) -> anyhow::Result<Shown> {
         usd: t.usd,
         created: t.created.clone(),
         duration_ms: None,
-        // A `run` is the operator at the terminal (SPEC §7: `cli`).
+        // A `run` is the operator at the terminal (docs/events.md: `cli`).
         submitted_by: t
             .by
             .clone()
@@ -236,7 +236,7 @@ fn print(out: &mut impl Write, s: &Shown) -> std::io::Result<()> {
 /// starting with four is never one of them, whatever the model wrote.
 const ANSWER_INDENT: &str = "    ";
 
-/// The model's answer under its own label, every line indented (SPEC §8), so model
+/// The model's answer under its own label, every line indented (docs/commands.md), so model
 /// text that imitates a call record can never pass for one.
 fn print_answer(out: &mut impl Write, answer: &str) -> std::io::Result<()> {
     writeln!(out, "\nanswer:")?;
@@ -255,7 +255,7 @@ fn print_call(out: &mut impl Write, n: usize, c: &Call) -> std::io::Result<()> {
         escape_line(&c.tool),
         escape_line(&c.tool_use_id)
     )?;
-    // The input is shown whole (SPEC §8), as JSON with every control escaped.
+    // The input is shown whole (docs/commands.md), as JSON with every control escaped.
     writeln!(out, "  input     {}", escape_json(&c.input.to_string()))?;
     writeln!(
         out,

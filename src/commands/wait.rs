@@ -4,7 +4,7 @@
 //! moment the task asks for an approval, prints on stderr what is asked (id, tool,
 //! rule, every character of the input, escaped) and the exact commands that answer
 //! it. At the end: the answer on stdout, the stop reason and the error on stderr,
-//! and the exit code of `run` (SPEC §8). It must not print the task as a success
+//! and the exit code of `run` (docs/commands.md). It must not print the task as a success
 //! unless the daemon lists it finished with a stop reason.
 
 use std::collections::HashSet;

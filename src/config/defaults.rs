@@ -2,8 +2,8 @@
 //! key types ([`Config`], [`Settings`]) and their `Default`s.
 //!
 //! Nothing here reads a root. Editing a root's files — the repository's own
-//! included — never changes what the binary builds or what `init` writes (SPEC
-//! §2): `config/config.toml` is rendered from the JSON Schema of [`Config`] (each
+//! included — never changes what the binary builds or what `init` writes
+//! (docs/config.md): `config/config.toml` is rendered from the JSON Schema of [`Config`] (each
 //! key with its doc comment, its default, and unset keys commented out with an
 //! example), `policies/settings.json` from [`Settings::default`].
 

@@ -147,7 +147,7 @@ pub fn restore_settings(
 
 /// The list a remembered rule goes to: a pattern rule of `run_bash` or
 /// `run_python` to `allow_write`, since what the human approved ran with writes
-/// and an `allow` pattern would run it read-only (SPEC §4); any other to `allow`.
+/// and an `allow` pattern would run it read-only (docs/policy.md); any other to `allow`.
 fn list_for(rule: &str) -> &'static str {
     match crate::policy::Rule::parse(rule) {
         Ok(r) if r.tool.runs_commands() && !r.is_whole_tool() => "allow_write",

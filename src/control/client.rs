@@ -93,7 +93,7 @@ async fn send(
 
 /// Who may use `socket`, for a caller the kernel refused: the daemon's user and
 /// root, and the group of the socket when its mode lets the group in (that is
-/// `daemon.operators_group`, SPEC §9). Read from the socket, or from its
+/// `daemon.operators_group`, docs/api.md). Read from the socket, or from its
 /// directory when the caller cannot even look inside it.
 fn access_hint(socket: &Path) -> String {
     use std::os::unix::fs::MetadataExt;

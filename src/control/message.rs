@@ -1,4 +1,4 @@
-//! The bodies of the control API's requests and responses (SPEC §9), one type per
+//! The bodies of the control API's requests and responses (docs/api.md), one type per
 //! body. Field order is wire order (serde_json keeps it), so reordering a field
 //! changes the bytes every client sees.
 

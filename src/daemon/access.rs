@@ -1,4 +1,4 @@
-//! Who may call the control API (SPEC §9): the daemon's own user, root, and members
+//! Who may call the control API (docs/api.md): the daemon's own user, root, and members
 //! of `daemon.operators_group`; the uid tools run as (`sandbox.user`) never, even
 //! when it is in the group or the socket's mode would let it connect. File
 //! permissions on the socket are the first fence; this is the one that does not

@@ -1,4 +1,4 @@
-//! The control API: HTTP/1.1 + JSON on the unix socket (SPEC §9). Every error is
+//! The control API: HTTP/1.1 + JSON on the unix socket (docs/api.md). Every error is
 //! `{error: {type, message}}` with a fitting status. Every request is first
 //! authorised by the peer's uid, from SO_PEERCRED ([`super::access`]); who answered
 //! an approval is that uid too.
@@ -74,7 +74,7 @@ pub struct Peer {
 
 impl Peer {
     /// Who acted, for the audit log's `by`: `uid:N (name)`, the name from the
-    /// user database when it has one (SPEC §7).
+    /// user database when it has one (docs/events.md).
     pub fn by(&self) -> String {
         let Some(uid) = self.uid else {
             return "uid:unknown".to_string();
@@ -181,7 +181,7 @@ pub fn router(state: AppState) -> Router {
             ApiError::new(
                 StatusCode::NOT_FOUND,
                 "not_found",
-                "no such endpoint; see SPEC §9",
+                "no such endpoint; see docs/api.md",
             )
         })
         .method_not_allowed_fallback(|| async {
@@ -287,7 +287,7 @@ async fn metrics(State(s): State<AppState>) -> Response {
 }
 
 /// 200 while the audit log can be written; 503 with the reason while its last
-/// write failed (SPEC §7, §9).
+/// write failed (docs/events.md, docs/api.md).
 async fn healthz(State(s): State<AppState>) -> Response {
     match s.scheduler.events().failing() {
         None => Json(json!({"status": "ok"})).into_response(),
@@ -393,7 +393,7 @@ fn list_query(p: ListParams) -> Result<ListQuery, ApiError> {
     })
 }
 
-/// A page of tasks, newest first; items carry no answer (SPEC §9).
+/// A page of tasks, newest first; items carry no answer (docs/api.md).
 async fn list_tasks(
     State(s): State<AppState>,
     p: Result<Query<ListParams>, QueryRejection>,

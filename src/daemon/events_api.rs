@@ -1,4 +1,4 @@
-//! `GET /v1/events` (SPEC §8, §9): the matching lines of the audit log across its
+//! `GET /v1/events` (docs/commands.md, docs/api.md): the matching lines of the audit log across its
 //! rotated files, then, with `follow`, new ones as they are written.
 //!
 //! Memory is bounded whatever the log's size: the files are read one line at a
@@ -46,7 +46,7 @@ pub(super) struct EventsQuery {
 }
 
 /// An `unreadable_line` object, newline included: what a reader sends in place of
-/// line `line` of `file` (SPEC §7: never skipped silently).
+/// line `line` of `file` (docs/events.md: never skipped silently).
 fn unreadable_line(file: &std::path::Path, line: u64, error: &str) -> Bytes {
     let mut text = json!({
         "type": "unreadable_line",

@@ -1,5 +1,5 @@
 //! Tasks the audit log shows begun and never ended get their `task_finished`
-//! (SPEC §1 property 3: nothing on the record is left open by a crash or a full
+//! (no action without its record: nothing on the record is left open by a crash or a full
 //! disk).
 //!
 //! Two ways a task can lack it, both closed here:

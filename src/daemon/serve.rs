@@ -407,7 +407,7 @@ pub async fn serve(
     Ok(())
 }
 
-/// How long a request's head may take to arrive (SPEC §3). hyper restarts this
+/// How long a request's head may take to arrive (docs/config.md). hyper restarts this
 /// clock whenever a connection waits for a head, so it also bounds how long a
 /// kept-alive connection may sit idle between requests.
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);

@@ -1,4 +1,4 @@
-//! The event types of `events.jsonl` (SPEC §7). Each serialises with a `type` tag;
+//! The event types of `events.jsonl` (docs/events.md). Each serialises with a `type` tag;
 //! the writer adds `seq`, `ts`, `prev` and `task_id`. The JSON Schema of a line
 //! ([`events_schema`]) is generated from these types, and the list of valid
 //! `--type` values is read from it, so neither can drift from what is written.

@@ -205,7 +205,7 @@ impl EventLog {
         done.await.map_err(|_| EventError::Closed)?
     }
 
-    /// Holds the reserve (SPEC §7): `path` (`transcripts/.reserve`) preallocated to
+    /// Holds the reserve (docs/events.md): `path` (`transcripts/.reserve`) preallocated to
     /// `mb` MiB, given up by the writer only to record a failure when the disk
     /// fills, and taken back when space returns. 0 removes a left-over reserve.
     /// `Err` says why it could not be held; the log then runs without one.
@@ -235,7 +235,7 @@ impl EventLog {
 
     /// Writes the chain head to the diagnostic log (journald under systemd), a
     /// record the audit log's own tools cannot rewrite: a log rewritten whole,
-    /// chain and all, no longer ends in a head logged there (SPEC §7).
+    /// chain and all, no longer ends in a head logged there (docs/events.md).
     pub fn log_head(&self, when: &str) {
         let (seq, hash) = self.head();
         // stderr, like the daemon's other start and stop lines: journald keeps it

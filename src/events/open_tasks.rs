@@ -1,6 +1,6 @@
 //! Reading the audit log back (read-only): which tasks it shows begun and never
 //! ended, for the start-up check that every task the log shows accepted gets its
-//! `task_finished` (SPEC §1 property 3, §9).
+//! `task_finished` (no action without its record; docs/api.md).
 //!
 //! Streamed one line at a time; only the lines of task lifecycle events are
 //! parsed, so a start reads a large log at about the speed of the disk.

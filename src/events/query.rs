@@ -1,4 +1,4 @@
-//! Queries over the audit log (SPEC §8): `events --task --type --tool --since
+//! Queries over the audit log (docs/commands.md): `events --task --type --tool --since
 //! --until --grep`, and the same as `/v1/events` query parameters. The files are
 //! streamed one line at a time, so memory is bounded by the longest line; rotated
 //! files that end before `--since` (or before the seq a follower already has) are

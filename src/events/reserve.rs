@@ -1,4 +1,4 @@
-//! The reserve (SPEC §7, §10): a preallocated file, `transcripts/.reserve`, of
+//! The reserve (docs/events.md, docs/sandbox.md): a preallocated file, `transcripts/.reserve`, of
 //! `audit.reserve_mb` MiB that holds disk space for the audit log. The event
 //! writer owns it: when a line cannot be written for a full disk it gives the
 //! space up, so the failure itself (the task's `task_finished` with its error)

@@ -1,6 +1,6 @@
 //! The set of files that make up the audit log: the rotated files
 //! `events-<first_seq>-<last_seq>.jsonl` next to the live file, oldest first, then
-//! the live file itself (SPEC §7). Every reader lists the set here, so that none
+//! the live file itself (docs/events.md). Every reader lists the set here, so that none
 //! forgets a file, and reads it through [`SegmentLines`], one line at a time.
 
 use std::collections::VecDeque;

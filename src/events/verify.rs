@@ -1,5 +1,5 @@
 //! `audit verify`: checks every line's `seq` and `prev` over every file of the
-//! log in order (SPEC §7). Streams the files with one line of lookahead, so memory
+//! log in order (docs/events.md). Streams the files with one line of lookahead, so memory
 //! holds two lines whatever the log's size; the lookahead tells an edited line (the
 //! next line's `prev` no longer matches it) from a forged or reordered one.
 

@@ -1,6 +1,6 @@
 //! How much tool output a task may keep on disk: the per-task spool budget
-//! (`output.max_spool_mb`, SPEC §7) and the floor of free space kept for the audit
-//! log (`audit.reserve_mb`, SPEC §7, §10). Bytes past either are counted, not kept;
+//! (`output.max_spool_mb`, docs/events.md) and the floor of free space kept for the audit
+//! log (`audit.reserve_mb`, docs/events.md, docs/sandbox.md). Bytes past either are counted, not kept;
 //! the process is never killed for them (only the flood cap kills).
 //!
 //! It owns no file: the spool writers ask it before each write, and it answers how

@@ -440,7 +440,7 @@ fn kill_tree(helper: Pid) {
 /// profile the helper adds more (see `sandbox::environment`).
 ///
 /// Every git call trusts the workspace and the repositories below it as safe
-/// directories (SPEC §4): the tool uid does not own an operator's checkout, and
+/// directories (docs/policy.md): the tool uid does not own an operator's checkout, and
 /// git refuses a repository owned by another uid. Two entries, because git matches
 /// `safe.directory` exactly unless it ends in `/*`, which then matches only what
 /// lies below; never `*`, which would trust every repository on the host.

@@ -6,7 +6,7 @@
 //! their default ACL too, so what the operator adds later is reachable as well.
 //! Only `.tmp`, which harnessd makes for tools, is owned by the tool user.
 //!
-//! The workspace is tool-writable, so everything here is done as SPEC §10 asks:
+//! The workspace is tool-writable, so everything here is done as docs/sandbox.md asks:
 //! never by a path a tool could rewrite between two calls. The workspace is opened
 //! once (`O_DIRECTORY|O_NOFOLLOW`), and every entry below it is reached relative to
 //! its parent's descriptor with no symlink following, opened as an `O_PATH`

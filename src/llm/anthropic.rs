@@ -1,5 +1,5 @@
 //! The Anthropic Messages API over reqwest (rustls): one request, retried exactly
-//! as SPEC §3 says, each failed attempt reported to the caller's callback before
+//! as docs/config.md says, each failed attempt reported to the caller's callback before
 //! the wait (the agent loop records it as a `model_error` event). Prompt-cache
 //! breakpoints are placed here, on the last tool definition, the system prompt and
 //! the newest message, so they move forward every turn. A streamed answer is read
@@ -96,7 +96,7 @@ impl Failure {
         }
     }
 
-    /// A failure with this status, retried if the status is (SPEC §3).
+    /// A failure with this status, retried if the status is (docs/config.md).
     pub(super) fn with_status(status: u16, message: String) -> Failure {
         Failure {
             status: Some(status),
@@ -382,7 +382,7 @@ fn transport_message(e: &reqwest::Error) -> String {
     msg
 }
 
-/// The wait a `retry-after` header asks for (SPEC §3), capped at 60 s: either
+/// The wait a `retry-after` header asks for (docs/config.md), capped at 60 s: either
 /// delay-seconds or an HTTP-date in any of the three forms RFC 7231 §7.1.1.1 says a
 /// recipient must accept (IMF-fixdate, RFC 850, asctime), measured from `now`.
 ///

@@ -31,7 +31,7 @@ pub enum StreamError {
 impl StreamError {
     /// The HTTP status the same error has when the API answers it before the
     /// stream starts, so a mid-stream error is retried exactly as that status is
-    /// (SPEC §3). `None` for an error type without a status.
+    /// (docs/config.md). `None` for an error type without a status.
     pub fn status(&self) -> Option<u16> {
         let StreamError::Api { kind, .. } = self else {
             return None;

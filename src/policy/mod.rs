@@ -129,7 +129,7 @@ impl Policy {
     }
 }
 
-/// What a call that runs may write (SPEC §4): the kernel enforces it.
+/// What a call that runs may write (docs/policy.md): the kernel enforces it.
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Profile {
@@ -284,7 +284,7 @@ pub fn decide(policy: &Policy, subject: Subject<'_>) -> Decision {
     if let Some(r) = ask {
         return decided(Tier::Ask, Some(r.text.clone()), Profile::Write);
     }
-    // What a deny rule cannot see is asked, above every allow (SPEC §4).
+    // What a deny rule cannot see is asked, above every allow (docs/policy.md).
     let raise = |d: Decision| match (&raised, d.tier) {
         (Some(why), Tier::Allow) => Decision {
             tier: Tier::Ask,
@@ -593,7 +593,7 @@ mod tests {
     }
 
     /// Spellings of `rm -rf` found by the attack session after issue 8, each within
-    /// SPEC §4's normalisation (short options merged, wrappers looked through, every
+    /// docs/policy.md's normalisation (short options merged, wrappers looked through, every
     /// seen command): an extra option letter, `env -`, a wrapper's long option with
     /// a separate argument, `stdbuf`'s options, `busybox`, a shell run by
     /// `find -exec`, a function body, `coproc`, a `(pattern)` of `case`. Each fell

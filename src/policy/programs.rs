@@ -1,4 +1,4 @@
-//! What other programs do with their arguments (SPEC §4): the one table of
+//! What other programs do with their arguments (docs/policy.md): the one table of
 //! programs whose options make them *run* other text or *write* files they name.
 //!
 //! A *runs* entry makes a command not provable: no `allow` or `allow_write`

@@ -84,7 +84,7 @@ pub fn apply(c: &Confinement, report: &mut Report) -> Result<(), String> {
     // A tool that keeps the daemon's uid could open the daemon's own sockets.
     let same_uid_as_daemon = !Uid::effective().is_root();
     layer(report, "privilege_drop", drop_privileges(&c.limits.user))?;
-    // SPEC §10: tools never run as uid 0, whatever `require` says. A best_effort
+    // docs/sandbox.md: tools never run as uid 0, whatever `require` says. A best_effort
     // sandbox whose user cannot be had falls back to `nobody`'s uid, or refuses.
     if Uid::effective().is_root() {
         drop_privileges(FALLBACK_UID).map_err(|e| {

@@ -34,7 +34,7 @@ pub struct Confinement {
     pub limits: Limits,
 }
 
-/// What a tool process may write (SPEC §4).
+/// What a tool process may write (docs/policy.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Profile {

@@ -18,7 +18,7 @@ pub struct PathSets {
     pub write: Vec<PathBuf>,
 }
 
-/// Lowest ABI that gives everything SPEC §10 asks of Landlock (scopes came in 6).
+/// Lowest ABI that gives everything docs/sandbox.md asks of Landlock (scopes came in 6).
 pub const FULL_ABI: u32 = 6;
 
 /// Restricts the calling thread (and everything it execs) to `paths`, and TCP to

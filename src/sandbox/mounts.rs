@@ -1,4 +1,4 @@
-//! The read-only profile's filesystem (SPEC §4 "What an allow grants"): the call's
+//! The read-only profile's filesystem (docs/policy.md "What an allow grants"): the call's
 //! own mount namespace with a private tmpfs on `/tmp`, so a read-only process
 //! still has somewhere to write temporary files (sort's spill files, compilers'
 //! scratch) that nobody else sees and that is gone when the call ends.

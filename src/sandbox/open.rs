@@ -1,4 +1,4 @@
-//! Opening exactly the path the daemon judged, in the helper (SPEC §4).
+//! Opening exactly the path the daemon judged, in the helper (docs/policy.md).
 //!
 //! The daemon resolves a file tool's path (links followed, `/proc` refused) and
 //! judges the result: an absolute path with no link in it. Here that path is opened

@@ -7,7 +7,7 @@
 ///
 /// The cap is exact: every character of the result except the marker itself —
 /// the newlines that put the marker on its own line included — counts, and there
-/// are at most `max_chars` of them (SPEC §4).
+/// are at most `max_chars` of them (docs/policy.md).
 pub fn truncate_middle(text: &str, max_chars: usize, extra: u64) -> (String, bool) {
     let count = text.chars().count();
     if count <= max_chars && extra == 0 {

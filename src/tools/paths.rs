@@ -1,4 +1,4 @@
-//! Paths of file tools, judged where they really lead (SPEC §4).
+//! Paths of file tools, judged where they really lead (docs/policy.md).
 //!
 //! A tool's path is resolved against the workspace, then walked one component at a
 //! time the way the kernel would: `.` and `//` dropped, `..` taken on the resolved

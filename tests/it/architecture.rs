@@ -18,7 +18,7 @@ use std::path::Path;
 
 use crate::common::{rust_files, src_dir};
 
-/// The intended layering, lowest first. The SPEC's flow, config → scheduler →
+/// The intended layering, lowest first. The product's data flow, config → scheduler →
 /// agent loop → policy → exec → sandbox with events on the side, is how data
 /// moves; imports run from the module that acts to the module it uses:
 ///

@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::common::TestRoot;
 use crate::common::daemon::Daemon;
 
-/// Opens the socket and its directory to every user (SPEC §9: the tool uid is
+/// Opens the socket and its directory to every user (docs/api.md: the tool uid is
 /// refused "whatever the file permissions say").
 fn open_to_all(root: &TestRoot, socket: &Path) {
     let perm = |p: &Path, mode| std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode));
@@ -79,7 +79,7 @@ fn refused_peers_cannot_take_the_operators_connection_slots() {
 }
 
 /// A query string or path the extractors reject (a repeated parameter, an id
-/// that is not UTF-8) is answered like every other error (SPEC §9): JSON
+/// that is not UTF-8) is answered like every other error (docs/api.md): JSON
 /// `{error: {type, message}}` with a 400, not axum's plain-text rejection.
 #[test]
 fn rejected_query_strings_and_paths_are_json_errors() {

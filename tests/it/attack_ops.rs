@@ -184,7 +184,7 @@ fn check_leaves_no_call_cgroup_behind() {
 /// rule took effect — written to settings.json and loaded — while its record
 /// (`config_loaded`, "approve --remember by …") failed, and once space was back
 /// nothing ever recorded the change (a later reload finds the file unchanged).
-/// No policy change without its record (SPEC §1 property 3): refused, the file
+/// No policy change without its record (no action without its record): refused, the file
 /// untouched, the approval still pending; with space back, it works.
 #[test]
 fn remember_while_the_log_cannot_be_written_changes_no_policy() {

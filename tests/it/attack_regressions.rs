@@ -89,7 +89,7 @@ fn shipped_allow_rules_cannot_run_a_planted_fsmonitor() {
     );
 }
 
-/// Spellings of `rm -rf` the normalisation of SPEC §4 should catch but did not:
+/// Spellings of `rm -rf` the normalisation of docs/policy.md should catch but did not:
 /// an extra option letter, `env -`, a wrapper's long option with a separate
 /// argument, `busybox`, a shell under `find -exec`, a function body, `coproc`.
 /// With `--yes` an `ask` runs, so a missed deny really deletes.

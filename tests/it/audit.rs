@@ -1,4 +1,4 @@
-//! The audit log's hash chain, rotation and `audit verify` (SPEC §7), on logs
+//! The audit log's hash chain, rotation and `audit verify` (docs/events.md), on logs
 //! written by the real binary and then tampered with as an attacker would.
 
 use std::path::{Path, PathBuf};

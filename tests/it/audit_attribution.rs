@@ -1,4 +1,4 @@
-//! Attribution (SPEC §7): a submit, cancel, resume and approve made by a second
+//! Attribution (docs/events.md): a submit, cancel, resume and approve made by a second
 //! uid (a member of `daemon.operators_group`, over the real socket) record that
 //! uid and its name in `by`.
 

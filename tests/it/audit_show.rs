@@ -1,4 +1,4 @@
-//! `harnessd show ID` from the files, with no daemon running (SPEC §8), and the
+//! `harnessd show ID` from the files, with no daemon running (docs/commands.md), and the
 //! simple commands of a `run_bash` call findable in the log.
 
 use serde_json::{Value, json};

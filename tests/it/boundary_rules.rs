@@ -1,4 +1,4 @@
-//! What a rule grants through the real loop (SPEC §4): an allowed program's own
+//! What a rule grants through the real loop (docs/policy.md): an allowed program's own
 //! options cannot run other text, a deny rule catches the folded spellings and the
 //! wrappers it looks through, and what it cannot see is asked — headless, denied.
 //! Each reproduces a finding against the binary run headless (`run`, no TTY, no

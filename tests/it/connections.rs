@@ -1,6 +1,6 @@
 //! Hostile peers on the control socket (issue 10, reproduction 5): connections
 //! that send nothing, a body that never arrives, a line of the audit log that does
-//! not parse (SPEC §3, §7, §9).
+//! not parse (docs/config.md, docs/events.md, docs/api.md).
 
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::net::UnixStream;

@@ -173,7 +173,7 @@ fn approve_through_the_cli_records_the_peer_uid() {
     assert!(root.workspace().join("asked.txt").exists());
     let resolved = &root.events_of("approval_resolved")[0];
     assert_eq!(resolved["decision"], "approved");
-    // SPEC §7: `uid:N (name)`, the name from the user database.
+    // docs/events.md: `uid:N (name)`, the name from the user database.
     let uid = nix::unistd::Uid::effective();
     let name = nix::unistd::User::from_uid(uid).unwrap().unwrap().name;
     assert_eq!(resolved["by"], format!("uid:{uid} ({name})"));

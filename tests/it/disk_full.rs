@@ -1,4 +1,4 @@
-//! A full disk under the audit log (SPEC §1 property 3, §7, §9), through a real
+//! A full disk under the audit log (no action without its record; docs/events.md, docs/api.md), through a real
 //! small filesystem: `transcripts/` is a tmpfs this test mounts (it runs as root, as
 //! CI does), filled while a task waits on the model. The line that cannot be written
 //! is cut back, the tool it would have run does not run, the task stops with

@@ -1,6 +1,6 @@
 //! The fail-closed writer driven by failpoints (`HARNESSD_FAILPOINTS`, debug
 //! builds only) rather than a full filesystem: a failed `fdatasync` fails closed
-//! exactly like a failed write (SPEC §1 property 3, §7, §9). The fault is raised
+//! exactly like a failed write (no action without its record; docs/events.md, docs/api.md). The fault is raised
 //! while a task waits on the model, whose answer is a `write_file` allowed without
 //! asking: only the record can stop it. Raised, the tool does not run, the task
 //! stops with `error`, `/healthz` is 503, a new task and a resume are refused with

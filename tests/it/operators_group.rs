@@ -1,4 +1,4 @@
-//! Who may connect to the control socket, as a client sees it (SPEC §3, §9): a user
+//! Who may connect to the control socket, as a client sees it (docs/config.md, docs/api.md): a user
 //! the socket's permissions keep out is told it is not an operator and how to
 //! become one, not asked whether the daemon is running.
 

@@ -1,4 +1,4 @@
-//! The records of each tool call (SPEC §7, §8): one `.out` file per call whatever its
+//! The records of each tool call (docs/events.md, docs/commands.md): one `.out` file per call whatever its
 //! id, a repeated id refused, `show` keeping model text apart from records, and the
 //! per-task spool budget.
 

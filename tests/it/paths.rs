@@ -1,4 +1,4 @@
-//! File-tool paths are judged on the file the tool process actually opens (SPEC §4):
+//! File-tool paths are judged on the file the tool process actually opens (docs/policy.md):
 //! links are followed to their final target (dangling ones and chains too), links
 //! through `/proc` are refused, and a link swapped in after the decision cannot
 //! redirect the open. Each attack is one the model could mount with `run_bash` in an

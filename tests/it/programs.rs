@@ -1,4 +1,4 @@
-//! The program table against the real programs (SPEC §4): for every entry, a
+//! The program table against the real programs (docs/policy.md): for every entry, a
 //! command that uses the option, the table's verdict on it (through the same
 //! analysis `policy` uses), and the real program run outside the sandbox showing
 //! it does what the entry says — runs a command that leaves a marker, or writes

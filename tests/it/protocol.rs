@@ -1,5 +1,5 @@
-//! Model output that breaks the protocol (SPEC §6 `error` stop) and the two
-//! `retry-after` forms (SPEC §3), through the real binary and the fake API.
+//! Model output that breaks the protocol (docs/guide.md `error` stop) and the two
+//! `retry-after` forms (docs/config.md), through the real binary and the fake API.
 
 use std::time::{Duration, SystemTime};
 

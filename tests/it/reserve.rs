@@ -1,4 +1,4 @@
-//! The reserve (SPEC §7, §10): space in `transcripts/` kept for the record. The
+//! The reserve (docs/events.md, docs/sandbox.md): space in `transcripts/` kept for the record. The
 //! workspace and `transcripts/` share one small tmpfs this test mounts (it runs as
 //! root, as CI does); tools print or write far more than it holds, and the log still
 //! records how the task ended, verifies, and takes the next task.

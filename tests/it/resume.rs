@@ -1,6 +1,6 @@
 //! Resume under a crash and under contention (issue 10, items 3 and 4): one run per
 //! task however many resumes race, a per-task lock another process can hold, and
-//! dangling calls answered from the audit log (SPEC §6, §9).
+//! dangling calls answered from the audit log (docs/guide.md, docs/api.md).
 
 use std::os::fd::AsRawFd;
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! SPEC §4: every git call trusts the workspace as a safe directory (the tool uid
+//! docs/policy.md: every git call trusts the workspace as a safe directory (the tool uid
 //! does not own an operator's checkout), and under the read-only profile the
 //! programs a repository's own config could make git run are switched off.
 

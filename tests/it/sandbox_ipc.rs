@@ -1,4 +1,4 @@
-//! SPEC §10: a tool cannot create SysV IPC objects or POSIX message queues that
+//! docs/sandbox.md: a tool cannot create SysV IPC objects or POSIX message queues that
 //! another process can reach or that outlive the call — each call has its own IPC
 //! namespace, as root and as an unprivileged daemon alike.
 

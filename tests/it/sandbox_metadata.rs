@@ -1,4 +1,4 @@
-//! SPEC §4 `sandbox.user` and §10: Landlock does not govern mode, owner, timestamps
+//! docs/policy.md `sandbox.user` and docs/sandbox.md: Landlock does not govern mode, owner, timestamps
 //! or extended attributes. A daemon that is not root runs tools under its own uid,
 //! so seccomp refuses the path-based changes for every path — a tool cannot open up
 //! the daemon's own files — while the fd-based ones (for files it could open for

@@ -1,4 +1,4 @@
-//! SPEC §4 "What an allow grants: a read-only process": under the read-only profile
+//! docs/policy.md "What an allow grants: a read-only process": under the read-only profile
 //! a tool reads `read ∪ write` and writes nothing but `/dev/null` and a private
 //! tmpfs — whatever the program, whatever its options — while everyday read-only
 //! commands still work. Driven through `harnessd sandbox --read-only`, as root and

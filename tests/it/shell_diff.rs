@@ -1,4 +1,4 @@
-//! Differential test of the `run_bash` proof against bash itself (SPEC §4): for
+//! Differential test of the `run_bash` proof against bash itself (docs/policy.md): for
 //! generated commands covering every construct the spec lists, whenever harnessd
 //! says "provable: C1 … Cn", bash — with logging shims on `PATH` in place of the
 //! programs — executes only commands among C1 … Cn (argv equal), and exactly those
@@ -236,7 +236,7 @@ fn simple(rng: &mut fastrand::Rng, wild: bool) -> String {
 }
 
 /// One generated command: mostly literal (so many are provable), with constructs
-/// from SPEC §4's list mixed in.
+/// from docs/policy.md's list mixed in.
 fn generate(rng: &mut fastrand::Rng) -> String {
     let wild = rng.u8(..2) == 0;
     let mut cmd = simple(rng, wild);

@@ -1,4 +1,4 @@
-//! Every stop of SPEC §6 and its exit code.
+//! Every stop of docs/guide.md and its exit code.
 
 use serde_json::json;
 
@@ -159,7 +159,7 @@ fn token_budget_stops_before_running_the_turns_tools() {
 #[test]
 fn no_progress_stops_on_the_repeat_without_running_it() {
     // The same call (name and input) each turn, under a fresh id: a reused id would
-    // be a protocol error of its own (SPEC §7), not a repeat.
+    // be a protocol error of its own (docs/events.md), not a repeat.
     let call = |id: &str| Reply::tool(id, "run_bash", json!({"command": "echo run >> count.txt"}));
     let api = FakeApi::start(vec![call("x1"), call("x2"), call("x3")]);
     let root = TestRoot::new(&api.url);

@@ -1,6 +1,6 @@
 //! Streaming (`api.stream`): the message assembled from server-sent events equals
 //! the plain response block for block, so the transcript is the same either way;
-//! failures mid-stream are retried per SPEC §3; the model's text reaches `run`'s
+//! failures mid-stream are retried per docs/config.md; the model's text reaches `run`'s
 //! stderr as it streams, escaped.
 
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! The systemd unit `harnessd init` writes (SPEC §2): it passes `systemd-analyze
+//! The systemd unit `harnessd init` writes (docs/config.md): it passes `systemd-analyze
 //! verify`, each hardening directive leaves the sandbox what it needs, and the
 //! install steps at its top work as written. The unit is read from a fresh root,
 //! never from the repository's own copy (which an operator may edit).

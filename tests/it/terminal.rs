@@ -1,4 +1,4 @@
-//! Terminal safety (SPEC §8): model and tool text never drives the operator's
+//! Terminal safety (docs/commands.md): model and tool text never drives the operator's
 //! terminal, approvals show every character of what they approve, and
 //! `harnessd sandbox` gives its command no terminal.
 

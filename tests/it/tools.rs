@@ -229,7 +229,7 @@ fn huge_output_is_capped_for_the_model_and_kept_in_full_on_disk() {
     );
 }
 
-/// SPEC §4: with `output.max_chars = N`, the text the model sees for a long result,
+/// docs/policy.md: with `output.max_chars = N`, the text the model sees for a long result,
 /// the marker not counted, is N characters exactly; the `exit_code:` and section
 /// lines and the newlines around the marker count (it used to be N + 2).
 #[test]

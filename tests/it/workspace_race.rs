@@ -1,4 +1,4 @@
-//! SPEC §10 and §9 against a hostile tool, through the real binary as root: nothing
+//! docs/sandbox.md, docs/api.md against a hostile tool, through the real binary as root: nothing
 //! a tool leaves in the workspace (a swapped directory, a planted `.tmp`) makes
 //! harnessd act outside it or stops it from starting; the socket directory is
 //! checked at start; and a tool's uid gets 403 from the control API even when the
@@ -200,7 +200,7 @@ pub(crate) fn request_as(
     Some((code, serde_json::from_str(body).unwrap_or(Value::Null)))
 }
 
-/// Every endpoint of SPEC §9 (and one that does not exist), with a body where one
+/// Every endpoint of docs/api.md (and one that does not exist), with a body where one
 /// is expected.
 const EVERY_ENDPOINT: [(&str, &str, Option<&str>); 11] = [
     ("GET", "/healthz", None),

@@ -1,4 +1,4 @@
-//! What a `run_bash` command would run, for policy (SPEC §4).
+//! What a `run_bash` command would run, for policy (docs/policy.md).
 //!
 //! [`analyse`] reads a command once and gives two answers:
 //!

@@ -1,4 +1,4 @@
-//! Normalised forms of a seen command, for deny rules (SPEC §4), and the programs
+//! Normalised forms of a seen command, for deny rules (docs/policy.md), and the programs
 //! that make a command not provable.
 //!
 //! A deny rule such as `run_bash(rm -rf *)` must also catch `/bin/rm -fr /`,
@@ -319,7 +319,7 @@ const SUDO_OPTIONS: &[&str] = &[
     "--chroot",
 ];
 
-/// Wrappers looked through for seen commands (SPEC §4), each with its options that
+/// Wrappers looked through for seen commands (docs/policy.md), each with its options that
 /// take a separate argument (long ones too: getopt takes `--user root` like
 /// `--user=root`). `busybox APPLET ARGS…` runs the applet like a wrapper runs its
 /// command.
@@ -534,7 +534,7 @@ const WRAPPER_OPTIONS: &[(&str, &[&str])] = &[
 ];
 
 /// How many words after a wrapper's own name are its options (and their
-/// arguments), for the wrappers SPEC §4 names and a few alike.
+/// arguments), for the wrappers docs/policy.md names and a few alike.
 fn wrapper_arity(wrapper: &str, args: &[String]) -> Option<usize> {
     // With `-c` these run a script, which `inner` follows, not an argv.
     if matches!(wrapper, "su" | "runuser" | "flock") && dash_c_script(args).is_some() {
@@ -754,7 +754,7 @@ fn merged_forms(program: &str, args: &[String], out: &mut Vec<String>) {
     }
 }
 
-/// The command with option spellings folded (SPEC §4), as (program, args)
+/// The command with option spellings folded (docs/policy.md), as (program, args)
 /// variants: the command itself first, then each spelling a deny pattern might
 /// use. `rm -R --force d` is also `rm -r -f d` and `rm -R -f d`; `kill -s KILL 1`
 /// is also `kill -9 1`; `git push origin +main` is also `git push --force origin

@@ -47,7 +47,7 @@ impl Targets {
         let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
         udp.set_nonblocking(true).unwrap();
         std::fs::create_dir_all(root.dir.join("run")).unwrap();
-        // Where the daemon's control socket lives (SPEC §3), mode 0600 like it.
+        // Where the daemon's control socket lives (docs/config.md), mode 0600 like it.
         let path = root.dir.join("run/harnessd.sock");
         let unix = UnixListener::bind(&path).unwrap();
         use std::os::unix::fs::PermissionsExt;
