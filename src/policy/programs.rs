@@ -1320,6 +1320,37 @@ mod tests {
         assert!(!runs_any("git --git-dir=.git log"));
     }
 
+    /// Hostile scripts and arguments end in an answer, never a panic: every
+    /// prefix of each (so a script cut anywhere), multi-byte text included.
+    #[test]
+    fn hostile_arguments_never_panic() {
+        let nasty = [
+            "s/[[:al/x/",
+            "s/[/",
+            "s\\",
+            "1a x\\",
+            "y/a",
+            "\\",
+            "/\\",
+            "s/é[]/ü/e;w é",
+            "[[:]]",
+            "1~2!{e}",
+        ];
+        for text in nasty {
+            for (at, _) in text.char_indices().chain([(text.len(), ' ')]) {
+                let cut = &text[..at];
+                let _ = sed_script(cut);
+                for program in ["sed", "tar", "git", "sort", "less", "man", "zip", "rm"] {
+                    let words: Vec<String> = [program, "-", "--", cut, "--x=", "-é"]
+                        .iter()
+                        .map(|w| w.to_string())
+                        .collect();
+                    let _ = met(&words);
+                }
+            }
+        }
+    }
+
     #[test]
     fn writes_entries_leave_a_command_provable_but_named() {
         assert_eq!(labels("find . -delete"), ["find -delete: writes"]);
