@@ -107,7 +107,7 @@ fn remove_stale(layout: &Layout) {
             // before this process makes its first one. A daemon that is PID 1 of
             // its namespace after a kill -9 has the pid of the one that died.
             let ours = u32::try_from(pid).is_ok_and(|p| p == std::process::id());
-            if !ours && kill(Pid::from_raw(pid), None).is_ok() {
+            if !ours && !gone(pid) {
                 continue;
             }
             let path = entry.path();
@@ -131,6 +131,13 @@ fn remove_stale(layout: &Layout) {
             }
         }
     }
+}
+
+/// Whether no process has this pid. Only ESRCH says so: EPERM means a process
+/// exists that we may not signal (a root daemon's, probed by `check` as another
+/// user), and its cgroups are not ours to remove.
+fn gone(pid: i32) -> bool {
+    kill(Pid::from_raw(pid), None) == Err(nix::errno::Errno::ESRCH)
 }
 
 /// SIGKILLs every process listed in `dir`'s `cgroup.procs` until none is left (a
@@ -323,6 +330,44 @@ fn remove_dir_retrying(dir: &std::path::Path) -> std::io::Result<()> {
                 std::thread::sleep(std::time::Duration::from_millis(2));
             }
             Err(e) => return Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gone;
+    use nix::sys::wait::{WaitStatus, waitpid};
+    use nix::unistd::{ForkResult, Uid, fork, setuid};
+
+    #[test]
+    fn a_process_we_may_not_signal_is_alive_and_a_reaped_one_gone() {
+        // A reaped child's pid names no process (until reused, which takes a
+        // full wrap of the pid space).
+        let child = std::process::Command::new("true").spawn().unwrap();
+        let pid = i32::try_from(child.id()).unwrap();
+        let mut child = child;
+        child.wait().unwrap();
+        assert!(gone(pid), "a reaped child counts as gone");
+        assert!(!gone(std::process::id().try_into().unwrap()));
+        if !Uid::effective().is_root() {
+            return;
+        }
+        // As another uid, signalling init is EPERM: alive, not gone.
+        // SAFETY: the child only calls setuid, kill and _exit before exiting.
+        match unsafe { fork() }.unwrap() {
+            ForkResult::Child => {
+                let code = match setuid(Uid::from_raw(65534)) {
+                    Ok(()) if gone(1) => 1,
+                    Ok(()) => 0,
+                    Err(_) => 2,
+                };
+                unsafe { nix::libc::_exit(code) };
+            }
+            ForkResult::Parent { child } => match waitpid(child, None).unwrap() {
+                WaitStatus::Exited(_, 0) => {}
+                other => panic!("as uid 65534, pid 1 was judged gone or setuid failed: {other:?}"),
+            },
         }
     }
 }
