@@ -223,9 +223,10 @@ pub struct DaemonConfig {
     /// A group whose members may use the control API besides the daemon's user and
     /// root (socket mode 0660, that group). Read at start: a change needs a restart.
     pub operators_group: Option<String>,
-    /// Control connections open at once; one more is closed as soon as it is
-    /// accepted, so peers that hold connections cannot exhaust descriptors. Read at
-    /// start: a change needs a restart.
+    /// Control connections open at once; past it, the oldest connection that has
+    /// sent nothing is closed to make room, and a new one is closed at once only
+    /// when every open one is busy, so idle peers can neither exhaust descriptors
+    /// nor lock out `/healthz`. Read at start: a change needs a restart.
     pub max_connections: u32,
 }
 

@@ -7,6 +7,7 @@
 pub mod access;
 pub mod api;
 pub mod approvals;
+mod connection_slots;
 mod events_api;
 pub mod index;
 pub mod loose_ends;

@@ -21,13 +21,13 @@ use nix::unistd::Gid;
 use serde_json::Value;
 use tokio::sync::broadcast;
 
+use super::connection_slots::{Heard, Slots};
 use axum::Router;
 use axum::extract::connect_info::ConnectInfo;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::UnixListener;
-use tokio::sync::Semaphore;
 
 use super::api::{AppState, Peer, router};
 use super::approvals::Approvals;
@@ -385,7 +385,7 @@ pub async fn serve(
     );
     let max_connections = services.live.current().config.daemon.max_connections;
     let reason = tokio::select! {
-        () = accept_loop(listener, router(state), max_connections, services.live.clone()) => {
+        () = accept_loop(&socket.dir, listener, router(state), max_connections, services.live.clone()) => {
             "server ended".to_string()
         }
         reason = shutdown => reason,
@@ -421,31 +421,91 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 /// operators need.
 const REFUSED_CONNECTIONS: usize = 8;
 
+/// How often the accept loop checks that the socket it listens on is still the
+/// one at `daemon.socket` (a removed socket is recreated within this).
+const SOCKET_CHECK: Duration = Duration::from_secs(1);
+
+/// The listening socket and the inode of the file it was bound as.
+struct Bound {
+    listener: UnixListener,
+    inode: Option<(u64, u64)>,
+    /// Whether the last attempt to bind it again failed (logged once).
+    lost: bool,
+}
+
+/// Binds the socket again if its file was removed or replaced under the daemon,
+/// so clients reach it again within [`SOCKET_CHECK`]; an error is logged either way.
+fn keep_socket(dir: &SocketDir, bound: &mut Bound) {
+    let now = dir.socket_inode();
+    if now.is_some() && now == bound.inode {
+        return;
+    }
+    let path = dir.socket_path();
+    match dir.bind() {
+        Ok(listener) => {
+            tracing::error!(
+                "control socket {} was removed or replaced under the running daemon; \
+                 bound it again",
+                path.display()
+            );
+            *bound = Bound {
+                listener,
+                inode: dir.socket_inode(),
+                lost: false,
+            };
+        }
+        Err(e) if !bound.lost => {
+            tracing::error!(
+                "control socket {} was removed and cannot be bound again ({e}); clients \
+                 cannot reach the daemon until this is fixed (retrying every {} s)",
+                path.display(),
+                SOCKET_CHECK.as_secs()
+            );
+            bound.lost = true;
+        }
+        Err(_) => {}
+    }
+}
+
 /// Accepts control connections until dropped. At most `max_connections` are
-/// served at once: a connection beyond that is closed as soon as it is accepted,
-/// so idle or slow peers cannot use up the daemon's descriptors and keep
-/// `/healthz` from answering. A peer the API refuses (the tool uid, a stranger)
-/// is told so at accept and counted in a small pool of its own
-/// ([`REFUSED_CONNECTIONS`]), so that a tool holding connections open cannot lock
-/// the operators out. Each connection carries its peer's SO_PEERCRED uid as
+/// served at once; past that, the oldest connection that has sent nothing gives up
+/// its slot, and a new connection is closed as soon as it is accepted only when
+/// every open one is busy ([`Slots`]), so idle or slow peers can neither use up the
+/// daemon's descriptors nor keep `/healthz` from answering. A peer the API refuses
+/// (the tool uid, a stranger) is told so at accept and counted in a small pool of
+/// its own ([`REFUSED_CONNECTIONS`]), so that a tool holding connections open cannot
+/// lock the operators out. Each connection carries its peer's SO_PEERCRED uid as
 /// `ConnectInfo<Peer>`, read once at accept, for the access middleware, which
-/// checks every request again.
+/// checks every request again. The socket is checked every [`SOCKET_CHECK`] and
+/// bound again if it was removed.
 async fn accept_loop(
+    dir: &SocketDir,
     listener: UnixListener,
     app: Router,
     max_connections: u32,
     config: Arc<LiveConfig>,
 ) {
-    let slots = Arc::new(Semaphore::new(
-        usize::try_from(max_connections).unwrap_or(usize::MAX),
-    ));
-    let refused_slots = Arc::new(Semaphore::new(REFUSED_CONNECTIONS));
+    let slots = Slots::new(usize::try_from(max_connections).unwrap_or(usize::MAX));
+    let refused_slots = Slots::new(REFUSED_CONNECTIONS);
+    let mut bound = Bound {
+        listener,
+        inode: dir.socket_inode(),
+        lost: false,
+    };
+    let mut check = tokio::time::interval(SOCKET_CHECK);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
-            Err(e) => {
-                tracing::warn!("control socket: accept failed: {e}");
-                tokio::time::sleep(ACCEPT_BACKOFF).await;
+        let stream = tokio::select! {
+            accepted = bound.listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::warn!("control socket: accept failed: {e}");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    continue;
+                }
+            },
+            _ = check.tick() => {
+                keep_socket(dir, &mut bound);
                 continue;
             }
         };
@@ -457,7 +517,7 @@ async fn accept_loop(
             None => false,
         };
         let pool = if allowed { &slots } else { &refused_slots };
-        let Ok(slot) = Arc::clone(pool).try_acquire_owned() else {
+        let Some(slot) = pool.admit() else {
             // Dropping the stream closes it: the peer sees EOF at once.
             tracing::debug!("control socket: connection limit reached; closed a connection");
             continue;
@@ -469,10 +529,12 @@ async fn accept_loop(
             builder
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEADER_TIMEOUT);
+            let io = TokioIo::new(Heard::new(stream, Arc::clone(&slot.heard)));
             // A connection that ends in error (timeout, reset) is the peer's doing.
-            let _ = builder
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+            tokio::select! {
+                _ = builder.serve_connection(io, service) => {}
+                () = slot.evicted.cancelled() => {}
+            }
             drop(slot);
         });
     }

@@ -232,6 +232,19 @@ impl SocketDir {
         Ok(listener)
     }
 
+    /// The device and inode of the socket file now at the socket's name, if a
+    /// socket is there: the accept loop compares it with the one it bound, to
+    /// notice a socket removed or replaced under the running daemon.
+    pub fn socket_inode(&self) -> Option<(u64, u64)> {
+        let st = fstatat(
+            self.dir.as_fd(),
+            self.socket.as_str(),
+            AtFlags::AT_SYMLINK_NOFOLLOW,
+        )
+        .ok()?;
+        (file_type(st.st_mode) == SFlag::S_IFSOCK).then_some((st.st_dev, st.st_ino))
+    }
+
     /// Removes the socket (at shutdown).
     pub fn remove_socket(&self) {
         let _ = unlinkat(

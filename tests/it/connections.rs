@@ -23,37 +23,103 @@ fn closed_within(mut s: &UnixStream, wait: Duration) -> bool {
 }
 
 #[test]
-fn silent_connections_are_limited_and_dropped_after_the_header_timeout() {
+fn silent_connections_give_way_to_new_ones_and_drop_after_the_header_timeout() {
     let root = TestRoot::new("http://127.0.0.1:9");
     root.set_config("daemon", "max_connections", "50");
     let d = Daemon::start(&root);
     let silent: Vec<UnixStream> = (0..300)
         .map(|_| UnixStream::connect(&d.socket).unwrap())
         .collect();
-    // Beyond the limit, connections are closed at once, not held.
-    let mut over = 0;
-    for s in silent.iter().skip(250) {
-        if closed_within(s, Duration::from_secs(2)) {
-            over += 1;
-        }
-    }
+    // Beyond the limit, the oldest connections that sent nothing are closed at
+    // once to make room: none is held past its turn.
+    let early = silent
+        .iter()
+        .take(250)
+        .filter(|s| closed_within(s, Duration::from_secs(2)))
+        .count();
     assert_eq!(
-        over, 50,
-        "the last 50 of 300 connections are over the limit"
+        early, 250,
+        "the first 250 of 300 silent connections gave way"
     );
-    // The ones within it are dropped once the 10 s for a request head are over.
+    // While 50 silent connections hold every slot, /healthz still answers at once.
+    let start = Instant::now();
+    let (status, health) = d.request("GET", "/healthz", None);
+    assert_eq!(status, 200, "{health}");
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+    // The ones left are dropped once the 10 s for a request head are over.
     std::thread::sleep(Duration::from_secs(11));
     let open = silent
         .iter()
-        .take(50)
+        .skip(250)
         .filter(|s| !closed_within(s, Duration::from_millis(500)))
         .count();
     assert_eq!(
         open, 0,
         "silent connections still open after the header timeout"
     );
-    let (status, health) = d.request("GET", "/healthz", None);
-    assert_eq!(status, 200, "{health}");
+}
+
+#[test]
+fn connections_in_the_middle_of_a_request_keep_their_slots() {
+    let root = TestRoot::new("http://127.0.0.1:9");
+    root.set_config("daemon", "max_connections", "10");
+    let d = Daemon::start(&root);
+    let busy: Vec<UnixStream> = (0..10)
+        .map(|_| {
+            let mut s = UnixStream::connect(&d.socket).unwrap();
+            s.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n")
+                .unwrap();
+            s
+        })
+        .collect();
+    // Give the daemon time to read every first line.
+    std::thread::sleep(Duration::from_millis(500));
+    let late = UnixStream::connect(&d.socket).unwrap();
+    assert!(
+        closed_within(&late, Duration::from_secs(2)),
+        "an 11th connection was served while 10 were busy"
+    );
+    let kept = busy
+        .iter()
+        .filter(|s| !closed_within(s, Duration::from_millis(200)))
+        .count();
+    assert_eq!(kept, 10, "a busy connection was closed to make room");
+}
+
+#[test]
+fn a_removed_socket_is_bound_again_within_5_s() {
+    let root = TestRoot::new("http://127.0.0.1:9");
+    let d = Daemon::start(&root);
+    std::fs::remove_file(&d.socket).unwrap();
+    let start = Instant::now();
+    loop {
+        if let Ok(mut s) = UnixStream::connect(&d.socket) {
+            s.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+                .unwrap();
+            let mut answer = String::new();
+            let _ = s.read_to_string(&mut answer);
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "no socket at {} 5 s after it was removed",
+            d.socket.display()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // A file planted in its place is replaced by the daemon's socket too.
+    std::fs::remove_file(&d.socket).unwrap();
+    std::fs::write(&d.socket, "not a socket").unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    let (status, _) = d.request("GET", "/healthz", None);
+    assert_eq!(status, 200);
+    let log = std::fs::read_to_string(&d.log).unwrap();
+    assert!(log.contains("was removed or replaced"), "{log}");
 }
 
 #[test]
