@@ -52,6 +52,7 @@ mod sandbox_metadata;
 mod sandbox_read_only;
 mod shell_diff;
 mod stops;
+mod stream_deadline;
 mod streaming;
 mod systemd;
 mod terminal;
