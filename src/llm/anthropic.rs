@@ -395,10 +395,18 @@ fn backoff(n: u32) -> Duration {
     ceiling.mul_f64(fastrand::f64())
 }
 
-/// The API's own error message (`{"error": {"message": …}}`), or the body's start.
-fn api_error_message(bytes: &[u8]) -> String {
+/// The API's own error message as `type: message`, or the body's start. Anthropic
+/// and most servers of its API nest it (`{"error": {"type", "message"}}`);
+/// Ollama's own API gives a string (`{"error": "…"}`), OpenAI-style servers (older
+/// vLLM) put it at the top (`{"type", "message"}`).
+pub(super) fn api_error_message(bytes: &[u8]) -> String {
     let parsed: Option<Value> = serde_json::from_slice(bytes).ok();
-    if let Some(err) = parsed.as_ref().and_then(|v| v.get("error")) {
+    if let Some(text) = parsed.as_ref().and_then(|v| v["error"].as_str()) {
+        return format!("error: {text}");
+    }
+    let nested = parsed.as_ref().and_then(|v| v.get("error"));
+    let top = parsed.as_ref().filter(|v| v["message"].is_string());
+    if let Some(err) = nested.or(top) {
         let kind = err.get("type").and_then(Value::as_str).unwrap_or("error");
         let message = err.get("message").and_then(Value::as_str).unwrap_or("");
         return format!("{kind}: {message}");

@@ -33,6 +33,7 @@ mod function_length;
 mod guard;
 mod inprocess;
 mod kill_loop;
+mod local_servers;
 mod loose_ends;
 mod operator;
 mod operators_group;
