@@ -1,6 +1,7 @@
 //! Context compaction (docs/guide.md): when a response reports more input tokens than
-//! `context.compress_threshold_tokens`, or the API answers 400 "prompt is too
-//! long", the history is made smaller before the next request.
+//! `context.compress_threshold_tokens`, or the API answers a 400 saying the
+//! request exceeds the context ([`crate::llm::LlmError::exceeds_context`]), the
+//! history is made smaller before the next request.
 //!
 //! The first user message and the last `context.keep_recent_messages` messages are
 //! never touched. In between, first every `tool_result`'s content becomes a
@@ -101,7 +102,7 @@ fn size(messages: &[Message]) -> u64 {
 pub enum Trigger {
     /// A response reported this many input tokens, over the threshold.
     Reported(u64),
-    /// The API refused the request as too long.
+    /// The API refused the request as longer than the context.
     TooLong,
 }
 
@@ -254,11 +255,21 @@ impl TaskRun<'_> {
         let price = crate::usage::price_of(&request.model, &loaded.config.pricing);
         let usd = price.map(|p| p.cost(&response.usage));
         self.transcript.usd = self.transcript.usd.zip(usd).map(|(a, b)| a + b);
-        let text = Message {
+        let message = Message {
             role: Role::Assistant,
             content: response.content,
+        };
+        // Only the text is kept: a call the model made anyway (its server ignored
+        // `tool_choice: none`) never runs and never enters the history.
+        let ignored = message.tool_uses().len();
+        if ignored > 0 {
+            tracing::warn!(
+                task_id = %self.spec.task_id,
+                "the summary request had tools disabled; {ignored} tool call(s) in its answer \
+                 were not executed"
+            );
         }
-        .text();
+        let text = message.text();
         if text.trim().is_empty() {
             return Ok(Err("the model's summary was empty".into()));
         }

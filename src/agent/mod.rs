@@ -39,6 +39,10 @@ use crate::tools::{ToolDefinition, ToolName};
 pub const SUMMARY_REQUEST: &str = "The turn limit for this task has been reached, so no more \
 tools can run. Summarise what you found so far and what remains to be done.";
 
+/// The answer to a call in the response to a request sent with tools disabled.
+const TOOLS_DISABLED: &str = "not executed: tools were disabled for this request (the \
+task's turn limit was reached, so only a summary was asked for); the task stops here";
+
 /// The services every task shares: `run` builds one for its task, the daemon's
 /// scheduler keeps one and gives each task a [`TaskEnv`] of its own. Cheap to clone.
 #[derive(Clone)]
@@ -136,13 +140,6 @@ fn model_error(turn: u32, f: FailedAttempt) -> Event {
         retry_in_ms: f.retry_in.map(|w| w.as_millis() as u64),
         message: f.message,
     }
-}
-
-/// Whether the API refused the request because the prompt is longer than the
-/// model's context window.
-fn prompt_too_long(e: &LlmError) -> bool {
-    matches!(e, LlmError::Status { status: 400, message }
-        if message.to_ascii_lowercase().contains("prompt is too long"))
 }
 
 /// Canonical signature of a turn's tool calls, order ignored.
@@ -448,7 +445,8 @@ impl TaskRun<'_> {
     /// Sends the history and records the response. `Ok(Ok(_))` is the model's stop
     /// reason and the calls it asks for, its message already in the history;
     /// `Ok(Err(_))` ends the task (cancelled, or the model failed for good). A 400
-    /// "prompt is too long" compacts the history and sends it once more.
+    /// saying the request exceeds the context compacts the history and sends it
+    /// once more.
     async fn send(
         &mut self,
         loaded: &Loaded,
@@ -466,7 +464,7 @@ impl TaskRun<'_> {
                 Err(LlmError::Cancelled) => return Ok(Err((StopReason::Cancelled, None))),
                 Err(e) => e,
             };
-            if !compacted && prompt_too_long(&error) {
+            if !compacted && error.exceeds_context() {
                 compacted = true;
                 if self.compact(loaded, compact::Trigger::TooLong).await? {
                     continue;
@@ -598,6 +596,13 @@ impl TaskRun<'_> {
         }
         self.used_ids
             .extend(uses.iter().map(|(id, _, _)| id.clone()));
+        // The summary turn was sent with `tool_choice: none`; a server that drops
+        // it (llama.cpp, Ollama) may still answer with calls. None of them runs,
+        // whatever else the response says: the turn limit stands.
+        if summary && !uses.is_empty() {
+            self.unexecuted(uses, TOOLS_DISABLED).await?;
+            return Ok(AfterResponse::Stop((StopReason::MaxTurns, None)));
+        }
         Ok(match model_stop {
             "max_tokens" => {
                 if !uses.is_empty() {

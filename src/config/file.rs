@@ -111,7 +111,7 @@ pub struct ApiConfig {
     pub model: String,
     /// `max_tokens` of each request.
     pub max_tokens: u32,
-    /// Timeout of one HTTP request.
+    /// Timeout of one attempt, from sending it to the last byte of the answer, streamed or not.
     pub timeout_secs: u64,
     /// Retries after the first attempt, on 408/429/500/502/503/504/529, connection
     /// errors and timeouts: 500 ms × 2ⁿ with full jitter, capped at 30 s, or the

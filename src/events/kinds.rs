@@ -157,7 +157,7 @@ pub enum Event {
         /// The request whose response triggered it (or whose 400 did).
         turn: u32,
         /// Input tokens the last response reported (estimated from the request
-        /// size when a 400 "prompt is too long" triggered it).
+        /// size when a 400 saying the request exceeds the context triggered it).
         tokens_before: u64,
         /// Input tokens of the compacted history, estimated by scaling
         /// `tokens_before` with the history's size.

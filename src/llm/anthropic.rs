@@ -117,8 +117,8 @@ pub struct AnthropicClient {
     url: String,
     key: ApiKey,
     max_retries: u32,
-    /// `api.timeout_secs`: the whole of a plain request, or the longest wait for
-    /// the next event of a streamed one (a long answer may stream for longer).
+    /// `api.timeout_secs`: the whole of one attempt, from sending the request to
+    /// the last byte of the answer, streamed or not.
     pub(super) timeout: Duration,
     /// `api.max_response_mb`, in MiB (for messages) and bytes (for reading).
     pub(super) max_response_mb: u64,
@@ -128,7 +128,7 @@ pub struct AnthropicClient {
 impl AnthropicClient {
     /// Builds a client from `[api]` and the key.
     pub fn new(api: &ApiConfig, key: ApiKey) -> Result<AnthropicClient, LlmError> {
-        // No client-wide timeout: it would cut a stream that is alive but long.
+        // No client-wide timeout: each attempt is timed whole by `send_live`.
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(api.timeout_secs.min(10)))
             .build()
@@ -183,8 +183,14 @@ impl AnthropicClient {
         let mut attempt: u32 = 0;
         loop {
             attempt += 1;
+            // One deadline for the whole attempt, from sending the request to the
+            // last byte of the answer: a peer that keeps a stream alive with pings,
+            // or trickles a body, cannot hold the task past `api.timeout_secs`.
+            let timed = tokio::time::timeout(self.timeout, self.attempt_once(&body, on_text));
             let result = tokio::select! {
-                r = self.attempt_once(&body, req.stream, on_text) => r,
+                r = timed => r.unwrap_or_else(|_| {
+                    Err(Ok(Failure::retryable(None, self.timeout_message())))
+                }),
                 () = cancel.cancelled() => return Err(LlmError::Cancelled.into()),
             };
             let failure = match result {
@@ -243,7 +249,6 @@ impl AnthropicClient {
     async fn attempt_once(
         &self,
         body: &[u8],
-        stream: bool,
         on_text: OnText<'_>,
     ) -> Result<Response, Result<Failure, LlmError>> {
         let builder = self
@@ -253,16 +258,8 @@ impl AnthropicClient {
             .header("anthropic-version", ANTHROPIC_VERSION)
             .header("content-type", "application/json")
             .body(body.to_vec());
-        // A plain request is timed whole; a stream until its headers, then per event.
-        let sent = if stream {
-            match tokio::time::timeout(self.timeout, builder.send()).await {
-                Ok(sent) => sent,
-                Err(_) => return Err(Ok(Failure::retryable(None, self.idle_message()))),
-            }
-        } else {
-            builder.timeout(self.timeout).send().await
-        };
-        let resp = match sent {
+        // Timed by the caller, whole (send_live).
+        let resp = match builder.send().await {
             Ok(resp) => resp,
             Err(e) => return Err(Ok(Failure::retryable(None, transport_message(&e)))),
         };
@@ -275,7 +272,7 @@ impl AnthropicClient {
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| parse_retry_after(v, SystemTime::now()));
-        let bytes = match self.read_body(resp, stream).await {
+        let bytes = match self.read_body(resp).await {
             Ok(b) => b,
             Err(Ok(message)) => {
                 return Err(Ok(Failure {
@@ -310,30 +307,16 @@ impl AnthropicClient {
 }
 
 impl AnthropicClient {
-    /// A body that is not an event stream, read whole within `api.timeout_secs`:
-    /// under `stream` the request itself has no timeout (it would cut a long
-    /// stream), so a body that stalls after its headers would otherwise hang.
+    /// A body that is not an event stream, read whole (within the attempt's
+    /// deadline, which the caller keeps).
     /// `Err(Ok(_))`: why the read failed (retryable); `Err(Err(_))`: too large.
     async fn read_body(
         &self,
         resp: reqwest::Response,
-        stream: bool,
     ) -> Result<Vec<u8>, Result<String, LlmError>> {
-        let read = self.read_capped(resp);
-        let read = if stream {
-            match tokio::time::timeout(self.timeout, read).await {
-                Ok(read) => read,
-                Err(_) => {
-                    return Err(Ok(format!(
-                        "reading the response body: {}",
-                        self.idle_message()
-                    )));
-                }
-            }
-        } else {
-            read.await
-        };
-        read.map_err(|e| e.map(|e| format!("reading the response body: {}", transport_message(&e))))
+        self.read_capped(resp)
+            .await
+            .map_err(|e| e.map(|e| format!("reading the response body: {}", transport_message(&e))))
     }
 
     /// The body, read chunk by chunk and given up as soon as it passes
@@ -412,10 +395,18 @@ fn backoff(n: u32) -> Duration {
     ceiling.mul_f64(fastrand::f64())
 }
 
-/// The API's own error message (`{"error": {"message": …}}`), or the body's start.
-fn api_error_message(bytes: &[u8]) -> String {
+/// The API's own error message as `type: message`, or the body's start. Anthropic
+/// and most servers of its API nest it (`{"error": {"type", "message"}}`);
+/// Ollama's own API gives a string (`{"error": "…"}`), OpenAI-style servers (older
+/// vLLM) put it at the top (`{"type", "message"}`).
+pub(super) fn api_error_message(bytes: &[u8]) -> String {
     let parsed: Option<Value> = serde_json::from_slice(bytes).ok();
-    if let Some(err) = parsed.as_ref().and_then(|v| v.get("error")) {
+    if let Some(text) = parsed.as_ref().and_then(|v| v["error"].as_str()) {
+        return format!("error: {text}");
+    }
+    let nested = parsed.as_ref().and_then(|v| v.get("error"));
+    let top = parsed.as_ref().filter(|v| v["message"].is_string());
+    if let Some(err) = nested.or(top) {
         let kind = err.get("type").and_then(Value::as_str).unwrap_or("error");
         let message = err.get("message").and_then(Value::as_str).unwrap_or("");
         return format!("{kind}: {message}");

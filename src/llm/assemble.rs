@@ -37,7 +37,8 @@ impl StreamError {
             return None;
         };
         Some(match kind.as_str() {
-            "invalid_request_error" => 400,
+            // llama.cpp's refusal of a request longer than its context.
+            "invalid_request_error" | "exceed_context_size_error" => 400,
             "authentication_error" => 401,
             "permission_error" => 403,
             "not_found_error" => 404,

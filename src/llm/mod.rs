@@ -5,6 +5,7 @@
 
 mod anthropic;
 mod assemble;
+mod overflow;
 mod sse;
 mod streamed;
 mod wire;

@@ -5,8 +5,8 @@
 //! knows nothing of what the events mean: [`super::assemble`] does.
 //!
 //! Hand-rolled rather than a crate: the framing is a few dozen lines, and the
-//! client must count every byte against `api.max_response_mb` and time every read
-//! against `api.timeout_secs` itself, which a stream adapter would hide.
+//! client must count every byte against `api.max_response_mb` itself, which a
+//! stream adapter would hide.
 
 /// One event of the stream: its `event:` name (empty when absent) and its `data:`
 /// lines joined with `\n`.

@@ -1,10 +1,8 @@
 //! Reading a streamed answer: bytes off the connection, framed into events,
-//! assembled into the message a plain request returns. Each read waits at most
-//! `api.timeout_secs` for the next event, and every byte counts against
-//! `api.max_response_mb`, so a stalled or endless stream costs neither time nor
-//! memory beyond them.
-
-use tokio::time::Instant;
+//! assembled into the message a plain request returns. The whole attempt, this
+//! read included, is bounded by `api.timeout_secs` (the caller's deadline), and
+//! every byte counts against `api.max_response_mb`, so a stalled or endless
+//! stream costs neither time nor memory beyond them.
 
 use super::anthropic::{AnthropicClient, Failure, LlmError, OnText, check_role};
 use super::assemble::{Assembler, StreamError};
@@ -24,9 +22,11 @@ pub(super) fn is_event_stream(resp: &reqwest::Response) -> bool {
 type Attempt = Result<Response, Result<Failure, LlmError>>;
 
 impl AnthropicClient {
-    pub(super) fn idle_message(&self) -> String {
+    /// Why an attempt was given up at its deadline.
+    pub(super) fn timeout_message(&self) -> String {
         format!(
-            "no event from the model API for {} s (timed out; see api.timeout_secs)",
+            "the model API request timed out after {} s (from sending it to the last byte \
+             of the answer); see api.timeout_secs",
             self.timeout.as_secs()
         )
     }
@@ -43,19 +43,19 @@ impl AnthropicClient {
         let mut assembler = Assembler::default();
         let mut events: Vec<SseEvent> = Vec::new();
         let mut read = 0usize;
-        let mut deadline = Instant::now() + self.timeout;
         while !assembler.is_complete() {
-            let chunk = match tokio::time::timeout_at(deadline, resp.chunk()).await {
-                Err(_) => return Err(Ok(Failure::retryable(None, self.idle_message()))),
-                Ok(Err(e)) => {
+            // No deadline per event: pings would renew it for ever; the attempt's
+            // own deadline (send_live) bounds the whole stream.
+            let chunk = match resp.chunk().await {
+                Err(e) => {
                     let message = format!("reading the event stream: {e}");
                     return Err(Ok(Failure::retryable(None, message)));
                 }
-                Ok(Ok(None)) => {
+                Ok(None) => {
                     let message = "the event stream ended before message_stop".to_string();
                     return Err(Ok(Failure::retryable(None, message)));
                 }
-                Ok(Ok(Some(chunk))) => chunk,
+                Ok(Some(chunk)) => chunk,
             };
             read = read.saturating_add(chunk.len());
             if read > self.max_response_bytes {
@@ -64,9 +64,6 @@ impl AnthropicClient {
             framer
                 .push(&chunk, &mut events)
                 .map_err(|e| Err(LlmError::Malformed(e.to_string())))?;
-            if !events.is_empty() {
-                deadline = Instant::now() + self.timeout;
-            }
             for event in events.drain(..) {
                 match assembler.apply(&event) {
                     Ok(Some(text)) => on_text(&text),

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::sse::{StreamPlan, error_event, message_events};
+use crate::sse::{StreamPlan, error_event, message_events, ping_event};
 
 /// One scripted reply.
 #[derive(Debug, Clone)]
@@ -102,6 +102,13 @@ impl Reply {
     /// When streamed, the fake goes silent for `pause` after `events` events.
     pub fn stall_stream_after(mut self, events: usize, pause: Duration) -> Reply {
         self.stream.stall_after = Some((events, pause));
+        self
+    }
+
+    /// When streamed, a `ping` every `every` for `lasting` after `events` events,
+    /// then the rest of the stream.
+    pub fn ping_stream_after(mut self, events: usize, every: Duration, lasting: Duration) -> Reply {
+        self.stream.pings_after = Some((events, every, lasting));
         self
     }
 
@@ -367,8 +374,13 @@ fn write_stream(writer: &mut TcpStream, message: &Value, reply: &Reply, chunk: u
         events.truncate(*n);
         events.push(error_event(kind));
     }
-    let (before, after) = match reply.stream.stall_after {
-        Some((n, _)) => events.split_at(n.min(events.len())),
+    let split = reply
+        .stream
+        .stall_after
+        .map(|(n, _)| n)
+        .or(reply.stream.pings_after.map(|(n, _, _)| n));
+    let (before, after) = match split {
+        Some(n) => events.split_at(n.min(events.len())),
         None => (&events[..], &[][..]),
     };
     let parts = [before.concat(), after.concat()];
@@ -389,6 +401,12 @@ fn write_stream(writer: &mut TcpStream, message: &Value, reply: &Reply, chunk: u
         {
             std::thread::sleep(pause);
         }
+        if i == 1
+            && let Some((_, every, lasting)) = reply.stream.pings_after
+            && !write_pings(writer, every, lasting)
+        {
+            return false;
+        }
         if !write_chunks(writer, text.as_bytes(), chunk) {
             return false;
         }
@@ -401,6 +419,19 @@ fn write_stream(writer: &mut TcpStream, message: &Value, reply: &Reply, chunk: u
         .write_all(b"0\r\n\r\n")
         .and_then(|()| writer.flush())
         .is_ok()
+}
+
+/// A `ping` every `every` until `lasting` has passed; `false` if the peer left
+/// (as a client that gave up does).
+fn write_pings(writer: &mut TcpStream, every: Duration, lasting: Duration) -> bool {
+    let until = Instant::now() + lasting;
+    while Instant::now() < until {
+        if !write_chunks(writer, ping_event().as_bytes(), 0) {
+            return false;
+        }
+        std::thread::sleep(every);
+    }
+    true
 }
 
 /// `bytes` as HTTP chunks of `chunk` bytes (0: one chunk), and in at most about

@@ -20,6 +20,9 @@ pub struct StreamPlan {
     pub error_after: Option<(usize, String)>,
     /// Go silent for this long after this many events, then go on.
     pub stall_after: Option<(usize, std::time::Duration)>,
+    /// After this many events, send a `ping` event every `.1` for `.2`, then go
+    /// on: a stream kept alive without ever making progress.
+    pub pings_after: Option<(usize, std::time::Duration, std::time::Duration)>,
 }
 
 /// One event in wire form: `event: <type>\ndata: <json>\n\n`.
@@ -137,6 +140,11 @@ pub fn message_events(message: &Value, plan: &StreamPlan) -> Vec<String> {
     })));
     out.push(event(json!({"type": "message_stop"})));
     out
+}
+
+/// A `ping` event, as the API sends to keep a stream alive.
+pub fn ping_event() -> String {
+    event(json!({"type": "ping"}))
 }
 
 /// The `error` event the API sends when it fails mid-stream.

@@ -1,0 +1,119 @@
+//! Servers of the Messages API other than Anthropic's (docs/local-servers.md), as
+//! they answer: llama.cpp's `exceed_context_size_error` compacts the history and
+//! sends it again like Anthropic's "prompt is too long", and a `tool_use` in the
+//! answer to a request sent with tools disabled (a server that drops
+//! `tool_choice: none`) never runs.
+
+use serde_json::{Value, json};
+
+use crate::common::{FakeApi, Reply, TestRoot, last_results, stderr, stdout};
+use harnessd_testkit::long_task::is_summary_request;
+
+/// llama-server's answer to a request longer than its context (`-c 1536`).
+const LLAMA_OVERFLOW: &str = r#"{"error":{"code":400,"message":"request (2400 tokens) exceeds the available context size (1536 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":2400,"n_ctx":1536}}"#;
+
+/// The events naming `tool_use_id`.
+fn events_of_call(root: &TestRoot, id: &str) -> Vec<Value> {
+    root.events()
+        .into_iter()
+        .filter(|e| e["tool_use_id"] == id)
+        .collect()
+}
+
+#[test]
+fn a_llama_cpp_context_overflow_compacts_and_is_sent_again() {
+    let api = FakeApi::start(vec![
+        Reply::tool("tu_1", "list_dir", json!({"path": "."})),
+        Reply::tool("tu_2", "list_dir", json!({"path": "."})),
+        Reply::tool("tu_3", "get_time", json!({})),
+        Reply::raw(400, LLAMA_OVERFLOW),
+        // The summary request has tools disabled; this server answers with a call
+        // anyway, beside the summary.
+        Reply::message(
+            json!([
+                {"type": "text", "text": "Summary: listed the workspace twice, read the time."},
+                {"type": "tool_use", "id": "tu_sum", "name": "write_file",
+                 "input": {"path": "from-summary.txt", "content": "ran"}}
+            ]),
+            "tool_use",
+        ),
+        Reply::text("done after compaction"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    root.set_config("context", "keep_recent_messages", "2");
+    let out = root.run(&["run", "--yes", "Look around."]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "done after compaction\n");
+    let requests = api.requests();
+    assert_eq!(requests.len(), 6);
+    assert!(is_summary_request(&requests[4].body));
+    let compacted = root.events_of("context_compacted");
+    assert_eq!(compacted.len(), 1, "{compacted:?}");
+    assert_eq!(compacted[0]["method"], "summary");
+    let errors = root.events_of("model_error");
+    assert_eq!(errors[0]["status"], 400);
+    assert!(
+        errors[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("exceed_context_size_error"),
+        "{errors:?}"
+    );
+    // The retried request carries the summary, not the call made beside it.
+    let retried = serde_json::to_string(&requests[5].body["messages"]).unwrap();
+    assert!(retried.contains("listed the workspace twice"), "{retried}");
+    assert!(!retried.contains("tu_sum"), "{retried}");
+    assert!(!root.workspace().join("from-summary.txt").exists());
+    assert!(events_of_call(&root, "tu_sum").is_empty());
+    assert_eq!(
+        root.events_of("task_finished")[0]["stop_reason"],
+        "end_turn"
+    );
+}
+
+#[test]
+fn a_tool_use_answering_the_tools_disabled_summary_turn_is_not_run() {
+    let append = json!({"command": "echo once >> log.txt"});
+    let api = FakeApi::start(vec![
+        Reply::tool("tu_1", "run_bash", append.clone()),
+        // Turn 2 is the last: sent with tool_choice none, answered with the very
+        // call of turn 1 (which a repeat limit of 2 would also catch).
+        Reply::message(
+            json!([
+                {"type": "text", "text": "Appended once; nothing remains."},
+                {"type": "tool_use", "id": "tu_2", "name": "run_bash", "input": append}
+            ]),
+            "tool_use",
+        ),
+    ]);
+    let root = TestRoot::new(&api.url);
+    root.set_config("loop", "max_turns", "2");
+    root.set_config("loop", "no_progress_repeats", "2");
+    let out = root.run(&["run", "--yes", "Append to the log."]);
+    // 3: a limit stopped the task.
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let requests = api.requests();
+    assert_eq!(requests.len(), 2);
+    assert!(is_summary_request(&requests[1].body));
+    // It ran once, for turn 1 only.
+    let log = std::fs::read_to_string(root.workspace().join("log.txt")).unwrap();
+    assert_eq!(log, "once\n");
+    let finished = root.events_of("task_finished");
+    assert_eq!(finished[0]["stop_reason"], "max_turns", "{finished:?}");
+    // Answered, so the transcript stays valid, as not executed, saying why.
+    let t = root.transcript();
+    let messages = t["messages"].as_array().unwrap();
+    let answer = last_results(&json!({"messages": messages}));
+    assert_eq!(answer.len(), 1, "{answer:?}");
+    assert_eq!(answer[0]["tool_use_id"], "tu_2");
+    assert_eq!(answer[0]["is_error"], true);
+    let content = answer[0]["content"].as_str().unwrap();
+    assert!(content.contains("tools were disabled"), "{content}");
+    // Never judged, never approved, never started.
+    let kinds: Vec<Value> = events_of_call(&root, "tu_2")
+        .into_iter()
+        .map(|e| e["type"].clone())
+        .collect();
+    assert_eq!(kinds, ["tool_requested", "tool_finished"], "{kinds:?}");
+    assert_eq!(t["answer"], "Appended once; nothing remains.");
+}
