@@ -126,7 +126,6 @@ fn a_symlinked_settings_file_edited_in_place_is_reloaded() {
         !watch_events(&root, "config_loaded").is_empty()
     });
     let loaded = watch_events(&root, "config_loaded");
-    let _ = std::fs::remove_dir_all(&elsewhere);
     assert_eq!(loaded[0]["file"], "policies/settings.json");
     assert!(
         loaded[0]["changes"]
@@ -134,6 +133,33 @@ fn a_symlinked_settings_file_edited_in_place_is_reloaded() {
             .contains("through-the-link"),
         "{}",
         loaded[0]
+    );
+    // The link pointed at a file in yet another directory: followed there too.
+    let second = root.dir.with_extension("settings-second");
+    let _ = std::fs::remove_dir_all(&second);
+    std::fs::create_dir(&second).unwrap();
+    let second_target = second.join("settings.json");
+    std::fs::copy(&target, &second_target).unwrap();
+    let tmp = root.dir.join("policies/.settings.json.link");
+    std::os::unix::fs::symlink(&second_target, &tmp).unwrap();
+    std::fs::rename(&tmp, &link).unwrap();
+    // The swap itself changed no content; wait until the watcher has seen it.
+    std::thread::sleep(Duration::from_millis(400));
+    v["tools"]["deny"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!("run_bash(echo after-the-swap*)"));
+    std::fs::write(&second_target, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    wait_until("the new target's edit reloaded", || {
+        watch_events(&root, "config_loaded").len() == 2
+    });
+    let loaded = watch_events(&root, "config_loaded");
+    let _ = std::fs::remove_dir_all(&elsewhere);
+    let _ = std::fs::remove_dir_all(&second);
+    assert!(
+        loaded[1]["changes"].to_string().contains("after-the-swap"),
+        "{}",
+        loaded[1]
     );
 }
 
