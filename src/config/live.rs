@@ -166,18 +166,20 @@ impl LiveConfig {
     }
 }
 
+/// A file judged: its content's sha256 and `None` when it holds what is in
+/// force, or the valid new snapshot; or the error, with the content's sha256
+/// when the file could be read.
+type Judged = Result<(String, Option<Loaded>), (Option<String>, ConfigError)>;
+
 /// The candidate snapshot with file `which` as it is on disk now and the other
-/// as in `old`, judged: its content's sha256 and `None` when the file holds what
-/// is in force, or the valid new snapshot; or the error and the sha256 when the
-/// file could be read.
-#[allow(clippy::type_complexity)]
+/// as in `old`, judged.
 fn judge_file(
     state: &mut Reloading,
     old: &Loaded,
     path: &std::path::Path,
     file: &str,
     which: usize,
-) -> Result<(String, Option<Loaded>), (Option<String>, ConfigError)> {
+) -> Judged {
     let text = super::read(path, file).map_err(|e| {
         // An empty file has a content: the same empty file is the same rejection.
         let sha = std::fs::read(path).ok().map(|b| sha256_hex(&b));
@@ -269,4 +271,70 @@ fn keep_start_bound(new: &mut Loaded, old: &Loaded) -> Vec<String> {
         new.config.daemon.max_concurrent_tasks = old.config.daemon.max_concurrent_tasks;
     }
     restart_needed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn root() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("harnessd-live-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        super::super::init(&dir).unwrap();
+        // An account name: "auto" would choose (and register) a uid as root.
+        let settings = dir.join("policies/settings.json");
+        let text = std::fs::read_to_string(&settings).unwrap();
+        std::fs::write(&settings, text.replace("\"auto\"", "\"nobody\"")).unwrap();
+        dir
+    }
+
+    fn rejected(f: &FileOutcome) -> Option<bool> {
+        match f.verdict {
+            Verdict::Rejected { repeated, .. } => Some(repeated),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn each_file_is_judged_on_its_own_and_a_rejection_is_remembered_by_content() {
+        let dir = root();
+        let loaded = Arc::new(super::super::load(&dir).unwrap());
+        // The judge stands for the probe: it refuses one value.
+        let judge: Judge = Box::new(|l: &Loaded| match l.policy.settings.output.max_chars {
+            1 => Err(ConfigError::invalid(
+                "policies/settings.json",
+                None,
+                "x",
+                "no",
+            )),
+            _ => Ok(()),
+        });
+        let live = LiveConfig::with_judge(loaded, judge);
+        let settings = dir.join("policies/settings.json");
+        let good = std::fs::read_to_string(&settings).unwrap();
+        std::fs::write(&settings, "{\"tools\": {\"deny\": [\"run_bsh\"]}}").unwrap();
+        let out = live.reload();
+        assert_eq!(out[0].verdict, Verdict::Unchanged);
+        assert_eq!(rejected(&out[1]), Some(false));
+        assert_eq!(rejected(&live.reload()[1]), Some(true), "same content");
+        let config = dir.join(CONFIG_FILE);
+        let text = std::fs::read_to_string(&config).unwrap();
+        std::fs::write(&config, text.replace("max_turns = 12", "max_turns = 5")).unwrap();
+        let out = live.reload();
+        assert!(matches!(out[0].verdict, Verdict::Loaded { .. }), "{out:?}");
+        assert_eq!(rejected(&out[1]), Some(true));
+        assert_eq!(live.current().config.loop_.max_turns, 5);
+        // Valid as a file, refused by the judge: the old settings stay.
+        std::fs::write(&settings, good.replace("8000", "1")).unwrap();
+        let out = live.reload();
+        assert_eq!(rejected(&out[1]), Some(false), "another content");
+        assert_eq!(live.current().policy.settings.output.max_chars, 8000);
+        std::fs::write(&settings, good.replace("8000", "9000")).unwrap();
+        let out = live.reload();
+        assert!(out[1].after_rejection);
+        assert!(matches!(out[1].verdict, Verdict::Loaded { .. }), "{out:?}");
+        assert_eq!(live.current().policy.settings.output.max_chars, 9000);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
