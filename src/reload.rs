@@ -7,8 +7,15 @@
 //! The watches are on directories, not files, so editors' write-to-temp-and-rename,
 //! truncate-then-write and delete-and-recreate are all seen; the root itself is
 //! watched too, so a symlinked `config/` or `policies/` swapped atomically (the way
-//! Kubernetes updates a ConfigMap) is seen, and the watches are set again after
-//! every burst to follow the new target.
+//! Kubernetes updates a ConfigMap) is seen. A file that is itself a symbolic link
+//! has the directory of every file its chain of links names watched too, so a
+//! plain write to the file it names is seen. The watches are set again after
+//! every burst to follow a new target.
+//!
+//! Each file is judged on its own ([`LiveConfig::reload`]): a valid edit of one
+//! takes effect while the other is invalid, and a rejected content is recorded
+//! once (`config_rejected` with its sha256) and logged as an error, not again at
+//! every later event.
 
 // Writes to stderr ignore errors: `eprintln!` panics when stderr is on a full disk.
 use std::io::Write as _;
@@ -22,7 +29,7 @@ use notify::{RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{ConfigSource, Debouncer, LiveConfig, ReloadOutcome};
+use crate::config::{ConfigSource, Debouncer, FileOutcome, LiveConfig, ReloadOutcome, Verdict};
 use crate::events::{Event, EventError, EventLog};
 use crate::text::escape_text;
 
@@ -33,23 +40,74 @@ pub const DEBOUNCE: Duration = Duration::from_millis(50);
 /// than [`DEBOUNCE`] is still loaded this often, not never.
 pub const MAX_WAIT: Duration = Duration::from_millis(500);
 
-/// The directories to watch: the root, and the directories holding both files.
-fn watched_dirs(live: &LiveConfig) -> Vec<PathBuf> {
+/// What the watcher looks at: the directories it watches, and the files behind
+/// symbolic links whose events count as well as those of the two paths.
+#[derive(Debug, Default, PartialEq)]
+struct Watched {
+    dirs: Vec<PathBuf>,
+    targets: Vec<PathBuf>,
+}
+
+/// The root, the directories holding both files, and, for a file that is a
+/// symbolic link, every file of its chain of links and the directory holding it:
+/// a plain write to the file a link names happens in that directory, where a
+/// watch on the link's own directory sees nothing.
+fn watched(live: &LiveConfig) -> Watched {
     let paths = live.current().paths.clone();
-    let mut dirs = vec![paths.root.clone()];
+    let mut w = Watched {
+        dirs: vec![paths.root.clone()],
+        targets: Vec::new(),
+    };
+    // Two names of one directory (a symlinked `policies/`) share one inotify
+    // watch, whose events then carry the last name given: one name each.
+    let mut seen: Vec<PathBuf> = vec![canonical(&paths.root)];
+    let mut add_dir = |w: &mut Watched, dir: &Path| {
+        let real = canonical(dir);
+        if !seen.contains(&real) {
+            seen.push(real);
+            w.dirs.push(dir.to_path_buf());
+        }
+    };
     for file in [&paths.config, &paths.settings] {
-        if let Some(dir) = file.parent()
-            && !dirs.iter().any(|d| d == dir)
-        {
-            dirs.push(dir.to_path_buf());
+        if let Some(dir) = file.parent() {
+            add_dir(&mut w, dir);
+        }
+        for hop in link_chain(file) {
+            if let Some(dir) = hop.parent() {
+                add_dir(&mut w, dir);
+            }
+            w.targets.push(hop);
         }
     }
-    dirs
+    w
+}
+
+fn canonical(dir: &Path) -> PathBuf {
+    dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf())
+}
+
+/// The files a chain of symbolic links starting at `file` names, in order, each
+/// in its directory as the kernel finds it; empty when `file` is no link.
+fn link_chain(file: &Path) -> Vec<PathBuf> {
+    let mut hops = Vec::new();
+    let mut at = file.to_path_buf();
+    // The kernel's own bound on a chain (ELOOP).
+    for _ in 0..40 {
+        let Ok(target) = std::fs::read_link(&at) else {
+            break;
+        };
+        at = at.parent().unwrap_or(Path::new("/")).join(target);
+        if let (Some(dir), Some(name)) = (at.parent(), at.file_name()) {
+            at = canonical(dir).join(name);
+        }
+        hops.push(at.clone());
+    }
+    hops
 }
 
 /// Whether a file event may concern the config or settings file. Reads are not:
 /// a reload's own reads would otherwise trigger the next reload.
-fn relevant(live: &LiveConfig, event: &notify::Event) -> bool {
+fn relevant(live: &LiveConfig, watched: &Watched, event: &notify::Event) -> bool {
     if matches!(event.kind, notify::EventKind::Access(_)) {
         return false;
     }
@@ -62,11 +120,17 @@ fn relevant(live: &LiveConfig, event: &notify::Event) -> bool {
         names.iter().any(|n| p == *n || p.starts_with(n))
             || p.parent() == Some(paths.root.as_path())
                 && names.iter().any(|n| n.file_name() == p.file_name())
+            || watched.targets.contains(p)
     })
 }
 
-fn rewatch(watcher: &mut notify::RecommendedWatcher, dirs: &[PathBuf]) {
-    for dir in dirs {
+/// Watches `new.dirs`, and no longer those of `old` that are not among them (the
+/// directory of a link's former target).
+fn rewatch(watcher: &mut notify::RecommendedWatcher, old: &Watched, new: &Watched) {
+    for dir in old.dirs.iter().filter(|d| !new.dirs.contains(d)) {
+        let _ = watcher.unwatch(dir);
+    }
+    for dir in &new.dirs {
         let _ = watcher.unwatch(dir);
         if let Err(e) = watcher.watch(dir, RecursiveMode::NonRecursive) {
             tracing::warn!("cannot watch {} for config changes: {e}", dir.display());
@@ -84,7 +148,7 @@ async fn reload_off_runtime(live: &Arc<LiveConfig>) -> ReloadOutcome {
         Err(e) => match e.try_into_panic() {
             Ok(panic) => std::panic::resume_unwind(panic),
             // The runtime is shutting down and the reload never ran.
-            Err(_) => ReloadOutcome::Unchanged,
+            Err(_) => ReloadOutcome::new(),
         },
     }
 }
@@ -92,136 +156,137 @@ async fn reload_off_runtime(live: &Arc<LiveConfig>) -> ReloadOutcome {
 /// The trigger of a reload asked for by SIGHUP.
 const SIGHUP: &str = "sighup";
 
-/// Reloads once and records the outcome. A rejection equal to `last_rejection`
-/// is not recorded again, except on SIGHUP: an operator who asks for a reload
-/// always gets a line and an event, `config_loaded` with `changes: []` when
-/// nothing changed. The first valid version after a rejection is "accepted",
-/// even when it is the version already in force (the bad edit was undone).
+/// Reloads once and records the outcome, file by file: `config_loaded` for a
+/// file whose new version is in force, `config_rejected` for one whose new
+/// version was refused. A rejection is recorded once per content (the reload
+/// remembers it, see [`crate::config::Verdict::Rejected`]), except on SIGHUP: an
+/// operator who asks for a reload always gets a line and an event, when nothing
+/// changed `config_loaded` with `changes: []` for each file. The first
+/// valid version of a file after its rejection is "accepted", even when it is the
+/// version already in force (the bad edit was undone).
 pub async fn reload_and_record(
     live: &Arc<LiveConfig>,
     events: &EventLog,
     trigger: &str,
-    last_rejection: &mut Option<ReloadOutcome>,
 ) -> Result<ReloadOutcome, EventError> {
     let outcome = reload_off_runtime(live).await;
     // `audit.sync` applies from the next line on, like any other live setting.
     events.set_sync(live.current().config.audit.sync);
     events.set_rotate_mb(live.current().config.audit.rotate_mb);
-    let previous = last_rejection.take();
-    let verb = if previous.is_some() {
-        "accepted"
-    } else {
-        "reloaded"
-    };
-    match &outcome {
-        ReloadOutcome::Unchanged if trigger == SIGHUP || previous.is_some() => {
-            record_unchanged(live, events, trigger, verb).await?;
-        }
-        ReloadOutcome::Unchanged => {}
-        ReloadOutcome::Loaded {
-            files,
-            changes,
-            restart_needed,
-        } => record_loaded(events, trigger, verb, files, changes, restart_needed).await?,
-        ReloadOutcome::Rejected { file, error } => {
-            let repeated = previous.as_ref() == Some(&outcome);
-            *last_rejection = Some(outcome.clone());
-            if !repeated || trigger == SIGHUP {
-                record_rejected(events, trigger, file, error).await?;
+    // A SIGHUP that changed nothing is told as such, file by file; one that
+    // loaded or rejected something is told by that.
+    let sighup = trigger == SIGHUP
+        && outcome
+            .iter()
+            .all(|f| matches!(f.verdict, Verdict::Unchanged));
+    let mut unchanged_verb = None;
+    for f in &outcome {
+        let verb = if f.after_rejection {
+            "accepted"
+        } else {
+            "reloaded"
+        };
+        match &f.verdict {
+            Verdict::Unchanged if sighup || f.after_rejection => {
+                record_unchanged(live, events, trigger, f).await?;
+                // "accepted" wins: the line says the bad edit is gone.
+                if unchanged_verb != Some("accepted") {
+                    unchanged_verb = Some(verb);
+                }
             }
+            Verdict::Unchanged => {}
+            Verdict::Loaded {
+                changes,
+                restart_needed,
+            } => record_loaded(events, trigger, verb, f, changes, restart_needed).await?,
+            Verdict::Rejected { repeated, .. } if *repeated && trigger != SIGHUP => {}
+            Verdict::Rejected { error, .. } => record_rejected(events, trigger, f, error).await?,
         }
+    }
+    if let Some(verb) = unchanged_verb {
+        let _ = writeln!(
+            std::io::stderr(),
+            "config {verb} ({trigger}): no change, the version in force stays"
+        );
     }
     Ok(outcome)
 }
 
-/// Records `config_rejected` and says on stderr that the old version stays.
+/// Records `config_rejected` and says on the daemon's log (stderr, journald)
+/// that the old version stays.
 async fn record_rejected(
     events: &EventLog,
     trigger: &str,
-    file: &str,
+    f: &FileOutcome,
     error: &str,
 ) -> Result<(), EventError> {
     events
         .record(
             None,
             Event::ConfigRejected {
-                file: file.to_string(),
+                file: f.file.clone(),
+                sha256: f.sha256.clone(),
                 error: error.to_string(),
                 trigger: trigger.into(),
             },
         )
         .await?;
-    let _ = writeln!(
-        std::io::stderr(),
+    tracing::error!(
         "config rejected ({trigger}), the previous version stays in force: {}",
         escape_text(error)
     );
     Ok(())
 }
 
-/// Records `config_loaded` with no changes for both files, as they are in
-/// force: a SIGHUP, or an undone bad edit, that left everything as it was.
+/// Records `config_loaded` with no changes for a file as it is in force: a
+/// SIGHUP, or an undone bad edit, that left it as it was.
 async fn record_unchanged(
     live: &Arc<LiveConfig>,
     events: &EventLog,
     trigger: &str,
-    verb: &str,
+    f: &FileOutcome,
 ) -> Result<(), EventError> {
     let current = live.current();
-    let files = [
-        (
-            crate::config::CONFIG_FILE.to_string(),
-            current.config_sha256.clone(),
-        ),
-        (
-            current.paths.display(&current.paths.settings),
-            current.settings_sha256.clone(),
-        ),
-    ];
-    for (file, sha256) in files {
-        events
-            .record(
-                None,
-                Event::ConfigLoaded {
-                    file,
-                    sha256,
-                    changes: Vec::new(),
-                    restart_needed: Vec::new(),
-                    trigger: trigger.into(),
-                },
-            )
-            .await?;
-    }
-    let _ = writeln!(
-        std::io::stderr(),
-        "config {verb} ({trigger}): no change, the version in force stays"
-    );
+    let sha256 = match f.file.as_str() {
+        crate::config::CONFIG_FILE => current.config_sha256.clone(),
+        _ => current.settings_sha256.clone(),
+    };
+    events
+        .record(
+            None,
+            Event::ConfigLoaded {
+                file: f.file.clone(),
+                sha256,
+                changes: Vec::new(),
+                restart_needed: Vec::new(),
+                trigger: trigger.into(),
+            },
+        )
+        .await?;
     Ok(())
 }
 
-/// Records `config_loaded` for each changed file and says on stderr what changed.
+/// Records `config_loaded` for a changed file and says on stderr what changed.
 async fn record_loaded(
     events: &EventLog,
     trigger: &str,
     verb: &str,
-    files: &[(String, String)],
+    f: &FileOutcome,
     changes: &[String],
     restart_needed: &[String],
 ) -> Result<(), EventError> {
-    for (file, sha256) in files {
-        events
-            .record(
-                None,
-                Event::ConfigLoaded {
-                    file: file.clone(),
-                    sha256: sha256.clone(),
-                    changes: changes.to_vec(),
-                    restart_needed: restart_needed.to_vec(),
-                    trigger: trigger.into(),
-                },
-            )
-            .await?;
-    }
+    events
+        .record(
+            None,
+            Event::ConfigLoaded {
+                file: f.file.clone(),
+                sha256: f.sha256.clone().unwrap_or_default(),
+                changes: changes.to_vec(),
+                restart_needed: restart_needed.to_vec(),
+                trigger: trigger.into(),
+            },
+        )
+        .await?;
     // Rules can hold model text (`approve --remember`): escaped for the terminal.
     let _ = writeln!(
         std::io::stderr(),
@@ -267,9 +332,10 @@ pub async fn watch(
             let _ = tx.send(ev);
         }
     });
+    let mut in_view = watched(&live);
     let mut watcher = match watcher {
         Ok(mut w) => {
-            rewatch(&mut w, &watched_dirs(&live));
+            rewatch(&mut w, &Watched::default(), &in_view);
             Some(w)
         }
         Err(e) => {
@@ -281,26 +347,27 @@ pub async fn watch(
         }
     };
     let mut debounce = Debouncer::new(DEBOUNCE, MAX_WAIT);
-    // The same rejection is recorded once, not at every later event.
-    let mut last_rejection: Option<ReloadOutcome> = None;
     loop {
         let deadline = debounce.deadline();
         tokio::select! {
             () = cancel.cancelled() => return Ok(()),
             Some(ev) = rx.recv() => {
-                if relevant(&live, &ev) {
+                if relevant(&live, &in_view, &ev) {
                     debounce.event(Instant::now());
                 }
             }
             Some(()) = hangups.next() => {
-                reload_and_record(&live, &events, SIGHUP, &mut last_rejection).await?;
+                reload_and_record(&live, &events, SIGHUP).await?;
             }
             () = async { match deadline { Some(d) => tokio::time::sleep_until(d.into()).await, None => std::future::pending().await } } => {
                 if debounce.take_due(Instant::now()) {
+                    // The links may name other files now: followed again.
                     if let Some(w) = watcher.as_mut() {
-                        rewatch(w, &watched_dirs(&live));
+                        let now = watched(&live);
+                        rewatch(w, &in_view, &now);
+                        in_view = now;
                     }
-                    reload_and_record(&live, &events, "watch", &mut last_rejection).await?;
+                    reload_and_record(&live, &events, "watch").await?;
                 }
             }
         }

@@ -19,9 +19,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::TaskServices;
 use crate::approval::Approver;
-use crate::config::{ApiKey, CONFIG_FILE, ConfigError, LiveConfig, Loaded, SandboxRequire, load};
+use crate::config::{
+    ApiKey, CONFIG_FILE, ConfigError, Judge, LiveConfig, Loaded, SandboxRequire, load,
+};
 use crate::events::{Event, EventError, EventLog};
-use crate::exec::{Executor, WorkspaceError, prepare_workspace};
+use crate::exec::{Executor, WorkspaceError, prepare_workspace, verdict};
 use crate::llm::{AnthropicClient, LlmError};
 use crate::sandbox::{Confinement, Report};
 
@@ -74,8 +76,12 @@ impl Prepared {
         if opts.record_daemon_started {
             events.record(None, daemon_started(&probe)).await?;
         }
-        // Hot reload: a valid edit of either file applies from the next tool call.
-        let live = Arc::new(LiveConfig::new(loaded.clone()));
+        // Hot reload: a valid edit of either file applies from the next tool call,
+        // once it passes what `check` would judge of it.
+        let live = Arc::new(LiveConfig::with_judge(
+            loaded.clone(),
+            reload_judge(&executor, &loaded),
+        ));
         let stop_reloader = CancellationToken::new();
         let reloader = tokio::spawn(crate::reload::watch(
             live.clone(),
@@ -234,6 +240,15 @@ async fn open_audit_log(
         events.record(None, event).await?;
     }
     Ok(events)
+}
+
+/// The judge of a reload: the probe `check` runs, through this executor, each
+/// time the confinement of tools changes from the last one judged (the start's
+/// first).
+fn reload_judge(executor: &Executor, loaded: &Loaded) -> Judge {
+    let executor = executor.clone();
+    let mut last = verdict::probed(loaded);
+    Box::new(move |candidate| verdict::judge_change(candidate, &mut last, &executor))
 }
 
 /// Prepares the workspace and probes the sandbox; warns when tools would be refused

@@ -9,10 +9,10 @@ use serde_json::{Value, json};
 
 use super::EXIT_CONFIG;
 use crate::agent::advertised;
-use crate::config::{ApiKey, Loaded, SandboxRequire, find_key};
+use crate::config::{ApiKey, Loaded};
 use crate::exec::Executor;
+use crate::exec::verdict::Enforcement;
 use crate::policy::{self, Subject};
-use crate::sandbox::{Confinement, Layer, Profile};
 use crate::text::{escape_json, escape_line, escape_text};
 use crate::tools::ToolName;
 
@@ -53,133 +53,29 @@ fn tool_tiers(loaded: &Loaded) -> Vec<Value> {
         .collect()
 }
 
-/// What confines a tool process here: a real probe through the executor, of the
-/// write profile, with the `profile` layer of a second, read-only probe (its
-/// private `/tmp`, which a host may not give) after the namespaces.
-fn enforcement(loaded: &Loaded, helper: &Path) -> (u32, Vec<Layer>, Option<String>) {
-    let executor = Executor::new(helper.to_path_buf());
-    let probe = |profile| {
-        let confine = Confinement::for_root(loaded, profile);
-        executor.probe(&confine, &loaded.paths.workspace)
-    };
-    let probed = probe(Profile::Write);
-    let read_only = probe(Profile::ReadOnly);
-    // The probes ran in call cgroups, now pooled: `check` makes no other call,
-    // so they are removed here, or every `check` would leave one in the host's tree.
-    crate::exec::remove_pooled_cgroups();
-    match probed {
-        Ok(mut report) => {
-            let profile = match read_only {
-                Ok(r) => r.layers.into_iter().find(|l| l.name == "profile"),
-                Err(e) => Some(Layer {
-                    name: "profile".into(),
-                    enforced: false,
-                    detail: format!("the read-only probe failed: {e}"),
-                    optional: false,
-                }),
-            };
-            if let Some(layer) = profile {
-                let at = report
-                    .layers
-                    .iter()
-                    .position(|l| l.name == "pid_namespace")
-                    .map_or(report.layers.len(), |i| i + 1);
-                report.layers.insert(at, layer);
-            }
-            (report.landlock_abi, report.layers, None)
-        }
-        Err(e) => (crate::sandbox::landlock_abi(), Vec::new(), Some(e)),
-    }
-}
-
-/// One entry per layer name, in probe order. The helper reports a layer twice
-/// when it falls back (`privilege_drop` to `nobody`'s uid after `sandbox.user`
-/// failed); shown as two lines that contradicted each other. The merged layer is
-/// enforced only if every attempt was, and its detail tells the whole story.
-fn one_per_layer(layers: Vec<Layer>) -> Vec<Layer> {
-    let mut merged: Vec<Layer> = Vec::new();
-    for layer in layers {
-        match merged.iter_mut().find(|l| l.name == layer.name) {
-            Some(first) => {
-                first.detail = format!(
-                    "{}; with sandbox.require \"best_effort\": {}",
-                    first.detail, layer.detail
-                );
-                first.enforced &= layer.enforced;
-                first.optional &= layer.optional;
-            }
-            None => merged.push(layer),
-        }
-    }
-    merged
-}
-
-/// The error of a `full` sandbox this host cannot give, naming the first layer
-/// that cannot be had and the key to fix: `sandbox.user` for the privilege drop,
-/// `sandbox.require` otherwise. `None` when tools can run.
-fn refusal(loaded: &Loaded, f: &Findings) -> Option<String> {
-    if !f.refused {
-        return None;
-    }
-    let (layer, why) = match &f.probe_error {
-        Some(e) => ("probe".to_string(), e.clone()),
-        None => f.first_missing.clone()?,
-    };
-    let key = if layer == "privilege_drop" {
-        "sandbox.user"
-    } else {
-        "sandbox.require"
-    };
-    let file = loaded.paths.display(&loaded.paths.settings);
-    let text = std::fs::read_to_string(&loaded.paths.settings).unwrap_or_default();
-    let message = format!(
-        "sandbox.require is \"full\" but layer {layer} cannot be enforced here: {why}; tools \
-         would be refused. Fix that, or set sandbox.require to \"best_effort\""
-    );
-    Some(crate::config::ConfigError::invalid(&file, find_key(&text, key), key, message).to_string())
-}
-
 /// What `check` found beyond the files themselves: the key, the probe of the
-/// sandbox and the boundary warnings. Gathered once, then printed as JSON or
-/// text.
+/// sandbox (judged as a reload judges it, [`Enforcement`]) and the boundary
+/// warnings. Gathered once, then printed as JSON or text.
 struct Findings {
     /// Why the API key is unusable, if it is (check itself does not need it).
     key_warning: Option<String>,
-    landlock_abi: u32,
-    layers: Vec<Layer>,
-    probe_error: Option<String>,
-    /// Required (non-optional) layers the probe found not enforced.
-    missing: usize,
-    /// The first of them as the probe reported it: name and why.
-    first_missing: Option<(String, String)>,
-    /// `sandbox.require = "full"` and the sandbox is incomplete here.
-    refused: bool,
+    enforcement: Enforcement,
     boundary: Vec<String>,
 }
 
 impl Findings {
     fn gather(loaded: &Loaded, helper: &Path, env: impl Fn(&str) -> Option<String>) -> Self {
         let key_warning = ApiKey::load(loaded, env).err().map(|e| e.to_string());
-        let (landlock_abi, layers, probe_error) = enforcement(loaded, helper);
-        let first_missing = layers
-            .iter()
-            .find(|l| !l.enforced && !l.optional)
-            .map(|l| (l.name.clone(), l.detail.clone()));
-        let layers = one_per_layer(layers);
-        let missing = layers.iter().filter(|l| !l.enforced && !l.optional).count();
-        let refused = loaded.policy.settings.sandbox.require == SandboxRequire::Full
-            && (probe_error.is_some() || missing > 0);
+        let enforcement = Enforcement::probe(loaded, &Executor::new(helper.to_path_buf()));
+        // `check` makes no other call: the probes' pooled cgroups are removed
+        // here, or every `check` would leave one in the host's tree.
+        crate::exec::remove_pooled_cgroups();
         // Unreadable passwd: /home and /root are still checked.
         let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
         let boundary = super::boundary::warnings(loaded, &super::boundary::passwd_homes(&passwd));
         Self {
             key_warning,
-            landlock_abi,
-            layers,
-            probe_error,
-            missing,
-            first_missing,
-            refused,
+            enforcement,
             boundary,
         }
     }
@@ -228,15 +124,15 @@ fn report_json(loaded: &Loaded, f: &Findings) -> Value {
             "registry": loaded.tool_user.registry,
         },
         "enforced": {
-            "landlock_abi": f.landlock_abi,
-            "layers": f.layers,
-            "probe_error": f.probe_error,
-            "tools_refused": f.refused,
+            "landlock_abi": f.enforcement.landlock_abi,
+            "layers": f.enforcement.layers,
+            "probe_error": f.enforcement.probe_error,
+            "tools_refused": f.enforcement.refused,
         },
         "warnings": f.boundary,
         "documented_gap": super::boundary::HARD_LINK_GAP,
         "metadata": metadata_cost(),
-        "error": refusal(loaded, f),
+        "error": f.enforcement.refusal(loaded).map(|e| e.to_string()),
     })
 }
 
@@ -336,9 +232,9 @@ fn print_sandbox(out: &mut impl Write, loaded: &Loaded, f: &Findings) -> std::io
     writeln!(
         out,
         "enforced   (probed: a helper confined exactly as a tool; Landlock ABI {})",
-        f.landlock_abi
+        f.enforcement.landlock_abi
     )?;
-    for l in &f.layers {
+    for l in &f.enforcement.layers {
         let mark = if l.enforced { "yes" } else { "NO " };
         writeln!(
             out,
@@ -347,7 +243,7 @@ fn print_sandbox(out: &mut impl Write, loaded: &Loaded, f: &Findings) -> std::io
             escape_line(&l.detail)
         )?;
     }
-    if let Some(e) = &f.probe_error {
+    if let Some(e) = &f.enforcement.probe_error {
         writeln!(out, "  NO  probe           {}", escape_line(e))?;
     }
     if let Some(cost) = metadata_cost() {
@@ -368,10 +264,11 @@ fn print_warnings(f: &Findings) {
     for w in &f.boundary {
         eprintln!("warning: {w}");
     }
-    if f.missing > 0 && !f.refused {
+    let e = &f.enforcement;
+    if e.missing > 0 && !e.refused {
         eprintln!(
             "warning: best_effort sandbox: {} layer(s) not enforced",
-            f.missing
+            e.missing
         );
     }
 }
@@ -391,7 +288,11 @@ pub fn run(
     let report = report_json(&loaded, &findings);
     // docs/policy.md: a full sandbox that cannot be had is a configuration this host
     // cannot run, so it fails like any config error, not with an "ok".
-    let code = if findings.refused { EXIT_CONFIG } else { 0 };
+    let code = if findings.enforcement.refused {
+        EXIT_CONFIG
+    } else {
+        0
+    };
     let mut out = std::io::stdout().lock();
     if json_out {
         writeln!(

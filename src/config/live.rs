@@ -1,43 +1,76 @@
-//! The configuration in force, swapped atomically on reload. A new version is
-//! read, parsed and fully validated before it replaces the old one; an invalid one
-//! changes nothing. Readers take a snapshot ([`ConfigSource::current`]) and keep it
-//! for the step they are in: a tool call, a turn.
+//! The configuration in force, swapped atomically on reload. Each of the two
+//! files is judged on its own: a new version of one is read, parsed and fully
+//! validated together with the other file as it is in force, then judged as
+//! `check` would judge it (the [`Judge`] handed in: the sandbox probe), before it
+//! replaces the old one; an invalid one changes nothing, and a valid edit of the
+//! other file still takes effect. Readers take a snapshot
+//! ([`ConfigSource::current`]) and keep it for the step they are in: a tool
+//! call, a turn.
 
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 
 use super::changes::changes;
-use super::{ConfigError, ConfigSource, Loaded, load};
+use super::{CONFIG_FILE, ConfigError, ConfigSource, Loaded, assemble, sha256_hex};
 
-/// What a reload did.
+/// What a reload did with one file.
 #[derive(Debug, Clone, PartialEq)]
-pub enum ReloadOutcome {
-    /// Both files hold the same bytes as the version in force.
+pub enum Verdict {
+    /// The file holds the bytes in force.
     Unchanged,
-    /// A new version is in force.
+    /// Its new version is in force.
     Loaded {
-        /// The files whose content changed, relative to the root, with their sha256.
-        files: Vec<(String, String)>,
         /// What changed, key by key.
         changes: Vec<String>,
         /// Keys that changed but only take effect after a restart (kept as they were).
         restart_needed: Vec<String>,
     },
-    /// The new version was rejected; the old one stays in force.
+    /// Its new version was rejected; the old one stays in force.
     Rejected {
-        /// The file at fault, relative to the root.
-        file: String,
-        /// The error, with line and column where known.
+        /// The error, with file, line, column and key where known.
         error: String,
+        /// The same content (or the same unreadable file) was rejected by the
+        /// reload before: it was recorded then.
+        repeated: bool,
     },
 }
 
+/// What a reload did with one of the two files.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileOutcome {
+    /// The file, relative to the root.
+    pub file: String,
+    /// sha256 of the content judged; `None` when it could not be read.
+    pub sha256: Option<String>,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// The previous reload rejected this file: an outcome that is not a
+    /// rejection is the bad edit fixed or undone.
+    pub after_rejection: bool,
+}
+
+/// What a reload did: the config file's outcome, then the settings file's.
+pub type ReloadOutcome = Vec<FileOutcome>;
+
+/// Judges a candidate snapshot beyond its files, as `check` does (the probe of
+/// what the kernel enforces): an error rejects it.
+pub type Judge = Box<dyn FnMut(&Loaded) -> Result<(), ConfigError> + Send>;
+
 /// The live configuration of a running `harnessd`.
 pub struct LiveConfig {
-    root: PathBuf,
     current: ArcSwap<Loaded>,
+    /// Held for a whole reload: two reloads (the watcher's and an
+    /// `approve --remember`'s) never judge against a snapshot the other replaces.
+    reloading: Mutex<Reloading>,
+}
+
+/// What reloads keep between them.
+struct Reloading {
+    judge: Option<Judge>,
+    /// Per file (config, settings): what the last rejection was of, the content's
+    /// sha256 or the read error, so the same rejection is recorded once.
+    rejected: [Option<String>; 2],
 }
 
 impl ConfigSource for LiveConfig {
@@ -47,48 +80,131 @@ impl ConfigSource for LiveConfig {
 }
 
 impl LiveConfig {
-    /// Starts from an already loaded snapshot.
+    /// Starts from an already loaded snapshot, judging new versions by their
+    /// files alone.
     pub fn new(loaded: Arc<Loaded>) -> LiveConfig {
         LiveConfig {
-            root: loaded.paths.root.clone(),
             current: ArcSwap::new(loaded),
+            reloading: Mutex::new(Reloading {
+                judge: None,
+                rejected: [None, None],
+            }),
         }
     }
 
-    /// Reads both files again and swaps them in if they are valid and changed.
+    /// Starts from `loaded`; `judge` must also accept a new version before it
+    /// takes effect.
+    pub fn with_judge(loaded: Arc<Loaded>, judge: Judge) -> LiveConfig {
+        let live = LiveConfig::new(loaded);
+        live.state().judge = Some(judge);
+        live
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, Reloading> {
+        // A reload that panicked left nothing half-done: the swap is one store.
+        self.reloading
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Reads both files again and puts in force each one that changed and is
+    /// valid with the other as it is in force: the config file first, then the
+    /// settings file against the config now in force.
     pub fn reload(&self) -> ReloadOutcome {
+        let mut state = self.state();
+        let config = self.reload_one(&mut state, 0);
+        let settings = self.reload_one(&mut state, 1);
+        vec![config, settings]
+    }
+
+    /// Judges file `which` (0: config, 1: settings) and swaps it in if it is valid.
+    fn reload_one(&self, state: &mut Reloading, which: usize) -> FileOutcome {
         let old = self.current();
-        let mut new = match load(&self.root) {
-            Ok(new) => new,
-            Err(e) => return rejected(&old, &e),
+        let (path, file) = if which == 0 {
+            (old.paths.config.clone(), CONFIG_FILE.to_string())
+        } else {
+            (
+                old.paths.settings.clone(),
+                old.paths.display(&old.paths.settings),
+            )
         };
-        if new.config_sha256 == old.config_sha256 && new.settings_sha256 == old.settings_sha256 {
-            return ReloadOutcome::Unchanged;
-        }
-        let restart_needed = keep_start_bound(&mut new, &old);
-        let as_value =
-            |l: &Loaded| serde_json::json!({"config": l.config, "settings": l.policy.settings});
-        let changed = changes(&as_value(&old), &as_value(&new));
-        let files = changed_files(&old, &new);
-        self.current.store(Arc::new(new));
-        ReloadOutcome::Loaded {
-            files,
-            changes: changed,
-            restart_needed,
+        let judged = judge_file(state, &old, &path, &file, which);
+        let after_rejection = state.rejected[which].is_some();
+        let (sha256, verdict) = match judged {
+            Ok((sha256, None)) => (Some(sha256), Verdict::Unchanged),
+            Ok((sha256, Some(mut new))) => {
+                let restart_needed = keep_start_bound(&mut new, &old);
+                let as_value = |l: &Loaded| serde_json::json!({"config": l.config, "settings": l.policy.settings});
+                let changed = changes(&as_value(&old), &as_value(&new));
+                self.current.store(Arc::new(new));
+                let verdict = Verdict::Loaded {
+                    changes: changed,
+                    restart_needed,
+                };
+                (Some(sha256), verdict)
+            }
+            Err((sha256, e)) => {
+                let key = sha256.clone().unwrap_or_else(|| e.to_string());
+                let repeated = state.rejected[which].as_ref() == Some(&key);
+                state.rejected[which] = Some(key);
+                let error = e.to_string();
+                return FileOutcome {
+                    file,
+                    sha256,
+                    verdict: Verdict::Rejected { error, repeated },
+                    after_rejection,
+                };
+            }
+        };
+        state.rejected[which] = None;
+        FileOutcome {
+            file,
+            sha256,
+            verdict,
+            after_rejection,
         }
     }
 }
 
-/// The outcome of a reload whose files did not load, naming the file at fault.
-fn rejected(old: &Loaded, e: &ConfigError) -> ReloadOutcome {
-    let file = match e {
-        ConfigError::Read { path, .. } => old.paths.display(path),
-        ConfigError::Invalid(i) => i.file.clone(),
+/// A file judged: its content's sha256 and `None` when it holds what is in
+/// force, or the valid new snapshot; or the error, with the content's sha256
+/// when the file could be read.
+type Judged = Result<(String, Option<Loaded>), (Option<String>, ConfigError)>;
+
+/// The candidate snapshot with file `which` as it is on disk now and the other
+/// as in `old`, judged.
+fn judge_file(
+    state: &mut Reloading,
+    old: &Loaded,
+    path: &std::path::Path,
+    file: &str,
+    which: usize,
+) -> Judged {
+    let text = super::read(path, file).map_err(|e| {
+        // An empty file has a content: the same empty file is the same rejection.
+        let sha = std::fs::read(path).ok().map(|b| sha256_hex(&b));
+        (sha, e)
+    })?;
+    let sha256 = sha256_hex(text.as_bytes());
+    let in_force = if which == 0 {
+        &old.config_sha256
+    } else {
+        &old.settings_sha256
     };
-    ReloadOutcome::Rejected {
-        file,
-        error: e.to_string(),
+    if sha256 == *in_force {
+        return Ok((sha256, None));
     }
+    let (config_text, settings_text) = if which == 0 {
+        (text.as_str(), &*old.settings_text)
+    } else {
+        (&*old.config_text, text.as_str())
+    };
+    let err = |e| (Some(sha256.clone()), e);
+    let new = assemble(&old.paths.root, config_text, settings_text).map_err(err)?;
+    if let Some(judge) = state.judge.as_mut() {
+        judge(&new).map_err(err)?;
+    }
+    Ok((sha256, Some(new)))
 }
 
 /// Puts back into `new` the settings that are bound at start and so cannot change
@@ -157,17 +273,68 @@ fn keep_start_bound(new: &mut Loaded, old: &Loaded) -> Vec<String> {
     restart_needed
 }
 
-/// The files whose bytes changed, relative to the root, with their new sha256.
-fn changed_files(old: &Loaded, new: &Loaded) -> Vec<(String, String)> {
-    let mut files = Vec::new();
-    if new.config_sha256 != old.config_sha256 {
-        files.push((super::CONFIG_FILE.to_string(), new.config_sha256.clone()));
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn root() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("harnessd-live-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        super::super::init(&dir).unwrap();
+        // An account name: "auto" would choose (and register) a uid as root.
+        let settings = dir.join("policies/settings.json");
+        let text = std::fs::read_to_string(&settings).unwrap();
+        std::fs::write(&settings, text.replace("\"auto\"", "\"nobody\"")).unwrap();
+        dir
     }
-    if new.settings_sha256 != old.settings_sha256 {
-        files.push((
-            new.paths.display(&new.paths.settings),
-            new.settings_sha256.clone(),
-        ));
+
+    fn rejected(f: &FileOutcome) -> Option<bool> {
+        match f.verdict {
+            Verdict::Rejected { repeated, .. } => Some(repeated),
+            _ => None,
+        }
     }
-    files
+
+    #[test]
+    fn each_file_is_judged_on_its_own_and_a_rejection_is_remembered_by_content() {
+        let dir = root();
+        let loaded = Arc::new(super::super::load(&dir).unwrap());
+        // The judge stands for the probe: it refuses one value.
+        let judge: Judge = Box::new(|l: &Loaded| match l.policy.settings.output.max_chars {
+            1 => Err(ConfigError::invalid(
+                "policies/settings.json",
+                None,
+                "x",
+                "no",
+            )),
+            _ => Ok(()),
+        });
+        let live = LiveConfig::with_judge(loaded, judge);
+        let settings = dir.join("policies/settings.json");
+        let good = std::fs::read_to_string(&settings).unwrap();
+        std::fs::write(&settings, "{\"tools\": {\"deny\": [\"run_bsh\"]}}").unwrap();
+        let out = live.reload();
+        assert_eq!(out[0].verdict, Verdict::Unchanged);
+        assert_eq!(rejected(&out[1]), Some(false));
+        assert_eq!(rejected(&live.reload()[1]), Some(true), "same content");
+        let config = dir.join(CONFIG_FILE);
+        let text = std::fs::read_to_string(&config).unwrap();
+        std::fs::write(&config, text.replace("max_turns = 12", "max_turns = 5")).unwrap();
+        let out = live.reload();
+        assert!(matches!(out[0].verdict, Verdict::Loaded { .. }), "{out:?}");
+        assert_eq!(rejected(&out[1]), Some(true));
+        assert_eq!(live.current().config.loop_.max_turns, 5);
+        // Valid as a file, refused by the judge: the old settings stay.
+        std::fs::write(&settings, good.replace("8000", "1")).unwrap();
+        let out = live.reload();
+        assert_eq!(rejected(&out[1]), Some(false), "another content");
+        assert_eq!(live.current().policy.settings.output.max_chars, 8000);
+        std::fs::write(&settings, good.replace("8000", "9000")).unwrap();
+        let out = live.reload();
+        assert!(out[1].after_rejection);
+        assert!(matches!(out[1].verdict, Verdict::Loaded { .. }), "{out:?}");
+        assert_eq!(live.current().policy.settings.output.max_chars, 9000);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

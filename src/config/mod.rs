@@ -22,7 +22,7 @@ pub use file::{
     PathsConfig, ToolsConfig,
 };
 pub use key::ApiKey;
-pub use live::{LiveConfig, ReloadOutcome};
+pub use live::{FileOutcome, Judge, LiveConfig, ReloadOutcome, Verdict};
 pub use remember::{RememberError, add_allow_rules, restore_settings};
 pub use settings::{
     AllowedPaths, CompiledSettings, OutputSettings, SandboxRequire, SandboxSettings, Settings,
@@ -33,6 +33,7 @@ pub use tool_user::{
 };
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
@@ -87,6 +88,11 @@ pub struct Loaded {
     /// `sandbox.user` resolved: whom tools run as (the helper's drop, the
     /// workspace ACLs and the socket's refusal all read this, never the setting).
     pub tool_user: ToolUser,
+    /// The config file's text: a reload judging the settings file alone pairs
+    /// it with this, the config in force.
+    pub(crate) config_text: Arc<str>,
+    /// The settings file's text, paired likewise with a new config file.
+    pub(crate) settings_text: Arc<str>,
 }
 
 /// The built-in system prompt.
@@ -151,23 +157,34 @@ pub fn load(root: &Path) -> Result<Loaded, ConfigError> {
         path: root.to_path_buf(),
         source,
     })?;
-    let config_path = root.join(CONFIG_FILE);
-    let config_text = read(&config_path, CONFIG_FILE)?;
+    let config_text = read(&root.join(CONFIG_FILE), CONFIG_FILE)?;
     let config = Config::parse(&config_text, CONFIG_FILE)?;
     let settings_path = resolve(&root, &config.paths.settings);
+    let settings_text = read(&settings_path, &config.paths.settings)?;
+    assemble(&root, &config_text, &settings_text)
+}
+
+/// Validates the two texts as the files of the root at `root` (canonical):
+/// everything [`load`] checks beyond reading them.
+pub fn assemble(
+    root: &Path,
+    config_text: &str,
+    settings_text: &str,
+) -> Result<Loaded, ConfigError> {
+    let root = root.to_path_buf();
+    let config = Config::parse(config_text, CONFIG_FILE)?;
     let settings_name = config.paths.settings.clone();
-    let settings_text = read(&settings_path, &settings_name)?;
-    let policy = Settings::parse(&settings_text, &settings_name)?;
+    let policy = Settings::parse(settings_text, &settings_name)?;
     let paths = Paths {
-        config: config_path,
-        settings: settings_path,
+        config: root.join(CONFIG_FILE),
+        settings: resolve(&root, &config.paths.settings),
         workspace: resolve(&root, &config.paths.workspace),
         transcripts: resolve(&root, &config.paths.transcripts),
         events: resolve(&root, &config.paths.events),
         root,
     };
     if !paths.workspace.is_dir() {
-        let loc = find_key(&config_text, "paths.workspace");
+        let loc = find_key(config_text, "paths.workspace");
         return Err(ConfigError::invalid(
             CONFIG_FILE,
             loc,
@@ -185,7 +202,7 @@ pub fn load(root: &Path) -> Result<Loaded, ConfigError> {
             std::fs::read_to_string(&path).map_err(|e| {
                 ConfigError::invalid(
                     CONFIG_FILE,
-                    find_key(&config_text, "api.system_prompt_file"),
+                    find_key(config_text, "api.system_prompt_file"),
                     "api.system_prompt_file",
                     format!("cannot read {}: {e}", path.display()),
                 )
@@ -195,7 +212,7 @@ pub fn load(root: &Path) -> Result<Loaded, ConfigError> {
     let tool_user = resolve_tool_user(&paths.root, &policy.settings.sandbox.user).map_err(|e| {
         ConfigError::invalid(
             &settings_name,
-            find_key(&settings_text, "sandbox.user"),
+            find_key(settings_text, "sandbox.user"),
             "sandbox.user",
             e.to_string(),
         )
@@ -208,6 +225,8 @@ pub fn load(root: &Path) -> Result<Loaded, ConfigError> {
         policy,
         config_sha256: sha256_hex(config_text.as_bytes()),
         settings_sha256: sha256_hex(settings_text.as_bytes()),
+        config_text: config_text.into(),
+        settings_text: settings_text.into(),
     })
 }
 

@@ -42,8 +42,7 @@ impl LiveRemember {
             tracing::warn!("cannot take the unrecorded remembered rule out again: {e}");
         }
         let trigger = "approve --remember undone: its record failed";
-        let _ =
-            crate::reload::reload_and_record(&self.live, &self.events, trigger, &mut None).await;
+        let _ = crate::reload::reload_and_record(&self.live, &self.events, trigger).await;
     }
 }
 
@@ -68,8 +67,7 @@ impl Remember for LiveRemember {
             .map_err(|e| e.to_string())?;
             let trigger = format!("approve --remember by {by}");
             let recorded =
-                crate::reload::reload_and_record(&self.live, &self.events, &trigger, &mut None)
-                    .await;
+                crate::reload::reload_and_record(&self.live, &self.events, &trigger).await;
             if let Err(e) = recorded {
                 self.undo(path, previous, written).await;
                 return Err(format!(

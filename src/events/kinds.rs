@@ -49,6 +49,10 @@ pub enum Event {
     ConfigRejected {
         /// File, relative to the root.
         file: String,
+        /// sha256 of the rejected content; absent when the file could not be
+        /// read. Each rejected content is recorded once (and again at a SIGHUP).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sha256: Option<String>,
         /// The error, with line and column.
         error: String,
         /// `watch` or `sighup`.

@@ -16,6 +16,7 @@ pub mod cgroup;
 mod confinement;
 mod relay;
 mod spare;
+pub mod verdict;
 mod workspace;
 
 pub use workspace::{PLANTED_PREFIX, Prepared, WorkspaceError, prepare_workspace};

@@ -45,6 +45,7 @@ mod protocol;
 mod queue;
 mod records;
 mod reload;
+mod reload_files_apart;
 mod reserve;
 mod resume;
 mod sandbox_git;
