@@ -74,7 +74,7 @@ impl Prepared {
         let mut executor = Executor::new(opts.helper);
         let probe = prepare_sandbox(&mut executor, &loaded)?;
         if opts.record_daemon_started {
-            events.record(None, daemon_started(&probe)).await?;
+            events.record(None, daemon_started(&probe, &loaded)).await?;
         }
         // Hot reload: a valid edit of either file applies from the next tool call,
         // once it passes what `check` would judge of it.
@@ -173,8 +173,9 @@ impl Services {
     }
 }
 
-/// `daemon_started`: version, pid and what the sandbox enforces here.
-fn daemon_started(probe: &Result<Report, String>) -> Event {
+/// `daemon_started`: version, pid, what the sandbox enforces here and which
+/// model endpoint is in force.
+fn daemon_started(probe: &Result<Report, String>, loaded: &Loaded) -> Event {
     let (abi, layers) = match probe {
         Ok(r) => (
             r.landlock_abi,
@@ -190,6 +191,8 @@ fn daemon_started(probe: &Result<Report, String>) -> Event {
         pid: std::process::id(),
         landlock_abi: abi,
         enforced: layers,
+        base_url: loaded.config.api.base_url.clone(),
+        base_url_from: loaded.base_url_from.into(),
     }
 }
 

@@ -108,6 +108,7 @@ fn report_json(loaded: &Loaded, f: &Findings) -> Value {
         "settings": {"file": loaded.paths.display(&loaded.paths.settings), "sha256": loaded.settings_sha256},
         "api": {
             "base_url": loaded.config.api.base_url,
+            "base_url_from": loaded.base_url_from,
             "model": loaded.config.api.model,
             "max_tokens": loaded.config.api.max_tokens,
             "key": f.key_warning.clone().unwrap_or_else(|| "present".into()),
@@ -172,9 +173,14 @@ fn print_config(out: &mut impl Write, loaded: &Loaded, report: &Value) -> std::i
     )?;
     writeln!(
         out,
-        "model      {} at {}",
+        "model      {} at {}{}",
         escape_line(&loaded.config.api.model),
-        escape_line(&loaded.config.api.base_url)
+        escape_line(&loaded.config.api.base_url),
+        if loaded.base_url_from == crate::config::BASE_URL_ENV {
+            " (from ANTHROPIC_BASE_URL, over api.base_url)"
+        } else {
+            ""
+        }
     )?;
     let l = &loaded.config.loop_;
     writeln!(

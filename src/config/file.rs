@@ -100,7 +100,9 @@ pub enum AuditSync {
 pub struct ApiConfig {
     /// Wire protocol of the endpoint; only `anthropic` exists.
     pub provider: String,
-    /// Base URL of the Messages API.
+    /// Base URL of the Messages API. The environment variable
+    /// `ANTHROPIC_BASE_URL`, when set, overrides it (the Anthropic SDKs'
+    /// convention); `check` and `daemon_started` say which one is in force.
     pub base_url: String,
     /// Name of the environment variable holding the key.
     pub api_key_env: String,

@@ -93,6 +93,35 @@ pub struct Loaded {
     pub(crate) config_text: Arc<str>,
     /// The settings file's text, paired likewise with a new config file.
     pub(crate) settings_text: Arc<str>,
+    /// Where `config.api.base_url` came from: the file, or the environment
+    /// variable [`BASE_URL_ENV`] that overrides it.
+    pub base_url_from: &'static str,
+}
+
+/// The environment variable that, when set, overrides `api.base_url` (the
+/// convention of the Anthropic SDKs and Claude Code).
+pub const BASE_URL_ENV: &str = "ANTHROPIC_BASE_URL";
+
+/// Applies [`BASE_URL_ENV`] over `api.base_url`; says which one is in force. A
+/// value that is not an http(s) URL is an error naming the variable.
+fn base_url_override(config: &mut Config) -> Result<&'static str, ConfigError> {
+    let Some(url) = std::env::var_os(BASE_URL_ENV) else {
+        return Ok("api.base_url");
+    };
+    let url = url.to_string_lossy();
+    if url.is_empty() {
+        return Ok("api.base_url");
+    }
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(ConfigError::invalid(
+            &format!("environment variable {BASE_URL_ENV}"),
+            None,
+            BASE_URL_ENV,
+            format!("{url:?} is not an http(s) URL; fix it or unset it to use api.base_url"),
+        ));
+    }
+    config.api.base_url = url.into_owned();
+    Ok(BASE_URL_ENV)
 }
 
 /// The built-in system prompt.
@@ -172,7 +201,8 @@ pub fn assemble(
     settings_text: &str,
 ) -> Result<Loaded, ConfigError> {
     let root = root.to_path_buf();
-    let config = Config::parse(config_text, CONFIG_FILE)?;
+    let mut config = Config::parse(config_text, CONFIG_FILE)?;
+    let base_url_from = base_url_override(&mut config)?;
     let settings_name = config.paths.settings.clone();
     let policy = Settings::parse(settings_text, &settings_name)?;
     let paths = Paths {
@@ -227,6 +257,7 @@ pub fn assemble(
         settings_sha256: sha256_hex(settings_text.as_bytes()),
         config_text: config_text.into(),
         settings_text: settings_text.into(),
+        base_url_from,
     })
 }
 

@@ -23,6 +23,11 @@ pub enum Event {
         landlock_abi: u32,
         /// What the sandbox enforces, item by item.
         enforced: Value,
+        /// The model endpoint in force.
+        base_url: String,
+        /// Where it came from: `api.base_url` or the `ANTHROPIC_BASE_URL`
+        /// environment variable, which overrides it.
+        base_url_from: String,
     },
     /// The daemon is stopping.
     DaemonStopping {

@@ -117,3 +117,55 @@ fn a_tool_use_answering_the_tools_disabled_summary_turn_is_not_run() {
     assert_eq!(kinds, ["tool_requested", "tool_finished"], "{kinds:?}");
     assert_eq!(t["answer"], "Appended once; nothing remains.");
 }
+
+#[test]
+fn anthropic_base_url_overrides_api_base_url_and_says_so() {
+    let api = FakeApi::start(vec![Reply::text("from the env endpoint")]);
+    // The file points at a closed port: only the variable reaches the fake.
+    let root = TestRoot::new("http://127.0.0.1:9");
+    let out = root
+        .command(&["run", "--yes", "Say hi."])
+        .env("ANTHROPIC_BASE_URL", &api.url)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "from the env endpoint\n");
+    assert_eq!(api.requests().len(), 1);
+
+    let check = root
+        .command(&["check", "--json"])
+        .env("ANTHROPIC_BASE_URL", &api.url)
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&check.stdout).unwrap();
+    assert_eq!(report["api"]["base_url"], api.url.as_str(), "{report}");
+    assert_eq!(report["api"]["base_url_from"], "ANTHROPIC_BASE_URL");
+    let plain = root.command(&["check"]).output().unwrap();
+    let text = stdout(&plain);
+    assert!(text.contains("http://127.0.0.1:9"), "{text}");
+    assert!(!text.contains("from ANTHROPIC_BASE_URL"), "{text}");
+
+    let bad = root
+        .command(&["check"])
+        .env("ANTHROPIC_BASE_URL", "localhost:8080")
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    let err = stderr(&bad);
+    assert!(
+        err.contains("ANTHROPIC_BASE_URL") && err.contains("not an http(s) URL"),
+        "{err}"
+    );
+}
+
+#[test]
+fn daemon_started_names_the_endpoint_in_force() {
+    let api = FakeApi::start(vec![]);
+    let root = TestRoot::new("http://127.0.0.1:9");
+    let d =
+        crate::common::daemon::Daemon::start_with_env(&root, &[("ANTHROPIC_BASE_URL", &api.url)]);
+    drop(d);
+    let started = root.events_of("daemon_started");
+    assert_eq!(started[0]["base_url"], api.url.as_str(), "{started:?}");
+    assert_eq!(started[0]["base_url_from"], "ANTHROPIC_BASE_URL");
+}
