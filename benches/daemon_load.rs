@@ -1,7 +1,10 @@
 //! Benchmark of the daemon (issue 5's figures): 100 tasks submitted at once, each
 //! 10 turns of `run_bash("true")` against a zero-latency fake API. Prints total
 //! time and tasks/s, daemon RSS idle and at peak (per in-flight task beyond idle),
-//! and events lost (expected lines against lines written).
+//! and events lost (expected lines against lines written). Then a deep queue:
+//! `BENCH_QUEUED` tasks (default 1000) queued behind one slot held by a slow model
+//! request; prints the daemon's open descriptors (/proc/PID/fd) with none and with
+//! all of them queued, and its peak RSS (VmHWM) once all have finished.
 //!
 //! Run: `cargo bench --bench daemon_load` (prints the figures; asserts nothing).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
@@ -42,6 +45,118 @@ fn rss_kib(pid: u32, key: &str) -> u64 {
         .find_map(|l| l.strip_prefix(key))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
+}
+
+fn fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+/// Starts `serve` on `root`; returns it once `/healthz` answers.
+fn serve(bin: &str, root: &Path) -> std::process::Child {
+    let child = Command::new(bin)
+        .arg("--root")
+        .arg(root)
+        .arg("serve")
+        .env("ANTHROPIC_API_KEY", "bench-key")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let socket = root.join("run/harnessd.sock");
+    let start = Instant::now();
+    while http(&socket, "GET", "/healthz", "").is_none() {
+        assert!(start.elapsed() < Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child
+}
+
+fn submit(socket: &Path, prompt: &str) -> String {
+    let body = json!({ "prompt": prompt }).to_string();
+    http(socket, "POST", "/v1/tasks", &body).unwrap()["task_id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// `queued` one-turn tasks behind one slot, held by a model request that takes a
+/// minute until the task holding it is cancelled.
+fn deep_queue(bin: &str, queued: usize) {
+    let api = FakeApi::with_responder(Box::new(|body: &Value| {
+        let mut reply = Reply::text("done");
+        if body["messages"][0]["content"][0]["text"] == "hold" {
+            reply.delay = Duration::from_secs(60);
+        }
+        reply
+    }));
+    let root = init_root(
+        bin,
+        "daemon-queue",
+        &[
+            ("https://api.anthropic.com", api.url.as_str()),
+            ("max_concurrent_tasks = 4", "max_concurrent_tasks = 1"),
+        ],
+    );
+    let mut child = serve(bin, &root);
+    let (pid, socket) = (child.id(), root.join("run/harnessd.sock"));
+    let held = submit(&socket, "hold");
+    std::thread::sleep(Duration::from_millis(500));
+    let idle_fds = fds(pid);
+    let started = Instant::now();
+    for i in 0..queued {
+        submit(&socket, &format!("queued {i}"));
+    }
+    let accept = started.elapsed();
+    let queued_fds = fds(pid);
+    let queued_rss = rss_kib(pid, "VmRSS:");
+    http(&socket, "POST", &format!("/v1/tasks/{held}/cancel"), "").unwrap();
+    loop {
+        // Counted from the metrics: the list is paged at 500. The held task ends
+        // too (cancelled).
+        if finished(&metrics(&socket)) > queued {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(900));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let total = started.elapsed();
+    let peak = rss_kib(pid, "VmHWM:");
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let _ = child.wait();
+    println!("daemon_load deep queue: {queued} one-turn tasks queued behind one slot");
+    println!("  descriptors: {idle_fds} with none queued, {queued_fds} with {queued} queued");
+    println!(
+        "  RSS with {queued} queued {:.1} MiB; peak (VmHWM) {:.1} MiB once all finished",
+        queued_rss as f64 / 1024.0,
+        peak as f64 / 1024.0
+    );
+    println!(
+        "  accepted in {:.2} s, all finished in {:.2} s",
+        accept.as_secs_f64(),
+        total.as_secs_f64()
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// `harnessd_tasks{status="finished"}` of a /metrics text.
+fn finished(text: &str) -> usize {
+    text.lines()
+        .find_map(|l| l.strip_prefix("harnessd_tasks{status=\"finished\"} "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn metrics(socket: &Path) -> String {
+    let Ok(mut s) = UnixStream::connect(socket) else {
+        return String::new();
+    };
+    let _ = write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+    );
+    let mut raw = String::new();
+    let _ = s.read_to_string(&mut raw);
+    raw
 }
 
 fn main() {
@@ -181,4 +296,5 @@ fn main() {
     } else {
         println!("  kept {}", root.display());
     }
+    deep_queue(bin, param("BENCH_QUEUED", 1000));
 }

@@ -111,6 +111,7 @@ fn transcript(i: usize) -> Transcript {
         max_turns: None,
         source: Some("api".into()),
         by: Some("uid:1000".into()),
+        resume_queued: false,
     }
 }
 

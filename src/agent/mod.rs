@@ -69,8 +69,18 @@ impl TaskServices {
         TaskEnv {
             services: self.clone(),
             cancel,
+            stopping: CancellationToken::new(),
             spool_used: Arc::default(),
         }
+    }
+}
+
+impl TaskEnv {
+    /// The same environment, where a cancellation that comes with `stopping`
+    /// cancelled (the daemon's shutdown, past its grace) leaves the task
+    /// `interrupted`, to be resumed, instead of ending it `cancelled`.
+    pub fn stopped_by(self, stopping: CancellationToken) -> TaskEnv {
+        TaskEnv { stopping, ..self }
     }
 }
 
@@ -80,6 +90,8 @@ pub struct TaskEnv {
     pub services: TaskServices,
     /// Cancels this task: its model request and its tools' process trees.
     pub cancel: CancellationToken,
+    /// Cancelled when the daemon stops ([`TaskEnv::stopped_by`]); never for `run`.
+    pub stopping: CancellationToken,
     /// Bytes of tool output this task keeps on disk, against
     /// `output.max_spool_mb`: drawn by every call (concurrent ones too, through
     /// clones of the one counter), so the budget spans the task's turns. A resumed
@@ -123,6 +135,10 @@ pub struct TaskOutcome {
     pub usd: Option<f64>,
     /// The error, when stop_reason is `error`.
     pub error: Option<String>,
+    /// Stopped by the daemon's shutdown (`stop_reason` is then `cancelled`): the
+    /// transcript is saved `interrupted` and `task_interrupted` recorded instead of
+    /// `task_finished`, so `resume` continues it.
+    pub interrupted: bool,
 }
 
 /// A new task id: time-ordered and unique enough for one root.
@@ -779,12 +795,16 @@ impl TaskRun<'_> {
         Ok(())
     }
 
-    /// Saves the final transcript and records `task_finished`.
+    /// Saves the final transcript and records `task_finished`; a task cancelled by
+    /// the daemon's shutdown is left `interrupted` instead ([`TaskRun::interrupt`]).
     async fn finish(
         &mut self,
         stop_reason: StopReason,
         error: Option<String>,
     ) -> Result<TaskOutcome, EventError> {
+        if stop_reason == StopReason::Cancelled && self.env.stopping.is_cancelled() {
+            return self.interrupt().await;
+        }
         let answer = self
             .transcript
             .messages
@@ -816,6 +836,32 @@ impl TaskRun<'_> {
             usage: self.transcript.usage,
             usd: self.transcript.usd,
             error,
+            interrupted: false,
+        })
+    }
+
+    /// Stopped by the daemon's shutdown: the task has not ended, so its transcript
+    /// is saved `interrupted` (the calls it had open are answered, as for any
+    /// cancellation) and `task_interrupted` recorded, with no `task_finished`; the
+    /// next start shows it `interrupted`, as after a crash.
+    async fn interrupt(&mut self) -> Result<TaskOutcome, EventError> {
+        self.transcript.status = TaskStatus::Interrupted;
+        self.transcript.stop_reason = None;
+        self.transcript.answer = None;
+        self.transcript.error = None;
+        let _ = self.save().await;
+        self.record(Event::TaskInterrupted {
+            was: "running".into(),
+        })
+        .await?;
+        Ok(TaskOutcome {
+            stop_reason: StopReason::Cancelled,
+            answer: String::new(),
+            turns: self.turn,
+            usage: self.transcript.usage,
+            usd: self.transcript.usd,
+            error: None,
+            interrupted: true,
         })
     }
 
@@ -905,7 +951,7 @@ pub async fn run_task(env: &TaskEnv, spec: &TaskSpec) -> Result<TaskOutcome, Eve
 fn starts_fresh(spec: &TaskSpec) -> bool {
     spec.resume
         .as_ref()
-        .is_none_or(|t| t.status == TaskStatus::Queued)
+        .is_none_or(|t| t.status == TaskStatus::Queued && !t.resume_queued)
 }
 
 /// The transcript of a task accepted but not yet started: status `queued`, the
@@ -939,6 +985,7 @@ fn fresh_transcript(spec: &TaskSpec) -> Transcript {
         max_turns: spec.max_turns,
         source: Some(spec.source.clone()),
         by: None,
+        resume_queued: false,
     }
 }
 
@@ -958,6 +1005,7 @@ fn initial_transcript(env: &TaskEnv, spec: &TaskSpec) -> Transcript {
             answer: None,
             error: None,
             usd,
+            resume_queued: false,
             ..t.clone()
         };
     }
@@ -988,6 +1036,7 @@ impl TaskRun<'_> {
             usage: self.transcript.usage,
             usd: self.transcript.usd,
             error: Some(error),
+            interrupted: false,
         })
     }
 }

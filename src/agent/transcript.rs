@@ -97,6 +97,11 @@ pub struct Transcript {
     /// transcripts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub by: Option<String>,
+    /// A `queued` transcript waiting to be resumed: its `task_resumed` is on the
+    /// record, and the run it waits for (after a restart too) continues it. A
+    /// `queued` transcript without it was never started and starts as a new task.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub resume_queued: bool,
 }
 
 impl Transcript {

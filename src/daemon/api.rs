@@ -468,7 +468,8 @@ async fn resume_task(
     })?;
     let dir = s.config.current().paths.transcripts.clone();
     // The run lock keeps other processes off the transcript; taken before the
-    // transcript is read, so what is read is what this run continues.
+    // transcript is read, so what is read is what this run continues. It is held
+    // until the resume is queued on disk, and taken again when the run starts.
     let lock = match lock_run(dir.clone(), id.clone()).await {
         Ok(lock) => lock,
         Err(e) => {
@@ -496,11 +497,7 @@ async fn resume_task(
     s.scheduler
         .resume(claim, transcript, lock, peer.by())
         .await
-        .map_err(|e| {
-            ApiError::log_failing(format!(
-                "the audit log cannot be written, so the task is not resumed: {e}"
-            ))
-        })?;
+        .map_err(|e| ApiError::log_failing(format!("the task is not resumed: {e}")))?;
     let t = task(&s, &id)?;
     Ok((StatusCode::ACCEPTED, Json(t)).into_response())
 }

@@ -345,8 +345,8 @@ fn read_found(
 }
 
 /// Serves the root until `shutdown` resolves (with the reason recorded in
-/// `daemon_stopping`), then stops accepting, gives running tasks
-/// `daemon.shutdown_grace_secs`, cancels the rest and stops the services.
+/// `daemon_stopping`), then stops accepting, starts no queued task, gives running
+/// tasks `daemon.shutdown_grace_secs`, interrupts the rest and stops the services.
 pub async fn serve(
     prepared: Prepared,
     socket: PreparedSocket,
@@ -628,9 +628,11 @@ fn watchdog() {
     }
 }
 
-/// Lets running tasks finish within `grace`, then cancels the rest and waits for
-/// them.
+/// Starts no more queued tasks (they stay queued, on disk, for the next start),
+/// lets running tasks finish within `grace`, then stops the rest, which are left
+/// `interrupted` (resumable), and waits for them.
 async fn drain(scheduler: &Scheduler, grace: Duration) {
+    scheduler.stop_starting();
     scheduler.tracker.close();
     if tokio::time::timeout(grace, scheduler.tracker.wait())
         .await
@@ -638,9 +640,21 @@ async fn drain(scheduler: &Scheduler, grace: Duration) {
     {
         let _ = writeln!(
             std::io::stderr(),
-            "grace period over: cancelling running tasks"
+            "grace period over: interrupting running tasks (resume continues them)"
         );
         scheduler.shutdown.cancel();
         scheduler.tracker.wait().await;
+    }
+    let queued = scheduler
+        .registry
+        .counts()
+        .get(TaskStatus::Queued.as_str())
+        .copied()
+        .unwrap_or(0);
+    if queued > 0 {
+        let _ = writeln!(
+            std::io::stderr(),
+            "harnessd: {queued} queued task(s) stay queued for the next start"
+        );
     }
 }

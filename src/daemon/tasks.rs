@@ -4,15 +4,17 @@
 //!
 //! One run per task: a resume first claims the task in the registry (a check and a
 //! status change under one lock), and every run holds the task's [`RunLock`], which
-//! also keeps other processes off its transcript.
+//! also keeps other processes off its transcript. The lock is taken when the task
+//! starts, once it has its slot: a queued task holds no descriptor.
+//!
+//! The queue is durable: a queued task (a resume too) has its `queued` transcript on
+//! disk. When the daemon stops, no queued task starts ([`Scheduler::stop_starting`]);
+//! they stay queued, on disk as in the record, for the next start.
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
 
-use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -350,11 +352,32 @@ pub enum SubmitError {
     Transcript(std::io::Error),
 }
 
-/// A task's place in the slot queue: a slot already held, or a wait that joined
-/// the semaphore's (first-come, first-served) queue when the task was started.
-enum Slot {
-    Held(OwnedSemaphorePermit),
-    Waiting(Pin<Box<dyn Future<Output = Result<OwnedSemaphorePermit, AcquireError>> + Send>>),
+/// A queued task's place in the slot queue: [`dispatch`] sends it a slot when its
+/// turn comes, or drops it unsent when the daemon stops.
+type Ticket = oneshot::Sender<OwnedSemaphorePermit>;
+
+/// Hands out the slots in the order tasks joined the queue: one waiter on the
+/// semaphore at a time, so the order is this channel's. A ticket whose task was
+/// cancelled meanwhile gives its slot back at once (the send fails). Ends when the
+/// semaphore is closed (the daemon stops); the tickets still queued are dropped
+/// with the channel, which tells their tasks to stay queued.
+async fn dispatch(slots: Arc<Semaphore>, mut queue: mpsc::UnboundedReceiver<Ticket>) {
+    while let Some(ticket) = queue.recv().await {
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let _ = ticket.send(permit);
+    }
+}
+
+/// How a queued task's wait ended.
+enum Turn {
+    /// It has a slot: it starts.
+    Slot(OwnedSemaphorePermit),
+    /// Cancelled by the user while queued: it is ended (`cancelled`) at once.
+    Cancelled,
+    /// The daemon is stopping: it does not start and stays queued.
+    Stopping,
 }
 
 /// A task claimed for a resume ([`Scheduler::claim`]): the registry shows it
@@ -385,8 +408,11 @@ pub struct Scheduler {
     pub registry: Registry,
     /// What every task runs with; each gets its own cancellation token besides.
     services: TaskServices,
-    /// One permit per running task, `daemon.max_concurrent_tasks` in all.
+    /// One permit per running task, `daemon.max_concurrent_tasks` in all; closed
+    /// when the daemon stops, so that no queued task starts.
     slots: Arc<Semaphore>,
+    /// The slot queue, served by [`dispatch`].
+    queue: mpsc::UnboundedSender<Ticket>,
     /// Every running task; shutdown waits on it.
     pub tracker: TaskTracker,
     /// Parent of every task's cancellation token: cancelling it stops them all.
@@ -404,7 +430,8 @@ pub struct SchedulerParts {
 }
 
 impl Scheduler {
-    /// A scheduler with `max_concurrent_tasks` slots.
+    /// A scheduler with `max_concurrent_tasks` slots; call it on the runtime (it
+    /// spawns the queue's dispatcher).
     pub fn new(parts: SchedulerParts) -> Scheduler {
         let slots = parts
             .services
@@ -413,10 +440,14 @@ impl Scheduler {
             .config
             .daemon
             .max_concurrent_tasks as usize;
+        let slots = Arc::new(Semaphore::new(slots));
+        let (queue, waiting) = mpsc::unbounded_channel();
+        tokio::spawn(dispatch(slots.clone(), waiting));
         Scheduler {
             registry: parts.registry,
             services: parts.services,
-            slots: Arc::new(Semaphore::new(slots)),
+            slots,
+            queue,
             tracker: TaskTracker::new(),
             shutdown: CancellationToken::new(),
             owed: Owed::default(),
@@ -520,7 +551,8 @@ impl Scheduler {
 
     /// Queues again the tasks a previous daemon accepted and never started (their
     /// transcripts still `queued`), oldest first by `created`, each with a
-    /// `task_requeued` event; returns how many. They then run as new tasks.
+    /// `task_requeued` event; returns how many. They then run as new tasks, or, a
+    /// resume that was still queued, continue as that resume.
     pub async fn requeue(&self, mut queued: Vec<Transcript>) -> Result<usize, EventError> {
         queued.sort_by(|a, b| a.created.cmp(&b.created).then(a.task_id.cmp(&b.task_id)));
         let n = queued.len();
@@ -541,8 +573,9 @@ impl Scheduler {
                 max_turns: t.max_turns,
                 source: t.source.clone().unwrap_or_else(|| "api".into()),
                 by: t.by.clone().unwrap_or_else(|| "unknown".into()),
+                // A queued resume's `task_resumed` is on the record already.
+                resume_recorded: t.resume_queued,
                 resume: Some(t),
-                resume_recorded: false,
             };
             self.start(spec);
         }
@@ -573,18 +606,22 @@ impl Scheduler {
         self.registry.restore(claim.previous);
     }
 
-    /// Continues a claimed task from its transcript, under its run lock (held until
-    /// the run ends), once its `task_resumed` is on the record (synced, with
-    /// `audit.sync = "before_action"`). `Err`: the line could not be written; the
-    /// claim is given up and nothing runs.
+    /// Queues a claimed task to continue from its transcript, once its
+    /// `task_resumed` is on the record (synced, with `audit.sync = "before_action"`)
+    /// and the transcript is saved `queued` for the resume: like a new task, a
+    /// resume accepted survives a crash or a stop and runs at the next start. `lock`
+    /// is the run lock the caller read the transcript under; it is let go once the
+    /// transcript is saved (a queued task holds no descriptor), and the run takes it
+    /// again when it starts. `Err`: the line or the transcript could not be written;
+    /// the claim is given up and nothing runs.
     /// `by` is who asked, recorded in `task_resumed`.
     pub async fn resume(
         &self,
         claim: Claim,
-        transcript: Transcript,
+        mut transcript: Transcript,
         lock: RunLock,
         by: String,
-    ) -> Result<String, EventError> {
+    ) -> Result<String, SubmitError> {
         let event = Event::TaskResumed {
             turns_so_far: transcript.turns.len() as u32,
             source: "api".into(),
@@ -602,8 +639,21 @@ impl Scheduler {
                 let why = format!("the resume was refused: the audit log failed: {e}");
                 self.not_accepted(&transcript.task_id, why).await;
             }
-            return Err(e);
+            return Err(e.into());
         }
+        transcript.status = TaskStatus::Queued;
+        transcript.resume_queued = true;
+        transcript.stop_reason = None;
+        transcript.answer = None;
+        transcript.error = None;
+        let dir = self.services.config.current().paths.transcripts.clone();
+        if let Err(e) = transcript.save_async(dir).await {
+            self.release(claim);
+            let why = format!("the resume was refused: its transcript cannot be saved: {e}");
+            self.not_accepted(&transcript.task_id, why).await;
+            return Err(SubmitError::Transcript(e));
+        }
+        drop(lock);
         let spec = TaskSpec {
             task_id: transcript.task_id.clone(),
             prompt: String::new(),
@@ -614,26 +664,32 @@ impl Scheduler {
             resume_recorded: true,
         };
         let id = spec.task_id.clone();
-        let this = self.clone();
-        let slot = self.join_queue();
-        self.tracker
-            .spawn(async move { this.run(spec, claim.cancel, Some(lock), slot).await });
+        self.enqueue(spec, claim.cancel);
         Ok(id)
     }
 
-    /// Joins the slot queue now, in the caller's order: the semaphore serves its
-    /// waiters first come, first served, and a spawned run is first polled at no
-    /// particular time, so without this, tasks started in order (the requeued ones,
-    /// oldest first) would get their slots in any order.
-    fn join_queue(&self) -> Slot {
-        let mut wait = Box::pin(self.slots.clone().acquire_owned());
-        // The first poll registers the wait; the run's own poll replaces the waker.
-        match wait.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-            Poll::Ready(Ok(permit)) => Slot::Held(permit),
-            // Closed: never happens (the semaphore is never closed); the run's own
-            // wait sees the same.
-            Poll::Ready(Err(_)) | Poll::Pending => Slot::Waiting(wait),
-        }
+    /// Starts no more queued tasks: the daemon stops. Those waiting stay queued,
+    /// with nothing recorded and their transcripts `queued`, for the next start to
+    /// queue again; the running ones go on (the caller gives them their grace).
+    pub fn stop_starting(&self) {
+        self.slots.close();
+    }
+
+    /// Whether the daemon is stopping ([`Scheduler::stop_starting`]).
+    fn stopping(&self) -> bool {
+        self.slots.is_closed()
+    }
+
+    /// Puts a task at the back of the slot queue, in the caller's order (the
+    /// requeued ones oldest first), and spawns its run, which waits for its turn.
+    fn enqueue(&self, spec: TaskSpec, cancel: CancellationToken) {
+        let (ticket, turn) = oneshot::channel();
+        // Refused once the dispatcher has ended (the daemon stops): the ticket is
+        // dropped with the error, and the task stays queued.
+        let _ = self.queue.send(ticket);
+        let this = self.clone();
+        self.tracker
+            .spawn(async move { this.run(spec, cancel, turn).await });
     }
 
     fn start(&self, spec: TaskSpec) -> String {
@@ -663,47 +719,66 @@ impl Scheduler {
             },
             cancel.clone(),
         );
-        let this = self.clone();
-        let slot = self.join_queue();
-        self.tracker
-            .spawn(async move { this.run(spec, cancel, None, slot).await });
+        self.enqueue(spec, cancel);
         id
     }
 
-    /// Runs a task under its run lock: `lock`, or (a new task) one taken here; it
-    /// waits for `slot` first.
+    /// Waits for the task's turn in the slot queue.
+    async fn wait_turn(
+        &self,
+        turn: oneshot::Receiver<OwnedSemaphorePermit>,
+        cancel: &CancellationToken,
+    ) -> Turn {
+        let permit = tokio::select! {
+            // Err: the dispatcher dropped the ticket, the daemon stops.
+            p = turn => p.ok(),
+            // The daemon's cancellation of every task, past the grace, reaches the
+            // queued ones too (it comes after `stop_starting`), but they are not the
+            // user's to end.
+            () = cancel.cancelled() => {
+                return if self.stopping() { Turn::Stopping } else { Turn::Cancelled };
+            }
+        };
+        match permit {
+            // A slot handed out just as the daemon began to stop is not used.
+            Some(permit) if !self.stopping() => Turn::Slot(permit),
+            _ => Turn::Stopping,
+        }
+    }
+
+    /// Runs a task once it has its slot (or was cancelled while queued), under its
+    /// run lock, taken only then: a queued task holds no descriptor. A task still
+    /// queued when the daemon stops does not start and leaves no record.
     async fn run(
         self,
         spec: TaskSpec,
         cancel: CancellationToken,
-        lock: Option<RunLock>,
-        slot: Slot,
+        turn: oneshot::Receiver<OwnedSemaphorePermit>,
     ) {
         let id = spec.task_id.clone();
-        let lock = match lock {
-            Some(lock) => lock,
-            None => {
-                let dir = self.services.config.current().paths.transcripts.clone();
-                match lock_run(dir, id.clone()).await {
-                    Ok(lock) => lock,
-                    Err(e) => return self.fail(&id, e.to_string()),
-                }
-            }
+        let permit = match self.wait_turn(turn, &cancel).await {
+            Turn::Slot(permit) => Some(permit),
+            // Cancelled while queued (no permit): run_task still records the task and
+            // writes its transcript, then stops before any model request.
+            Turn::Cancelled => None,
+            Turn::Stopping => return,
         };
-        let permit = match slot {
-            Slot::Held(permit) => Some(permit),
-            Slot::Waiting(wait) => tokio::select! {
-                p = wait => p.ok(),
-                () = cancel.cancelled() => None,
-            },
+        let dir = self.services.config.current().paths.transcripts.clone();
+        let lock = match lock_run(dir, id.clone()).await {
+            Ok(lock) => lock,
+            Err(e) => return self.fail(&id, e.to_string()),
         };
-        let env = self.services.for_task(cancel.clone());
-        // Cancelled while queued (no permit): run_task still records the task and
-        // writes its transcript, then stops before any model request.
+        let env = self
+            .services
+            .for_task(cancel.clone())
+            .stopped_by(self.shutdown.clone());
         self.registry.set_status(&id, TaskStatus::Running);
         // run_task is the task guard: a panic in the task comes back as an `error`
         // outcome, so this entry always reaches `finished` and the daemon serves on.
         match run_task(&env, &spec).await {
+            Ok(outcome) if outcome.interrupted => {
+                self.registry.set_status(&id, TaskStatus::Interrupted);
+            }
             Ok(outcome) => self.registry.finish(&id, &outcome),
             Err(e) => {
                 tracing::error!("task {id}: the audit log failed: {e}");
@@ -727,6 +802,7 @@ impl Scheduler {
                 usage: Usage::default(),
                 usd: None,
                 error: Some(error),
+                interrupted: false,
             },
         );
     }
@@ -804,6 +880,7 @@ mod tests {
                 usage: Usage::default(),
                 usd: None,
                 error: None,
+                interrupted: false,
             },
         );
         let q = r.get("q").unwrap();

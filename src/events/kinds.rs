@@ -132,8 +132,9 @@ pub enum Event {
         /// Who cancelled it: `uid:N (name)` or `cli`.
         by: String,
     },
-    /// A task was found running or awaiting approval at start: the previous daemon
-    /// died. `resume` continues it.
+    /// A task was found running or awaiting approval at start (the previous daemon
+    /// died), or was still running when a stopping daemon's
+    /// `daemon.shutdown_grace_secs` ran out. `resume` continues it.
     TaskInterrupted {
         /// The status it had.
         was: String,

@@ -70,7 +70,7 @@ async fn an_unanswered_approval_is_denied_after_approval_timeout_secs_of_paused_
 }
 
 #[tokio::test]
-async fn shutdown_cancels_a_running_task_after_shutdown_grace_secs_of_paused_time() {
+async fn shutdown_interrupts_a_running_task_after_shutdown_grace_secs_of_paused_time() {
     // The model takes 30 real seconds to answer: longer than the test may take.
     let mut slow = Reply::text("too late");
     slow.delay = Duration::from_secs(30);
@@ -102,9 +102,12 @@ async fn shutdown_cancels_a_running_task_after_shutdown_grace_secs_of_paused_tim
     );
     tokio::time::resume();
     assert!(!d.socket.exists(), "the socket is removed");
-    let fin = root.events_of("task_finished");
-    assert_eq!(fin[0]["task_id"], id.as_str());
-    assert_eq!(fin[0]["stop_reason"], "cancelled");
+    // Past the grace the task is interrupted, not ended: resumable at the next start.
+    assert!(root.events_of("task_finished").is_empty());
+    let interrupted = root.events_of("task_interrupted");
+    assert_eq!(interrupted[0]["task_id"], id.as_str());
+    let t = root.transcript();
+    assert_eq!(t["status"], "interrupted", "{t}");
     let events = root.events();
     let last = events.last().unwrap();
     assert_eq!(last["type"], "daemon_stopping");

@@ -6,6 +6,12 @@
 //! answer, every `tool_use` in every transcript is answered exactly once, and no
 //! task is left open on the record (kills also land inside submissions).
 //!
+//! Two of the rounds end with SIGTERM instead, with a full queue behind the slots
+//! and a one-second grace: the daemon exits 0 with `daemon_stopping` last, no task
+//! started after the signal, every task queued then is still `queued` on disk and
+//! none was cancelled. Through it all no task runs twice: each accepted task has at
+//! most one `task_started` and exactly one `task_finished`.
+//!
 //! The kill points come from a seeded RNG; the seed is printed when the test fails
 //! and `HARNESSD_KILL_SEED=<n>` replays it.
 
@@ -23,6 +29,8 @@ use crate::common::{FakeApi, Reply, TestRoot, wait_until};
 use crate::queue::{check_log, kill9};
 
 const KILLS: usize = 20;
+/// The rounds that end with SIGTERM instead of SIGKILL.
+const SIGTERM_ROUNDS: [usize; 2] = [6, 15];
 /// Tool calls each task makes before it answers.
 const CALLS_PER_TASK: usize = 2;
 
@@ -183,6 +191,57 @@ fn check_no_open_task(root: &TestRoot) {
     assert!(open.is_empty(), "tasks left open on the record: {open:?}");
 }
 
+/// Submits enough tasks to fill the queue behind the slots, stops the daemon with
+/// SIGTERM, and checks the stop: nothing started after the signal, nothing
+/// cancelled, every task that was queued at the signal still queued on disk.
+fn sigterm_round(mut d: Daemon, root: &TestRoot, round: usize, accepted: &mut Vec<String>) {
+    accepted.extend((0..15).map(|i| d.submit(&format!("round {round} queued task {i}"))));
+    let signalled = root.events().last().unwrap()["seq"].as_u64().unwrap();
+    unsafe { libc::kill(d.pid(), libc::SIGTERM) };
+    let status = d.child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    let events = root.events();
+    assert_eq!(events.last().unwrap()["type"], "daemon_stopping");
+    let late: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["seq"].as_u64().unwrap() > signalled)
+        .filter(|e| matches!(e["type"].as_str(), Some("task_started" | "task_resumed")))
+        .collect();
+    assert!(late.is_empty(), "tasks started after SIGTERM: {late:?}");
+    // Nobody cancels in this test: a cancelled task is one the stop threw away.
+    let cancelled: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "task_finished" && e["stop_reason"] == "cancelled")
+        .collect();
+    assert!(cancelled.is_empty(), "{cancelled:?}");
+    let queued = accepted
+        .iter()
+        .filter(|id| {
+            let path = root.dir.join(format!("transcripts/{id}.json"));
+            let t: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+            assert_ne!(t["status"], "running", "{id} left running by a clean stop");
+            t["status"] == "queued"
+        })
+        .count();
+    assert!(queued > 0, "the queue was empty at SIGTERM");
+}
+
+/// No task ran twice: each accepted task started at most once (later runs are
+/// resumes) and ended exactly once.
+fn check_ran_once(root: &TestRoot, accepted: &[String]) {
+    let events = root.events();
+    for id in accepted {
+        let of = |kind: &str| {
+            events
+                .iter()
+                .filter(|e| e["type"] == kind && e["task_id"] == id.as_str())
+                .count()
+        };
+        assert!(of("task_started") <= 1, "{id} started twice");
+        assert_eq!(of("task_finished"), 1, "{id}");
+    }
+}
+
 /// Every accepted task is known; every interrupted task is resumed (also one
 /// whose submission a kill cut short after it was on disk: it was queued again).
 fn resume_interrupted(d: &Daemon, accepted: &[String]) {
@@ -213,6 +272,7 @@ fn twenty_kills_lose_no_task_and_leave_nothing_behind() {
         s["tools"]["ask"] = json!(["write_file", "edit_file"]);
     });
     root.set_config("daemon", "max_concurrent_tasks", "10");
+    root.set_config("daemon", "shutdown_grace_secs", "1");
     let parents = call_cgroup_parents();
     let mut accepted: Vec<String> = Vec::new();
     let mut killed: Vec<u32> = Vec::new();
@@ -233,6 +293,11 @@ fn twenty_kills_lose_no_task_and_leave_nothing_behind() {
                 .collect(),
             _ => Vec::new(),
         };
+        if SIGTERM_ROUNDS.contains(&round) {
+            killed.push(d.child.id());
+            sigterm_round(d, &root, round, &mut accepted);
+            continue;
+        }
         let socket = d.socket.clone();
         let submitter = std::thread::spawn(move || submit_until_killed(&socket, late));
         std::thread::sleep(Duration::from_millis(rng.u64(20..700)));
@@ -269,4 +334,5 @@ fn twenty_kills_lose_no_task_and_leave_nothing_behind() {
                 .is_some_and(|t| t.is_empty())
     });
     check_no_open_task(&root);
+    check_ran_once(&root, &accepted);
 }
