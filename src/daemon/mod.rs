@@ -11,6 +11,7 @@ mod events_api;
 pub mod index;
 pub mod loose_ends;
 pub mod metrics;
+mod recover;
 pub mod remember;
 pub mod serve;
 pub mod socket;
