@@ -33,6 +33,7 @@ mod function_length;
 mod guard;
 mod inprocess;
 mod kill_loop;
+mod log_replaced;
 mod loose_ends;
 mod operator;
 mod operators_group;
