@@ -7,6 +7,7 @@
 pub mod access;
 pub mod api;
 pub mod approvals;
+pub mod checkpoint;
 mod events_api;
 pub mod index;
 pub mod loose_ends;

@@ -10,6 +10,7 @@ use super::tasks::{Registry, TaskStatus};
 use crate::agent::{LockError, RunLock, Transcript, TranscriptHead};
 use crate::config::Loaded;
 use crate::control::Task;
+use crate::events::since::{Since, since_checkpoint};
 use crate::events::{Event, EventLog};
 
 /// A transcript found at start: its head (all the task index keeps), the whole
@@ -32,13 +33,26 @@ pub(super) async fn recover_tasks(
     events: &EventLog,
 ) -> Result<Vec<Transcript>, ServeError> {
     let dir = loaded.paths.transcripts.clone();
+    let log = loaded.paths.events.clone();
+    let max_chars = loaded.policy.settings.output.max_chars;
     let Scan {
         found,
         refused,
         failed,
-    } = tokio::task::spawn_blocking(move || scan_transcripts(&dir))
-        .await
-        .map_err(ServeError::Scan)?;
+    } = tokio::task::spawn_blocking(move || {
+        let since = since_checkpoint(&log).unwrap_or_else(|e| {
+            tracing::warn!("{e}: transcripts are not checked against the log at this start");
+            Since::default()
+        });
+        let check = Check {
+            dir: &dir,
+            since: &since,
+            max_chars,
+        };
+        scan_transcripts(&check)
+    })
+    .await
+    .map_err(ServeError::Scan)?;
     for r in refused {
         let event = Event::TranscriptRefused {
             file: r.file.display().to_string(),
@@ -110,7 +124,8 @@ struct Refused {
 /// refused) and saves those still `running` as `interrupted`. Stops at the first
 /// save that fails: what was found before it is returned with the error, so it is
 /// still recorded.
-fn scan_transcripts(dir: &Path) -> Scan {
+fn scan_transcripts(check: &Check) -> Scan {
+    let dir = check.dir;
     let mut scan = Scan::default();
     let Ok(entries) = std::fs::read_dir(dir) else {
         return scan;
@@ -120,7 +135,7 @@ fn scan_transcripts(dir: &Path) -> Scan {
         if path.extension().is_none_or(|e| e != "json") {
             continue;
         }
-        let Some(found_here) = read_found(dir, &path, &mut scan.refused) else {
+        let Some(found_here) = read_found(check, &path, &mut scan.refused) else {
             continue;
         };
         match found_here {
@@ -162,14 +177,27 @@ fn misnamed(path: &Path, task_id: &str) -> Option<Refused> {
     })
 }
 
+/// What the start checks transcripts against: the log since its last checkpoint.
+struct Check<'a> {
+    /// `transcripts/`.
+    dir: &'a Path,
+    /// What the log says of each task since its last checkpoint.
+    since: &'a Since,
+    /// `output.max_chars`, for a result filled from a kept `.out` file.
+    max_chars: usize,
+}
+
 /// One transcript at start: its head, and for a task still `queued` or `running`
-/// the whole transcript (a running one is saved as `interrupted` here). `None` for
-/// a file that cannot be read or parsed (skipped).
+/// the whole transcript (a running one is saved as `interrupted` here). A
+/// transcript whose status is not final is first brought in line with the log
+/// ([`crate::agent::reconcile`]): one the log shows finished is saved `finished`.
+/// `None` for a file that cannot be read or parsed (skipped).
 fn read_found(
-    dir: &Path,
+    check: &Check,
     path: &Path,
     refused: &mut Vec<Refused>,
 ) -> Option<Result<Found, ServeError>> {
+    let dir = check.dir;
     // An unreadable transcript is skipped, but never silently: its task would vanish
     // from the API, so the operator is told which file and why.
     let skipped = |why: String| {
@@ -181,7 +209,11 @@ fn read_found(
     let head: TranscriptHead = serde_json::from_str(&text)
         .map_err(|e| skipped(e.to_string()))
         .ok()?;
-    if !matches!(head.status, TaskStatus::Running | TaskStatus::Queued) {
+    let acted_on = matches!(head.status, TaskStatus::Running | TaskStatus::Queued);
+    let in_log = !acted_on
+        && head.status != TaskStatus::Finished
+        && check.since.tasks.contains_key(&head.task_id);
+    if !acted_on && !in_log {
         return Some(Ok(Found {
             head,
             queued: None,
@@ -192,7 +224,7 @@ fn read_found(
         refused.push(r);
         return None;
     }
-    let mut transcript: Transcript = serde_json::from_str(&text)
+    let transcript: Transcript = serde_json::from_str(&text)
         .map_err(|e| skipped(e.to_string()))
         .ok()?;
     // A transcript whose run lock is held belongs to a live process (a `harnessd
@@ -203,20 +235,64 @@ fn read_found(
             RunLock::acquire(dir, &head.task_id),
             Err(LockError::Held { .. })
         );
-    let was_running = head.status == TaskStatus::Running && !live;
-    let mut head = head;
-    if was_running {
-        transcript.status = TaskStatus::Interrupted;
-        head.status = TaskStatus::Interrupted;
-        if let Err(error) = transcript.save(dir) {
-            let task_id = transcript.task_id;
-            return Some(Err(ServeError::Transcript { task_id, error }));
-        }
+    if live {
+        return Some(Ok(Found {
+            head,
+            queued: None,
+            was_running: false,
+        }));
     }
+    let was = head.status;
+    let transcript = match settle(check, path, was, transcript) {
+        Ok(t) => t,
+        Err(e) => return Some(Err(e)),
+    };
+    let was_running = was == TaskStatus::Running && transcript.status == TaskStatus::Interrupted;
+    let head = TranscriptHead {
+        task_id: transcript.task_id.clone(),
+        created: transcript.created.clone(),
+        status: transcript.status,
+        stop_reason: transcript.stop_reason,
+        error: transcript.error.clone(),
+        usage: transcript.usage,
+        usd: transcript.usd,
+    };
     let queued = (head.status == TaskStatus::Queued).then_some(transcript);
     Some(Ok(Found {
         head,
         queued,
         was_running,
     }))
+}
+
+/// Brings a transcript found `was` (not final, not live) in line with the log, then
+/// marks it `interrupted` if it is still `running` (its daemon died); saves it
+/// when either changed it.
+fn settle(
+    check: &Check,
+    path: &Path,
+    was: TaskStatus,
+    mut transcript: Transcript,
+) -> Result<Transcript, ServeError> {
+    let dir = check.dir;
+    let mut changed =
+        crate::agent::reconcile::in_line(&mut transcript, check.since, dir, check.max_chars);
+    if changed && transcript.status == TaskStatus::Finished {
+        tracing::warn!(
+            "transcript {} said {} but the audit log shows the task finished ({}); \
+             saved as finished from the log",
+            path.display(),
+            was.as_str(),
+            transcript.stop_reason.map_or("?", |r| r.as_str())
+        );
+    }
+    if transcript.status == TaskStatus::Running {
+        transcript.status = TaskStatus::Interrupted;
+        changed = true;
+    }
+    if changed && let Err(error) = transcript.save(dir) {
+        let task_id = transcript.task_id;
+        return Err(ServeError::Transcript { task_id, error });
+    }
+    Ok(transcript)
 }

@@ -153,6 +153,12 @@ pub async fn serve(
         })
         .await?;
     let (state, scheduler) = wire(&services, tap_rx).await?;
+    let transcripts = services.loaded.paths.transcripts.clone();
+    let keeper = super::checkpoint::spawn(
+        services.events.clone(),
+        scheduler.unsaved().clone(),
+        transcripts.clone(),
+    );
     services.events.log_head("start");
     let hourly = services.events.clone();
     let head_logger = tokio::spawn(async move {
@@ -187,6 +193,8 @@ pub async fn serve(
     drain(&scheduler, grace).await;
     // Nothing left open behind `daemon_stopping`: the next start trusts it.
     scheduler.settle_owed().await;
+    keeper.abort();
+    super::checkpoint::at_stop(&services.events, scheduler.unsaved(), &transcripts).await;
     let events = services.events.clone();
     services.shutdown().await;
     head_logger.abort();

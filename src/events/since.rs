@@ -15,7 +15,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::{CallTrail, TrailError};
-use crate::llm::Usage;
+use crate::usage::Usage;
 
 /// How much of a file is read at a time, backwards, looking for a checkpoint.
 const WINDOW: u64 = 256 * 1024;
@@ -43,6 +43,11 @@ pub struct TaskSince {
     pub finished: Option<FinishedLine>,
     /// How far each of its calls seen since the checkpoint got.
     pub calls: HashMap<String, CallTrail>,
+    /// Of each call whose `tool_finished` is seen: its `output_bytes` and
+    /// `is_error`.
+    pub outputs: HashMap<String, (u64, bool)>,
+    /// approval_id → tool_use_id: `approval_resolved` names only the approval.
+    approvals: HashMap<String, String>,
 }
 
 /// The log since its last checkpoint: the checkpoint's seq (0: none, the whole log
@@ -83,6 +88,10 @@ struct Line {
     error: Option<String>,
     usage: Option<Usage>,
     usd: Option<f64>,
+    output_bytes: Option<u64>,
+    is_error: Option<bool>,
+    approval_id: Option<String>,
+    decision: Option<String>,
 }
 
 /// Reads the log whose live file is `log` from its last checkpoint on. A missing
@@ -139,9 +148,24 @@ fn apply(since: &mut Since, line: Line) {
                 .get(&id)
                 .is_none_or(|t| *t == CallTrail::MayHaveRun);
             let exit_code = line.exit_code;
+            let output = (line.output_bytes.unwrap_or(0), line.is_error == Some(true));
+            entry.outputs.insert(id.clone(), output);
             entry
                 .calls
                 .insert(id, CallTrail::Finished { ran, exit_code });
+        }
+        ("approval_requested", Some(id)) => {
+            if let Some(approval) = line.approval_id {
+                entry.approvals.insert(approval, id);
+            }
+        }
+        ("approval_resolved", None) if line.decision.as_deref() == Some("approved") => {
+            let call = line
+                .approval_id
+                .and_then(|a| entry.approvals.get(&a).cloned());
+            if let Some(id) = call {
+                entry.calls.insert(id, CallTrail::MayHaveRun);
+            }
         }
         _ => {}
     }

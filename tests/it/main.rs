@@ -33,6 +33,7 @@ mod function_length;
 mod guard;
 mod inprocess;
 mod kill_loop;
+mod log_is_truth;
 mod log_replaced;
 mod loose_ends;
 mod operator;
