@@ -191,3 +191,21 @@ fn healthz_recovers_without_a_request_once_space_returns() {
     assert_eq!(status, 200, "back with no POST: {health}");
     drop(d);
 }
+
+/// A clean stop leaves a checkpoint right before `daemon_stopping`, from which the
+/// next start reads the log; a task that finished before it is not looked at again.
+#[test]
+fn a_clean_stop_writes_a_checkpoint_before_daemon_stopping() {
+    let api = FakeApi::with_responder(Box::new(|_| Reply::text("done")));
+    let root = TestRoot::new(&api.url);
+    let mut d = Daemon::start(&root);
+    let id = d.submit("one");
+    d.wait_finished(&id);
+    unsafe { libc::kill(d.pid(), libc::SIGTERM) };
+    assert_eq!(d.child.wait().unwrap().code(), Some(0));
+    let log = root.events();
+    let n = log.len();
+    assert_eq!(log[n - 1]["type"], "daemon_stopping");
+    assert_eq!(log[n - 2]["type"], "checkpoint", "{:?}", log[n - 2]);
+    assert_eq!(log[n - 2]["reason"], "stop");
+}

@@ -119,3 +119,33 @@ fn rotation_is_no_gap() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(root.events_of("events_gap").is_empty());
 }
+
+/// An older copy moved over the live file (a restore from backup): the lines after
+/// the copy are missing, and `events_gap` follows the copy's last line.
+#[test]
+fn a_log_replaced_by_an_older_copy_is_a_recorded_gap() {
+    let api = FakeApi::with_responder(Box::new(|_| Reply::text("done")));
+    let root = TestRoot::new(&api.url);
+    let log = root.dir.join("transcripts/events.jsonl");
+    let copy = root.dir.join("transcripts/copy.jsonl");
+    let d = Daemon::start(&root);
+    d.wait_finished(&d.submit("one"));
+    std::fs::copy(&log, &copy).unwrap();
+    let copied = lines(&copy).last().unwrap()["seq"].as_u64().unwrap();
+    d.wait_finished(&d.submit("two"));
+    let written = lines(&log).last().unwrap()["seq"].as_u64().unwrap();
+    std::fs::rename(&copy, &log).unwrap();
+    d.wait_finished(&d.submit("three"));
+    let after = lines(&log);
+    let gap = after.iter().find(|e| e["type"] == "events_gap").unwrap();
+    assert_eq!(after[copied as usize - 1]["seq"].as_u64(), Some(copied));
+    assert_eq!(after[copied as usize]["type"], "events_gap", "{after:?}");
+    assert!(gap["last_seq"].as_u64().unwrap() >= written, "{gap}");
+    let out = root.run(&["audit", "verify", "--json"]);
+    let v: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(
+        v["gaps"][0]["first_missing"].as_u64(),
+        Some(copied + 1),
+        "{v}"
+    );
+}
