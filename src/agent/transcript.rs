@@ -223,6 +223,17 @@ impl Unsaved {
         };
         let mut saved = 0;
         for t in pending {
+            // Under the task's run lock: a run of it now (its own end, a resume)
+            // owns the file and this state must not overwrite it; kept for the next
+            // round (a run that saves forgets it, one that fails keeps its newer
+            // state).
+            let (d, id) = (dir.to_path_buf(), t.task_id.clone());
+            let lock = tokio::task::spawn_blocking(move || RunLock::acquire(&d, &id)).await;
+            let _lock = match lock {
+                Ok(Ok(lock)) => lock,
+                Ok(Err(LockError::Held { .. })) => continue,
+                _ => break,
+            };
             if let Err(e) = t.save_async(dir.to_path_buf()).await {
                 tracing::debug!("transcript {} still cannot be saved: {e}", t.task_id);
                 break;
