@@ -708,6 +708,42 @@ mod tests {
     }
 
     #[test]
+    fn a_log_cut_under_the_writer_gets_events_gap_before_the_next_line() {
+        let path = scratch("gap");
+        let (mut log, _) = LogFile::open(&path).unwrap();
+        for _ in 0..3 {
+            log.append("t".into(), Map::new()).unwrap();
+        }
+        let head = log.head().1.to_string();
+        // Cut in place (same inode): only the length tells.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        assert!(log.moved_under_us());
+        assert_eq!(log.append("t".into(), Map::new()).unwrap(), 5);
+        let gap = log.take_gap().expect("a gap line");
+        assert_eq!(
+            (gap.seq, gap.last_seq, gap.last_hash.as_str()),
+            (4, 3, head.as_str())
+        );
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines[0]["type"], "events_gap");
+        assert_eq!(lines[0]["prev"], head.as_str());
+        assert_eq!(lines[1]["seq"], 5);
+        // Written once: the next line is an ordinary one.
+        assert_eq!(log.append("t".into(), Map::new()).unwrap(), 6);
+        assert!(log.take_gap().is_none());
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
     fn a_pending_cut_is_made_before_the_next_line() {
         let dir = std::env::temp_dir().join(format!("harnessd-cut-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
