@@ -157,6 +157,7 @@ impl Services {
             executor: self.executor.clone(),
             approver,
             live_text: None,
+            unsaved: crate::agent::Unsaved::default(),
         }
     }
 

@@ -292,7 +292,7 @@ pub(super) async fn answer_resumed_calls(
 }
 
 /// Answer to a call the log shows finished whose result the transcript lost.
-fn ran_but_lost(exit_code: Option<i32>) -> String {
+pub(super) fn ran_but_lost(exit_code: Option<i32>) -> String {
     let how = exit_code.map_or(String::new(), |c| format!(" (exit code {c})"));
     format!(
         "state unknown: this call ran{how} but its result was lost when the task was \

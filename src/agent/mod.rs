@@ -11,13 +11,14 @@
 mod calls;
 mod compact;
 mod guard;
+pub mod reconcile;
 mod stop;
 mod transcript;
 
 pub use calls::advertised;
 pub use guard::install_panic_hook;
 pub use stop::{StopReason, TaskStatus};
-pub use transcript::{LockError, RunLock, Transcript, TranscriptHead, TurnRecord};
+pub use transcript::{LockError, RunLock, Transcript, TranscriptHead, TurnRecord, Unsaved};
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -61,6 +62,9 @@ pub struct TaskServices {
     /// "task_id", "turn", "text"}` values (not audit events); sent by the loop,
     /// received by `run`'s progress printer. `None`: nobody watches.
     pub live_text: Option<tokio::sync::mpsc::UnboundedSender<Value>>,
+    /// Transcripts whose last save failed, kept whole until a save succeeds (see
+    /// [`Unsaved`]).
+    pub unsaved: Unsaved,
 }
 
 impl TaskServices {
@@ -284,10 +288,20 @@ impl TaskRun<'_> {
     /// Saves the transcript; `Err` is why it could not be saved (also logged).
     async fn save(&self) -> Result<(), String> {
         let dir = self.env.services.config.current().paths.transcripts.clone();
-        self.transcript.save_async(dir).await.map_err(|e| {
-            tracing::error!("cannot save transcript {}: {e}", self.spec.task_id);
-            format!("cannot save the transcript: {e}")
-        })
+        let unsaved = &self.env.services.unsaved;
+        match self.transcript.save_async(dir).await {
+            Ok(()) => {
+                unsaved.forget(&self.spec.task_id);
+                Ok(())
+            }
+            Err(e) => {
+                tracing::error!("cannot save transcript {}: {e}", self.spec.task_id);
+                // The transcript disagrees with the log until a save succeeds: the
+                // daemon saves this one again once the disk takes it.
+                unsaved.keep(&self.transcript);
+                Err(format!("cannot save the transcript: {e}"))
+            }
+        }
     }
 
     /// Saves the transcript where the task cannot go on without it: on failure the

@@ -189,6 +189,76 @@ impl Transcript {
     }
 }
 
+/// Transcripts whose last save failed (a full disk), kept whole, by task id: on
+/// disk they disagree with the log (a finished task still `running`, calls whose
+/// results were never saved), so they are saved again, as they are in memory, once
+/// a save succeeds ([`Unsaved::retry`]). Cheap to clone; shared by every task.
+#[derive(Clone, Default)]
+pub struct Unsaved {
+    kept: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, Transcript>>>,
+}
+
+impl Unsaved {
+    /// Keeps `t` (its latest state) to be saved again.
+    pub fn keep(&self, t: &Transcript) {
+        if let Ok(mut kept) = self.kept.lock() {
+            kept.insert(t.task_id.clone(), t.clone());
+        }
+    }
+
+    /// Forgets task `id`: its transcript was just saved.
+    pub fn forget(&self, id: &str) {
+        if let Ok(mut kept) = self.kept.lock() {
+            kept.remove(id);
+        }
+    }
+
+    /// Whether no transcript is owed a save.
+    pub fn is_empty(&self) -> bool {
+        self.kept.lock().map_or(true, |k| k.is_empty())
+    }
+
+    /// Saves the kept transcripts into `dir`, oldest task id first; stops at the
+    /// first that fails (the disk is still full) and keeps the rest. Returns how
+    /// many were saved.
+    pub async fn retry(&self, dir: &Path) -> usize {
+        let pending: Vec<Transcript> = match self.kept.lock() {
+            Ok(kept) => kept.values().cloned().collect(),
+            Err(_) => return 0,
+        };
+        let mut saved = 0;
+        for t in pending {
+            // Under the task's run lock: a run of it now (its own end, a resume)
+            // owns the file and this state must not overwrite it; kept for the next
+            // round (a run that saves forgets it, one that fails keeps its newer
+            // state).
+            let (d, id) = (dir.to_path_buf(), t.task_id.clone());
+            let lock = tokio::task::spawn_blocking(move || RunLock::acquire(&d, &id)).await;
+            let _lock = match lock {
+                Ok(Ok(lock)) => lock,
+                Ok(Err(LockError::Held { .. })) => continue,
+                _ => break,
+            };
+            if let Err(e) = t.save_async(dir.to_path_buf()).await {
+                tracing::debug!("transcript {} still cannot be saved: {e}", t.task_id);
+                break;
+            }
+            // A newer state kept meanwhile is saved at the next round.
+            if let Ok(mut kept) = self.kept.lock()
+                && kept.get(&t.task_id) == Some(&t)
+            {
+                kept.remove(&t.task_id);
+            }
+            tracing::warn!(
+                "transcript {} saved again, in line with the log, after its save had failed",
+                t.task_id
+            );
+            saved += 1;
+        }
+        saved
+    }
+}
+
 /// Numbers this process's temp files, so no two writes share one.
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 

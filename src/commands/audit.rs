@@ -43,11 +43,24 @@ pub fn verify(root: &Path, head: Option<&Head>, json_out: bool) -> anyhow::Resul
                 let begins = r.chain_begins.as_ref().map(|(p, line, seq)| {
                     json!({"file": p.display().to_string(), "line": line, "seq": seq})
                 });
-                let v = json!({"ok": true, "lines": r.lines, "files": r.files,
+                let gaps: Vec<_> = r
+                    .gaps
+                    .iter()
+                    .map(|g| {
+                        json!({
+                            "file": g.path.display().to_string(), "line": g.line, "seq": g.seq,
+                            "first_missing": g.first_missing, "last_missing": g.last_missing,
+                        })
+                    })
+                    .collect();
+                let v = json!({"ok": r.gaps.is_empty(), "lines": r.lines, "files": r.files,
                     "head_seq": head_seq, "head": head, "chain_begins": begins,
-                    "unchained": r.unchained});
+                    "unchained": r.unchained, "gaps": gaps});
                 writeln!(out, "{v}")?;
-                return Ok(0);
+                return Ok(if r.gaps.is_empty() { 0 } else { 1 });
+            }
+            if !r.gaps.is_empty() {
+                return report_gaps(&r);
             }
             writeln!(
                 out,
@@ -84,6 +97,35 @@ pub fn verify(root: &Path, head: Option<&Head>, json_out: bool) -> anyhow::Resul
             Ok(1)
         }
     }
+}
+
+/// A chain intact but for gaps the daemon recorded: each is named, and the exit is
+/// 1, since lines are missing (docs/auditing.md).
+fn report_gaps(r: &crate::events::verify::Report) -> anyhow::Result<i32> {
+    for g in &r.gaps {
+        let missing = if g.first_missing == g.last_missing {
+            format!("seq {}", g.first_missing)
+        } else {
+            format!("seq {} to {}", g.first_missing, g.last_missing)
+        };
+        eprintln!(
+            "audit log has a recorded gap: {}:{}: seq {}: events_gap: {missing} missing (the \
+             log file was removed or replaced under the daemon, which noticed and recorded \
+             it); the chain is intact on either side",
+            escape_text(&g.path.display().to_string()),
+            g.line,
+            g.seq
+        );
+    }
+    let (head_seq, head) = r.head.clone().unwrap_or((0, crate::events::GENESIS.into()));
+    writeln!(
+        std::io::stdout().lock(),
+        "gaps: {} recorded; {} lines in {} file(s), head seq {head_seq} {head}",
+        r.gaps.len(),
+        r.lines,
+        r.files
+    )?;
+    Ok(1)
 }
 
 /// `audit schema`: the JSON Schema of a line of events.jsonl.

@@ -289,14 +289,33 @@ async fn metrics(State(s): State<AppState>) -> Response {
 /// 200 while the audit log can be written; 503 with the reason while its last
 /// write failed (docs/events.md, docs/api.md).
 async fn healthz(State(s): State<AppState>) -> Response {
-    match s.scheduler.events().failing() {
-        None => Json(json!({"status": "ok"})).into_response(),
-        Some(reason) => (
+    let events = s.scheduler.events();
+    let gap = events.gap();
+    match (events.failing(), gap) {
+        (None, None) => Json(json!({"status": "ok"})).into_response(),
+        // The log is written again, but lost lines: 200, since work goes on and is
+        // recorded, with the gap named until restart (docs/api.md).
+        (None, Some(gap)) => Json(json!({
+            "status": "degraded",
+            "reason": gap_reason(&gap),
+            "gap": gap,
+        }))
+        .into_response(),
+        (Some(reason), gap) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"status": "degraded", "reason": reason})),
+            Json(json!({"status": "degraded", "reason": reason, "gap": gap})),
         )
             .into_response(),
     }
+}
+
+/// What `/healthz` says of a recorded `events_gap`.
+fn gap_reason(gap: &crate::events::Gap) -> String {
+    format!(
+        "the audit log {} was removed or replaced under the daemon: the lines up to seq {} \
+         are not in it; events_gap recorded at seq {} (until restart)",
+        gap.file, gap.last_seq, gap.seq
+    )
 }
 
 /// Accepts a task once it is on disk (`task_queued` on the record and its `queued`

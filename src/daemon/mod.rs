@@ -7,11 +7,13 @@
 pub mod access;
 pub mod api;
 pub mod approvals;
+pub mod checkpoint;
 mod connection_slots;
 mod events_api;
 pub mod index;
 pub mod loose_ends;
 pub mod metrics;
+mod recover;
 pub mod remember;
 pub mod serve;
 pub mod socket;

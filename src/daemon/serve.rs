@@ -11,7 +11,7 @@
 use std::fs::File;
 use std::future::Future;
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,12 +33,11 @@ use super::api::{AppState, Peer, router};
 use super::approvals::Approvals;
 use super::loose_ends::close_at_start;
 use super::metrics::Metrics;
+use super::recover::recover_tasks;
 use super::socket::{SocketDir, SocketError};
 use super::tasks::{Registry, Scheduler, SchedulerParts, TaskStatus};
-use crate::agent::{LockError, RunLock, Transcript, TranscriptHead};
 use crate::config::{ConfigSource, LiveConfig, Loaded, resolve};
-use crate::control::Task;
-use crate::events::{Event, EventError, EventLog};
+use crate::events::{Event, EventError};
 use crate::services::{Prepared, Services, StartError, StartOptions};
 
 /// Why the daemon could not start or stop cleanly.
@@ -122,85 +121,6 @@ fn operators_gid(group: Option<&str>) -> Result<Option<Gid>, ServeError> {
     }
 }
 
-/// A transcript found at start: its head (all the task index keeps), the whole
-/// transcript only when the task must be queued again, and whether a crashed
-/// daemon left it `running` (it is now saved as `interrupted`).
-struct Found {
-    head: TranscriptHead,
-    queued: Option<Transcript>,
-    was_running: bool,
-}
-
-/// Loads every transcript; those still `running` belong to a daemon that died:
-/// they are marked interrupted, on disk and in the record. Those still `queued`
-/// were accepted and never started: they are returned, for the scheduler to queue
-/// again, and not put in the registry here. The reads and saves run in one
-/// blocking call, off the runtime's workers.
-async fn recover_tasks(
-    loaded: &Loaded,
-    registry: &Registry,
-    events: &EventLog,
-) -> Result<Vec<Transcript>, ServeError> {
-    let dir = loaded.paths.transcripts.clone();
-    let Scan {
-        found,
-        refused,
-        failed,
-    } = tokio::task::spawn_blocking(move || scan_transcripts(&dir))
-        .await
-        .map_err(ServeError::Scan)?;
-    for r in refused {
-        let event = Event::TranscriptRefused {
-            file: r.file.display().to_string(),
-            moved_to: r.moved_to.display().to_string(),
-            error: r.error,
-        };
-        events.record(None, event).await?;
-    }
-    let mut queued = Vec::new();
-    for Found {
-        head: t,
-        queued: whole,
-        was_running,
-    } in found
-    {
-        if let Some(whole) = whole {
-            queued.push(whole);
-            continue;
-        }
-        if was_running {
-            events
-                .record(
-                    Some(&t.task_id),
-                    Event::TaskInterrupted {
-                        was: "running".into(),
-                    },
-                )
-                .await?;
-        }
-        let status = match t.status {
-            TaskStatus::Interrupted => TaskStatus::Interrupted,
-            // Still running in another process that holds its lock: shown as running,
-            // so a resume here is refused (409).
-            TaskStatus::Running => TaskStatus::Running,
-            _ => TaskStatus::Finished,
-        };
-        registry.insert_recorded(Task {
-            task_id: t.task_id,
-            status,
-            stop_reason: t.stop_reason,
-            usage: t.usage,
-            prompt: None,
-            usd: t.usd,
-            answer: None,
-            error: t.error,
-            updated: t.created.clone(),
-            created: t.created,
-        });
-    }
-    failed.map_or(Ok(queued), Err)
-}
-
 /// A `model_response` adds its tokens to its task, so listings are live.
 fn live_usage(registry: &Registry, ev: &Value) {
     if ev["type"] != "model_response" {
@@ -212,136 +132,6 @@ fn live_usage(registry: &Registry, ev: &Value) {
     ) {
         registry.add_usage(id, &usage);
     }
-}
-
-/// What the start-up scan of the transcripts found.
-#[derive(Default)]
-struct Scan {
-    found: Vec<Found>,
-    refused: Vec<Refused>,
-    failed: Option<ServeError>,
-}
-
-/// A transcript moved aside at start instead of being acted on.
-struct Refused {
-    file: PathBuf,
-    moved_to: PathBuf,
-    error: String,
-}
-
-/// Reads every transcript in `dir` (unreadable ones are skipped, misnamed ones
-/// refused) and saves those still `running` as `interrupted`. Stops at the first
-/// save that fails: what was found before it is returned with the error, so it is
-/// still recorded.
-fn scan_transcripts(dir: &Path) -> Scan {
-    let mut scan = Scan::default();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return scan;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.extension().is_none_or(|e| e != "json") {
-            continue;
-        }
-        let Some(found_here) = read_found(dir, &path, &mut scan.refused) else {
-            continue;
-        };
-        match found_here {
-            Ok(f) => scan.found.push(f),
-            Err(e) => {
-                scan.failed = Some(e);
-                return scan;
-            }
-        }
-    }
-    scan
-}
-
-/// For a transcript the start would act on (queued or running): refuses it when
-/// its file is not named after its `task_id` (the run would save under the id's
-/// name and leave this file as it is, to be acted on again at every start). It is
-/// moved aside to `<file>.refused-<ts>`, out of the next scans. `None`: it is
-/// fine.
-fn misnamed(path: &Path, task_id: &str) -> Option<Refused> {
-    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
-    if stem.as_deref() == Some(task_id) {
-        return None;
-    }
-    let ts = chrono::Utc::now().format("%Y%m%dT%H%M%S%.3fZ");
-    let moved_to = PathBuf::from(format!("{}.refused-{ts}", path.display()));
-    let why = format!(
-        "{}: its task_id is {task_id:?}, so it must be named {task_id}.json; not acted on",
-        path.display()
-    );
-    let error = match std::fs::rename(path, &moved_to) {
-        Ok(()) => format!("{why}, moved to {}", moved_to.display()),
-        Err(e) => format!("{why}, and it cannot be moved aside: {e}"),
-    };
-    tracing::error!("{error}");
-    Some(Refused {
-        file: path.to_path_buf(),
-        moved_to,
-        error,
-    })
-}
-
-/// One transcript at start: its head, and for a task still `queued` or `running`
-/// the whole transcript (a running one is saved as `interrupted` here). `None` for
-/// a file that cannot be read or parsed (skipped).
-fn read_found(
-    dir: &Path,
-    path: &Path,
-    refused: &mut Vec<Refused>,
-) -> Option<Result<Found, ServeError>> {
-    // An unreadable transcript is skipped, but never silently: its task would vanish
-    // from the API, so the operator is told which file and why.
-    let skipped = |why: String| {
-        tracing::warn!("skipping transcript {}: {why}", path.display());
-    };
-    let text = Transcript::read_text(path)
-        .map_err(|e| skipped(e.to_string()))
-        .ok()?;
-    let head: TranscriptHead = serde_json::from_str(&text)
-        .map_err(|e| skipped(e.to_string()))
-        .ok()?;
-    if !matches!(head.status, TaskStatus::Running | TaskStatus::Queued) {
-        return Some(Ok(Found {
-            head,
-            queued: None,
-            was_running: false,
-        }));
-    }
-    if let Some(r) = misnamed(path, &head.task_id) {
-        refused.push(r);
-        return None;
-    }
-    let mut transcript: Transcript = serde_json::from_str(&text)
-        .map_err(|e| skipped(e.to_string()))
-        .ok()?;
-    // A transcript whose run lock is held belongs to a live process (a `harnessd
-    // run`, another daemon on the same transcripts): it is running, not
-    // interrupted, and is left as it is.
-    let live = head.status == TaskStatus::Running
-        && matches!(
-            RunLock::acquire(dir, &head.task_id),
-            Err(LockError::Held { .. })
-        );
-    let was_running = head.status == TaskStatus::Running && !live;
-    let mut head = head;
-    if was_running {
-        transcript.status = TaskStatus::Interrupted;
-        head.status = TaskStatus::Interrupted;
-        if let Err(error) = transcript.save(dir) {
-            let task_id = transcript.task_id;
-            return Some(Err(ServeError::Transcript { task_id, error }));
-        }
-    }
-    let queued = (head.status == TaskStatus::Queued).then_some(transcript);
-    Some(Ok(Found {
-        head,
-        queued,
-        was_running,
-    }))
 }
 
 /// Serves the root until `shutdown` resolves (with the reason recorded in
@@ -363,6 +153,12 @@ pub async fn serve(
         })
         .await?;
     let (state, scheduler) = wire(&services, tap_rx).await?;
+    let transcripts = services.loaded.paths.transcripts.clone();
+    let keeper = super::checkpoint::spawn(
+        services.events.clone(),
+        scheduler.unsaved().clone(),
+        transcripts.clone(),
+    );
     services.events.log_head("start");
     let hourly = services.events.clone();
     let head_logger = tokio::spawn(async move {
@@ -397,6 +193,8 @@ pub async fn serve(
     drain(&scheduler, grace).await;
     // Nothing left open behind `daemon_stopping`: the next start trusts it.
     scheduler.settle_owed().await;
+    keeper.abort();
+    super::checkpoint::at_stop(&services.events, scheduler.unsaved(), &transcripts).await;
     let events = services.events.clone();
     services.shutdown().await;
     head_logger.abort();

@@ -589,6 +589,11 @@ impl Scheduler {
         self.owed.settle(&dir, &self.services.events).await;
     }
 
+    /// The transcripts whose save failed, to be saved again.
+    pub fn unsaved(&self) -> &crate::agent::Unsaved {
+        &self.services.unsaved
+    }
+
     /// The audit log the tasks write to.
     pub fn events(&self) -> &EventLog {
         &self.services.events

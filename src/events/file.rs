@@ -14,6 +14,9 @@ use serde_json::{Map, Value};
 /// How far back from the end to look for the last line.
 const TAIL_WINDOW: u64 = 1024 * 1024;
 
+/// Room the writer's probe asks for: a few lines' worth.
+const PROBE_BYTES: i64 = 64 * 1024;
+
 /// The `prev` of the first line ever written.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
@@ -59,6 +62,8 @@ pub(crate) struct LogFile {
     /// The length to cut the file back to before the next write: set when a failed
     /// write could not be cut back at once.
     pending_cut: Option<u64>,
+    /// The `events_gap` line the last write put first, for the writer to report.
+    gap: Option<GapLine>,
 }
 
 fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> EventError + 'a {
@@ -93,6 +98,7 @@ impl LogFile {
             known_len: u64::MAX,
             rotate_bytes: None,
             pending_cut: None,
+            gap: None,
         };
         let repair = log.with_lock(repair)?;
         if let Some((seq, hash)) = log.with_lock(chain_tail)? {
@@ -195,65 +201,108 @@ impl LogFile {
         ts: String,
         body: Map<String, Value>,
     ) -> Result<u64, EventError> {
+        self.write_lines(ts, Some(body))
+            .map(|seq| seq.unwrap_or(self.next_seq - 1))
+    }
+
+    /// Whether the file at `path` may no longer be the one this handle wrote to
+    /// (another inode, gone, or another length): one `fstat` and one `stat`, so the
+    /// writer can look while idle.
+    pub(crate) fn moved_under_us(&self) -> bool {
+        let Some(file) = &self.file else { return false };
+        match (file.metadata(), std::fs::metadata(&self.path)) {
+            (Ok(ours), Ok(now)) => {
+                ours.ino() != now.ino() || ours.dev() != now.dev() || now.len() != self.known_len
+            }
+            _ => true,
+        }
+    }
+
+    /// Writes `events_gap` now if the file at `path` lost lines this handle wrote
+    /// (see [`LogFile::take_gap`]); nothing otherwise.
+    pub(crate) fn check_gap(&mut self, ts: String) -> Result<(), EventError> {
+        self.write_lines(ts, None).map(|_| ())
+    }
+
+    /// The `events_gap` line written by the last append or check, once.
+    pub(crate) fn take_gap(&mut self) -> Option<GapLine> {
+        self.gap.take()
+    }
+
+    /// Under the lock: the pending cut, the chain read back when the file is not
+    /// the one last written, `events_gap` first when that file lost lines this
+    /// handle wrote (removed, replaced by an older copy, cut), then `body`'s line.
+    /// Returns `body`'s seq.
+    fn write_lines(
+        &mut self,
+        ts: String,
+        body: Option<Map<String, Value>>,
+    ) -> Result<Option<u64>, EventError> {
         let known_len = self.known_len;
+        let ours = (self.next_seq - 1, self.prev_hash.clone());
         let mut next_seq = self.next_seq;
         let mut prev = self.prev_hash.clone();
         let mut pending_cut = self.pending_cut;
+        let mut gap = None;
         let result = self.with_lock(|file, path| {
             if let Some(at) = pending_cut {
                 file.set_len(at)
                     .map_err(io("cut back a failed line in", path))?;
                 pending_cut = None;
             }
-            let len = file.metadata().map_err(io("stat", path))?.len();
+            let mut len = file.metadata().map_err(io("stat", path))?.len();
             if len != known_len {
                 // Someone else appended (another process on the same root), or this
                 // is the first write: read the seq and the chain back from the log.
-                if let Some((seq, hash)) = chain_tail(file, path)? {
+                let tail = chain_tail(file, path)?;
+                let behind = tail.as_ref().map_or(0, |(seq, _)| *seq);
+                if let Some((seq, hash)) = tail {
                     next_seq = seq.max(next_seq - 1).saturating_add(1);
                     prev = hash;
                 }
-            }
-            if next_seq == u64::MAX {
-                return Err(io("append to", path)(std::io::Error::other(
-                    "the log's last seq leaves no next one (a line with a forged seq near \
-                     2^64?); rotate the log aside and restart",
-                )));
-            }
-            let mut line = Map::new();
-            line.insert("seq".into(), next_seq.into());
-            line.insert("ts".into(), ts.into());
-            line.insert("prev".into(), prev.as_str().into());
-            line.extend(body);
-            let mut bytes = serde_json::to_vec(&Value::Object(line))
-                .map_err(|e| io("serialise event for", path)(std::io::Error::other(e)))?;
-            let hash = crate::config::sha256_hex(&bytes);
-            bytes.push(b'\n');
-            let written = match super::failpoint::check("events.append") {
-                Ok(()) => append_line(file, len, &bytes),
-                Err(e) => append_line(
-                    &mut super::failpoint::HalfThenFail {
-                        inner: file,
-                        error: Some(e),
-                        wrote_half: false,
-                    },
-                    len,
-                    &bytes,
-                ),
-            };
-            match written {
-                Ok(()) => Ok((next_seq, len + bytes.len() as u64, hash, prev)),
-                Err(AppendFailure { write, cut }) => {
-                    if cut.is_err() {
-                        pending_cut = Some(len);
-                    }
-                    Err(io("append to", path)(write))
+                if ours.0 > behind {
+                    // Lines this handle wrote are not in the files any more.
+                    let line = gap_line(ours.0, &ours.1);
+                    let at = next_seq;
+                    let (new_len, hash) = write_line(file, path, len, at, &ts, &ours.1, line)
+                        .map_err(|(e, cut)| {
+                            pending_cut = cut;
+                            e
+                        })?;
+                    gap = Some(GapLine {
+                        seq: at,
+                        last_seq: ours.0,
+                        last_hash: ours.1.clone(),
+                    });
+                    (len, next_seq, prev) = (new_len, at.saturating_add(1), hash);
                 }
             }
+            let Some(body) = body else {
+                return Ok((None, len, prev.clone(), prev.clone(), next_seq));
+            };
+            let (new_len, hash) =
+                write_line(file, path, len, next_seq, &ts, &prev, body).map_err(|(e, cut)| {
+                    pending_cut = cut;
+                    e
+                })?;
+            Ok((Some(next_seq), new_len, hash, prev.clone(), next_seq + 1))
         });
         self.pending_cut = pending_cut;
-        let (seq, len, hash, prev) = result?;
-        self.next_seq = seq.saturating_add(1);
+        let (seq, len, hash, prev, next) = match result {
+            Ok(written) => written,
+            Err(e) => {
+                // A gap line written before a failed line stays; the next write
+                // must not write it twice.
+                if let Some(g) = gap {
+                    self.next_seq = g.seq + 1;
+                    self.known_len = u64::MAX;
+                    self.gap = Some(g);
+                }
+                return Err(e);
+            }
+        };
+        self.gap = gap;
+        self.next_seq = next;
         self.known_len = len;
         self.prev_hash = hash;
         self.last_prev = prev;
@@ -296,12 +345,117 @@ impl LogFile {
         Ok(rotated)
     }
 
+    /// Whether the next lines could be written now, without writing one: room for
+    /// [`PROBE_BYTES`] more is allocated past the file's end (`fallocate` keeping
+    /// its size, so readers see nothing), or where the file system cannot do that,
+    /// written to a scratch file beside it and removed.
+    pub(crate) fn probe(&mut self) -> Result<(), EventError> {
+        use nix::fcntl::{FallocateFlags, fallocate};
+        let file = self.file.as_ref().ok_or(EventError::Closed)?;
+        super::failpoint::check("events.append").map_err(io("probe", &self.path))?;
+        let len = file.metadata().map_err(io("stat", &self.path))?.len();
+        let at = i64::try_from(len).unwrap_or(i64::MAX);
+        match fallocate(file, FallocateFlags::FALLOC_FL_KEEP_SIZE, at, PROBE_BYTES) {
+            Ok(()) => return Ok(()),
+            Err(nix::errno::Errno::EOPNOTSUPP) => {}
+            Err(e) => return Err(io("probe", &self.path)(e.into())),
+        }
+        let scratch = self.path.with_file_name(".events.probe");
+        let written = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&scratch)
+            .and_then(|mut f| {
+                f.write_all(&[0; PROBE_BYTES as usize])?;
+                f.sync_data()
+            });
+        let _ = std::fs::remove_file(&scratch);
+        written.map_err(io("probe", &self.path))
+    }
+
     /// Forces every line written so far to the disk (`fdatasync`).
     pub(crate) fn sync(&mut self) -> Result<(), EventError> {
         let file = self.file.as_ref().ok_or(EventError::Closed)?;
         super::failpoint::check("events.sync")
             .and_then(|()| file.sync_data())
             .map_err(io("sync", &self.path))
+    }
+}
+
+/// The `events_gap` line a handle wrote: its seq, and the last line it had written
+/// before (seq and hash).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct GapLine {
+    /// The gap line's own seq.
+    pub(crate) seq: u64,
+    /// The last seq written before.
+    pub(crate) last_seq: u64,
+    /// That line's hash.
+    pub(crate) last_hash: String,
+}
+
+/// The body of an `events_gap` line.
+fn gap_line(last_seq: u64, last_hash: &str) -> Map<String, Value> {
+    let mut body = Map::new();
+    body.insert("type".into(), "events_gap".into());
+    body.insert("last_seq".into(), last_seq.into());
+    body.insert("last_hash".into(), last_hash.into());
+    body
+}
+
+/// Writes one line (`seq`, `ts`, `prev`, then `body`) at the end of `file`, whose
+/// length is `len`; returns the new length and the line's hash. On failure: the
+/// error, and the length still to cut back to when the cut failed too.
+fn write_line(
+    file: &mut File,
+    path: &Path,
+    len: u64,
+    seq: u64,
+    ts: &str,
+    prev: &str,
+    body: Map<String, Value>,
+) -> Result<(u64, String), (EventError, Option<u64>)> {
+    if seq == u64::MAX {
+        return Err((
+            io("append to", path)(std::io::Error::other(
+                "the log's last seq leaves no next one (a line with a forged seq near \
+                 2^64?); rotate the log aside and restart",
+            )),
+            None,
+        ));
+    }
+    let mut line = Map::new();
+    line.insert("seq".into(), seq.into());
+    line.insert("ts".into(), ts.into());
+    line.insert("prev".into(), prev.into());
+    line.extend(body);
+    let mut bytes = serde_json::to_vec(&Value::Object(line)).map_err(|e| {
+        (
+            io("serialise event for", path)(std::io::Error::other(e)),
+            None,
+        )
+    })?;
+    let hash = crate::config::sha256_hex(&bytes);
+    bytes.push(b'\n');
+    let written = match super::failpoint::check("events.append") {
+        Ok(()) => append_line(file, len, &bytes),
+        Err(e) => append_line(
+            &mut super::failpoint::HalfThenFail {
+                inner: file,
+                error: Some(e),
+                wrote_half: false,
+            },
+            len,
+            &bytes,
+        ),
+    };
+    match written {
+        Ok(()) => Ok((len + bytes.len() as u64, hash)),
+        Err(AppendFailure { write, cut }) => {
+            Err((io("append to", path)(write), cut.is_err().then_some(len)))
+        }
     }
 }
 
@@ -550,6 +704,42 @@ mod tests {
         let (mut log, _) = LogFile::open(&path).unwrap();
         let err = log.append("t".into(), Map::new()).unwrap_err();
         assert!(err.to_string().contains("no next one"), "{err}");
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn a_log_cut_under_the_writer_gets_events_gap_before_the_next_line() {
+        let path = scratch("gap");
+        let (mut log, _) = LogFile::open(&path).unwrap();
+        for _ in 0..3 {
+            log.append("t".into(), Map::new()).unwrap();
+        }
+        let head = log.head().1.to_string();
+        // Cut in place (same inode): only the length tells.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        assert!(log.moved_under_us());
+        assert_eq!(log.append("t".into(), Map::new()).unwrap(), 5);
+        let gap = log.take_gap().expect("a gap line");
+        assert_eq!(
+            (gap.seq, gap.last_seq, gap.last_hash.as_str()),
+            (4, 3, head.as_str())
+        );
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines[0]["type"], "events_gap");
+        assert_eq!(lines[0]["prev"], head.as_str());
+        assert_eq!(lines[1]["seq"], 5);
+        // Written once: the next line is an ordinary one.
+        assert_eq!(log.append("t".into(), Map::new()).unwrap(), 6);
+        assert!(log.take_gap().is_none());
         let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 

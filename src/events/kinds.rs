@@ -91,6 +91,23 @@ pub enum Event {
         /// Its last seq.
         last_seq: u64,
     },
+    /// events.jsonl was removed, replaced or cut under the running daemon: the lines
+    /// after `last_seq` (up to this one) are not in the files. The first line the
+    /// daemon writes into the file it found (or created) at the path; its `prev` is
+    /// `last_hash`, so the chain goes on from the last line the daemon wrote.
+    EventsGap {
+        /// The seq of the last line the daemon had written before.
+        last_seq: u64,
+        /// That line's hash (the `prev` it gave the next line).
+        last_hash: String,
+    },
+    /// Every transcript agrees with the log up to this line (no save is owed): a
+    /// start checks the transcripts against the log from the last one on. Written
+    /// every minute while the log grows, and before `daemon_stopping`.
+    Checkpoint {
+        /// `periodic` or `stop`.
+        reason: String,
+    },
     /// A task was accepted (the control API answers 202 only after this line is
     /// written and, with `audit.sync = "before_action"`, synced).
     TaskQueued {
@@ -421,7 +438,7 @@ mod tests {
         ] {
             assert!(types.iter().any(|x| x == t), "{t} missing from {types:?}");
         }
-        assert_eq!(types.len(), 23, "{types:?}");
+        assert_eq!(types.len(), 25, "{types:?}");
     }
 
     #[test]

@@ -24,6 +24,7 @@ mod open_tasks;
 pub mod query;
 mod reserve;
 pub mod segments;
+pub mod since;
 mod trail;
 pub mod verify;
 
@@ -87,6 +88,22 @@ struct Health {
     reserve: Mutex<Option<String>>,
     /// The chain head: seq and hash of the last line written.
     head: Mutex<(u64, String)>,
+    /// The last `events_gap` this writer recorded; kept until restart.
+    gap: Mutex<Option<Gap>>,
+}
+
+/// An `events_gap` the writer recorded: the file at the log's path had lost
+/// lines it wrote (removed, replaced, cut).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Gap {
+    /// The `events_gap` line's seq.
+    pub seq: u64,
+    /// The last seq written before it.
+    pub last_seq: u64,
+    /// That line's hash.
+    pub last_hash: String,
+    /// The log's path.
+    pub file: String,
 }
 
 impl Health {
@@ -136,6 +153,7 @@ impl EventLog {
             sync: Mutex::new(None),
             reserve: Mutex::new(None),
             head: Mutex::new((seq, hash.to_string())),
+            gap: Mutex::new(None),
         });
         let rotate_bytes = Arc::new(AtomicU64::new(0));
         let writer = Writer {
@@ -233,6 +251,12 @@ impl EventLog {
         self.health.failing()
     }
 
+    /// The last `events_gap` recorded since this log was opened: the file at the
+    /// path lost lines written before it. Kept until restart.
+    pub fn gap(&self) -> Option<Gap> {
+        self.health.gap.lock().ok().and_then(|g| g.clone())
+    }
+
     /// Writes the chain head to the diagnostic log (journald under systemd), a
     /// record the audit log's own tools cannot rewrite: a log rewritten whole,
     /// chain and all, no longer ends in a head logged there (docs/events.md).
@@ -298,8 +322,9 @@ struct Writer {
     reserve: Option<reserve::Reserve>,
 }
 
-/// How often a released reserve is tried again while no line comes.
-const RETAKE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+/// How often, while no line comes, the writer retakes a released reserve, probes
+/// a failed log and checks that the file at the path is still its own.
+const WATCH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// An answer held back until the batch's sync: an append's seq or a sync request.
 enum Held {
@@ -312,26 +337,16 @@ impl Writer {
     /// covers every line of the batch for all who asked for it (group sync).
     fn run(mut self, rx: &std_mpsc::Receiver<Command>) {
         loop {
-            // A released reserve is tried again even while nothing is written, so
-            // the health recovers by itself once space returns.
-            let first = if self
-                .reserve
-                .as_ref()
-                .is_some_and(reserve::Reserve::released)
-            {
-                match rx.recv_timeout(RETAKE_EVERY) {
-                    Ok(cmd) => cmd,
-                    Err(std_mpsc::RecvTimeoutError::Timeout) => {
-                        self.retake_reserve();
-                        continue;
-                    }
-                    Err(std_mpsc::RecvTimeoutError::Disconnected) => return,
+            // While nothing comes, the writer still looks after the log: a released
+            // reserve is tried again, a failed write probed, the file at the path
+            // checked, so the health recovers (and a lost file is noticed) by itself.
+            let first = match rx.recv_timeout(WATCH_EVERY) {
+                Ok(cmd) => cmd,
+                Err(std_mpsc::RecvTimeoutError::Timeout) => {
+                    self.idle();
+                    continue;
                 }
-            } else {
-                match rx.recv() {
-                    Ok(cmd) => cmd,
-                    Err(_) => return,
-                }
+                Err(std_mpsc::RecvTimeoutError::Disconnected) => return,
             };
             let mut held = Vec::new();
             let mut next = Some(first);
@@ -404,6 +419,73 @@ impl Writer {
         result
     }
 
+    /// One round of looking after the log while nothing is written.
+    fn idle(&mut self) {
+        let _ = self.retake_reserve();
+        let failing = |slot: &Mutex<Option<String>>| slot.lock().is_ok_and(|f| f.is_some());
+        if failing(&self.health.sync) {
+            let synced = self.log.sync();
+            Health::note(&self.health.sync, &synced);
+        }
+        if failing(&self.health.write) {
+            // No line to try: a probe of room past the end stands for one.
+            let probed = self.log.probe();
+            Health::note(&self.health.write, &probed);
+        }
+        if self.log.moved_under_us() {
+            let ts = now();
+            let checked = self.log.check_gap(ts.clone());
+            self.report_gap(&ts);
+            if let Err(e) = checked {
+                tracing::warn!("cannot check the audit log at its path: {e}");
+            }
+        }
+    }
+
+    /// Reports an `events_gap` line the last write put first: an error in the
+    /// diagnostic log, the health (until restart), the tap.
+    fn report_gap(&mut self, ts: &str) {
+        let Some(gap) = self.log.take_gap() else {
+            return;
+        };
+        let path = self.log.path().display().to_string();
+        tracing::error!(
+            "the audit log {path} was removed, replaced or cut under the daemon: lines up to \
+             seq {} are no longer in it; recorded as events_gap at seq {}",
+            gap.last_seq,
+            gap.seq
+        );
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            format!(
+                "harnessd: error: the audit log {path} was removed or replaced under the \
+                 daemon; events_gap recorded at seq {} (last seq written before: {})\n",
+                gap.seq, gap.last_seq
+            )
+            .as_bytes(),
+        );
+        if let Some(tap) = &self.tap {
+            let mut line = Map::new();
+            line.insert("seq".into(), gap.seq.into());
+            line.insert("ts".into(), ts.into());
+            line.insert("prev".into(), gap.last_hash.clone().into());
+            let event = Event::EventsGap {
+                last_seq: gap.last_seq,
+                last_hash: gap.last_hash.clone(),
+            };
+            line.extend(body(None, &event));
+            let _ = tap.send(Value::Object(line));
+        }
+        if let Ok(mut slot) = self.health.gap.lock() {
+            *slot = Some(Gap {
+                seq: gap.seq,
+                last_seq: gap.last_seq,
+                last_hash: gap.last_hash,
+                file: path,
+            });
+        }
+    }
+
     /// Holds the reserve asked for at start; see [`EventLog::hold_reserve`].
     fn hold_reserve(&mut self, path: std::path::PathBuf, mb: u64) -> Result<(), String> {
         if mb == 0 {
@@ -448,8 +530,9 @@ impl Writer {
     }
 
     fn append_one(&mut self, body: Map<String, Value>) -> Result<u64, EventError> {
-        let ts = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        let ts = now();
         let result = self.log.append(ts.clone(), body.clone());
+        self.report_gap(&ts);
         Health::note(&self.health.write, &result);
         if let Ok(seq) = &result
             && let Ok(mut head) = self.health.head.lock()
@@ -503,6 +586,11 @@ impl Writer {
             }
         }
     }
+}
+
+/// The time as a line's `ts`.
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 /// The same error again, for each waiter of one failed sync (io errors do not clone).

@@ -25,6 +25,25 @@ pub struct Report {
     pub chain_begins: Option<(PathBuf, u64, u64)>,
     /// Lines before the chain begins.
     pub unchained: u64,
+    /// Gaps the daemon recorded (`events_gap`): the file it wrote to was removed,
+    /// replaced or cut, and the lines named are not in the files. The chain is
+    /// checked on from each gap line, which chains to the last line lost.
+    pub gaps: Vec<RecordedGap>,
+}
+
+/// Lines missing from the log, as an `events_gap` line records them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedGap {
+    /// The file holding the `events_gap` line.
+    pub path: PathBuf,
+    /// Its line number, from 1.
+    pub line: u64,
+    /// Its seq.
+    pub seq: u64,
+    /// The first seq missing (one past the last line before it in the files).
+    pub first_missing: u64,
+    /// The last seq missing: the last line the daemon wrote before the gap.
+    pub last_missing: u64,
 }
 
 /// The first thing wrong with a log.
@@ -62,6 +81,9 @@ pub enum VerifyError {
 struct Chained {
     seq: Option<u64>,
     prev: Option<String>,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    last_seq: Option<u64>,
 }
 
 /// One line as the checks see it.
@@ -71,6 +93,8 @@ struct Checked {
     seq: Option<u64>,
     prev: Option<String>,
     hash: String,
+    /// For an `events_gap` line: the last seq it says was written before it.
+    gap_after: Option<u64>,
     /// Why it cannot be checked (torn, unparseable, no seq).
     unreadable: Option<String>,
 }
@@ -89,13 +113,17 @@ impl Checked {
             (Ok(c), _) if c.seq.is_none() => Some("foreign line: it has no seq".to_string()),
             _ => None,
         };
-        let (seq, prev) = parsed.map_or((None, None), |c| (c.seq, c.prev));
+        let (seq, prev, gap_after) = parsed.map_or((None, None, None), |c| {
+            let gap = (c.kind.as_deref() == Some("events_gap")).then_some(c.last_seq);
+            (c.seq, c.prev, gap.flatten())
+        });
         Checked {
             path: line.path,
             number: line.number,
             seq,
             prev,
             hash,
+            gap_after,
             unreadable,
         }
     }
@@ -167,6 +195,7 @@ pub fn verify_against(live: &Path, expected: Option<&Head>) -> Result<Report, Ve
         head: None,
         chain_begins: None,
         unchained: 0,
+        gaps: Vec::new(),
     };
     let mut last: Option<Checked> = None;
     // `0:GENESIS` is the head logged for an empty log: no line to find.
@@ -261,7 +290,29 @@ fn check(
     if prev == expected {
         return check_gap(last, cur);
     }
+    if let Some(gap) = recorded_gap(last, cur) {
+        report.gaps.push(gap);
+        return Ok(());
+    }
     Err(explain_mismatch(last, cur, next))
+}
+
+/// An `events_gap` line after which the chain goes on: it follows the line it
+/// names as the last one written (seq), past every line still in the files, so
+/// the lines between are missing, and on the record as missing. Whether its
+/// `prev` is the lost line's hash cannot be checked (the line is gone); the lines
+/// after it are checked against it as any.
+fn recorded_gap(last: Option<&Checked>, cur: &Checked) -> Option<RecordedGap> {
+    let last_missing = cur.gap_after?;
+    let seq = cur.seq?;
+    let first_missing = last.and_then(|l| l.seq).map_or(1, |s| s + 1);
+    (seq == last_missing.checked_add(1)? && first_missing <= last_missing).then(|| RecordedGap {
+        path: cur.path.clone(),
+        line: cur.number,
+        seq,
+        first_missing,
+        last_missing,
+    })
 }
 
 /// Seq must go up by one: a gap with an intact chain is a line deleted from a

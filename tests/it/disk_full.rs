@@ -20,13 +20,13 @@ use crate::common::{TestRoot, wait_until};
 use crate::failpoints::{Faults, Held, held_root};
 
 /// A tmpfs mounted on a directory, unmounted on drop.
-struct Mount {
+pub(crate) struct Mount {
     dir: PathBuf,
 }
 
 impl Mount {
     /// Mounts a tmpfs of `size` on `dir`; `Err` says why it could not be.
-    fn tmpfs(dir: &Path, size: &str) -> Result<Mount, String> {
+    pub(crate) fn tmpfs(dir: &Path, size: &str) -> Result<Mount, String> {
         std::fs::create_dir_all(dir).unwrap();
         let out = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
@@ -104,7 +104,7 @@ impl Drop for Mount {
 }
 
 /// Fills the filesystem holding `path` until a write fails for lack of space.
-fn fill(path: &Path) {
+pub(crate) fn fill(path: &Path) {
     let mut f = std::fs::File::create(path).unwrap();
     let chunk = vec![b'x'; 4096];
     loop {

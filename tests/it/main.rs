@@ -34,6 +34,8 @@ mod guard;
 mod inprocess;
 mod kill_loop;
 mod local_servers;
+mod log_is_truth;
+mod log_replaced;
 mod loose_ends;
 mod operator;
 mod operators_group;
