@@ -14,13 +14,32 @@ pub fn run(
     helper: PathBuf,
     env: impl Fn(&str) -> Option<String>,
 ) -> anyhow::Result<i32> {
+    // Large buffers (response bodies, serialised transcripts) straight from mmap
+    // and back to the system when freed: glibc otherwise raises this threshold
+    // after the first large free, and later ones stay in its arenas, resident,
+    // past what the budget of daemon.memory_mb counted.
+    // SAFETY: mallopt only changes a malloc parameter; no thread has started yet.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024);
+    }
     let runtime = super::runtime()?;
     runtime.block_on(async {
         let shutdown = super::signals::terminate()?;
         let hangups = super::signals::hangups();
         let prepared = Prepared::load(&root, env)?;
         let socket = PreparedSocket::prepare(&prepared.loaded)?;
-        serve(prepared, socket, ServeOptions { helper, hangups }, shutdown).await?;
+        // Early, with the root locked: memory charged before the move stays outside
+        // the limit. `daemon_started` and `check` say how it went.
+        let memory_mb = prepared.loaded.config.daemon.memory_mb;
+        if let Err(why) = crate::exec::confine_daemon(memory_mb) {
+            eprintln!(
+                "warning: harnessd serve runs without its own memory limit \
+                 (daemon.memory_mb = {memory_mb}): {why}"
+            );
+        }
+        let served = serve(prepared, socket, ServeOptions { helper, hangups }, shutdown).await;
+        crate::exec::leave_daemon_cgroup();
+        served?;
         Ok(0)
     })
 }

@@ -34,6 +34,7 @@ mod guard;
 mod inprocess;
 mod kill_loop;
 mod loose_ends;
+mod memory_budget;
 mod operator;
 mod operators_group;
 mod out_files;
