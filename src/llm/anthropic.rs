@@ -200,8 +200,11 @@ impl AnthropicClient {
         F: FnMut(FailedAttempt) -> Fut,
         Fut: Future<Output = Result<(), E>>,
     {
-        let body = request_body(req)
-            .map_err(|e| LlmError::Malformed(format!("cannot serialise the request: {e}")))?;
+        // Shared, not copied, by each attempt: the body holds the whole history.
+        let body = bytes::Bytes::from(
+            request_body(req)
+                .map_err(|e| LlmError::Malformed(format!("cannot serialise the request: {e}")))?,
+        );
         let mut attempt: u32 = 0;
         loop {
             attempt += 1;
@@ -264,7 +267,7 @@ impl AnthropicClient {
     /// One HTTP exchange. `Err(Ok(_))` may be retried; `Err(Err(_))` may not.
     async fn attempt_once(
         &self,
-        body: &[u8],
+        body: &bytes::Bytes,
         stream: bool,
         on_text: OnText<'_>,
     ) -> Result<Response, Result<Failure, LlmError>> {
@@ -277,7 +280,7 @@ impl AnthropicClient {
             .header("x-api-key", self.key.expose())
             .header("anthropic-version", ANTHROPIC_VERSION)
             .header("content-type", "application/json")
-            .body(body.to_vec());
+            .body(body.clone());
         // A plain request is timed whole; a stream until its headers, then per event.
         let sent = if stream {
             match tokio::time::timeout(self.timeout, builder.send()).await {
