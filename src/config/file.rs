@@ -511,8 +511,13 @@ mod tests {
     #[test]
     fn a_memory_bound_that_cannot_hold_one_response_is_refused() {
         let text = "[api]\nmax_response_mb = 32\n[daemon]\nmemory_mb = 128\n";
-        let e = Config::parse(text, "c.toml").expect_err("too small").to_string();
-        assert!(e.contains("daemon.memory_mb") && e.contains("at least 171"), "{e}");
+        let e = Config::parse(text, "c.toml")
+            .expect_err("too small")
+            .to_string();
+        assert!(
+            e.contains("daemon.memory_mb") && e.contains("at least 171"),
+            "{e}"
+        );
         let fits = "[api]\nmax_response_mb = 32\n[daemon]\nmemory_mb = 171\n";
         let c = Config::parse(fits, "c.toml").expect("fits");
         assert!(c.response_cost_bytes() <= c.response_budget_bytes());
