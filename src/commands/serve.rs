@@ -14,14 +14,6 @@ pub fn run(
     helper: PathBuf,
     env: impl Fn(&str) -> Option<String>,
 ) -> anyhow::Result<i32> {
-    // Large buffers (response bodies, serialised transcripts) straight from mmap
-    // and back to the system when freed: glibc otherwise raises this threshold
-    // after the first large free, and later ones stay in its arenas, resident,
-    // past what the budget of daemon.memory_mb counted.
-    // SAFETY: mallopt only changes a malloc parameter; no thread has started yet.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024);
-    }
     let runtime = super::runtime()?;
     runtime.block_on(async {
         let shutdown = super::signals::terminate()?;
