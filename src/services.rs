@@ -24,7 +24,7 @@ use crate::config::{
 };
 use crate::events::{Event, EventError, EventLog};
 use crate::exec::{Executor, WorkspaceError, prepare_workspace, verdict};
-use crate::llm::{AnthropicClient, LlmError};
+use crate::llm::{AnthropicClient, LlmError, ResponseBudget};
 use crate::sandbox::{Confinement, Report};
 
 /// Why start-up failed.
@@ -62,7 +62,12 @@ impl Prepared {
     pub fn load(root: &Path, env: impl Fn(&str) -> Option<String>) -> Result<Prepared, StartError> {
         let loaded = Arc::new(load(root)?);
         let key = ApiKey::load(&loaded, env)?;
-        let client = AnthropicClient::new(&loaded.config.api, key)?;
+        let config = &loaded.config;
+        // Validation made sure one response fits; a failure here is a bug.
+        let budget =
+            ResponseBudget::new(config.response_budget_bytes(), config.response_cost_bytes())
+                .map_err(|e| LlmError::Client(e.to_string()))?;
+        let client = AnthropicClient::new(&config.api, key, budget)?;
         Ok(Prepared { loaded, client })
     }
 
@@ -72,7 +77,14 @@ impl Prepared {
         let loaded = self.loaded;
         let events = open_audit_log(&loaded, opts.tap).await?;
         let mut executor = Executor::new(opts.helper);
-        let probe = prepare_sandbox(&mut executor, &loaded)?;
+        let mut probe = prepare_sandbox(&mut executor, &loaded)?;
+        if let (Ok(report), Some(confined)) = (&mut probe, crate::exec::daemon_confinement()) {
+            let (enforced, detail) = match confined {
+                Ok(done) => (true, format!("serve runs in its own cgroup, {done}")),
+                Err(why) => (false, format!("serve runs without its memory limit: {why}")),
+            };
+            report.push_optional("daemon_cgroup", enforced, detail);
+        }
         if opts.record_daemon_started {
             events.record(None, daemon_started(&probe, &loaded)).await?;
         }

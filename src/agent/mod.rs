@@ -31,8 +31,8 @@ use crate::config::{ConfigSource, Loaded, LoopConfig};
 use crate::events::{self, Event, EventError, EventLog};
 use crate::exec::Executor;
 use crate::llm::{
-    AnthropicClient, Block, FailedAttempt, LlmError, Message, ProtocolError, Request, Response,
-    Role, SendError, ToolChoice, Usage,
+    AnthropicClient, Block, FailedAttempt, Hold, LlmError, Message, ProtocolError, Request,
+    Response, Role, SendError, ToolChoice, Usage,
 };
 use crate::tools::{ToolDefinition, ToolName};
 
@@ -282,6 +282,10 @@ struct TaskRun<'a> {
     /// response since. Kept apart from the messages so a compaction that summarises
     /// old turns away does not make their ids usable again.
     used_ids: std::collections::HashSet<String>,
+    /// The last response's share of the memory budget (`daemon.memory_mb`), kept
+    /// until the transcript holding it is saved (its copies are made by then), and
+    /// never while another request waits for room: dropped before each send.
+    hold: Hold,
 }
 
 impl TaskRun<'_> {
@@ -311,7 +315,9 @@ impl TaskRun<'_> {
         &mut self,
         pending: &[calls::ToolUse],
     ) -> Result<Option<Ended>, EventError> {
-        let Err(error) = self.save().await else {
+        let saved = self.save().await;
+        self.hold = Hold::default();
+        let Err(error) = saved else {
             return Ok(None);
         };
         if !pending.is_empty() {
@@ -386,6 +392,8 @@ impl TaskRun<'_> {
                 return Ok((StopReason::Cancelled, None));
             }
             self.ledger.clear();
+            // A compaction's request may wait for room too.
+            self.hold = Hold::default();
             let loaded = self.env.services.config.current();
             self.compact_if_due(&loaded).await?;
             let max_turns = self
@@ -523,6 +531,8 @@ impl TaskRun<'_> {
             tools_disabled: summary,
         })
         .await?;
+        // Holding a share while waiting for another could deadlock the budget.
+        self.hold = Hold::default();
         let sent = Instant::now();
         // Each failed attempt becomes a `model_error` event, recorded before the
         // client waits for the next one: llm reports, the loop records.
@@ -565,11 +575,12 @@ impl TaskRun<'_> {
     /// `usd` is the response's cost, `None` when the model has no price.
     async fn record_response(
         &mut self,
-        response: Response,
+        mut response: Response,
         latency_ms: u64,
         usd: Option<f64>,
     ) -> Result<(String, Vec<calls::ToolUse>), EventError> {
         let model_stop = response.stop_reason.clone().unwrap_or_default();
+        self.hold = std::mem::take(&mut response.hold);
         self.record(Event::ModelResponse {
             turn: self.turn,
             stop_reason: model_stop.clone(),
@@ -829,11 +840,15 @@ impl TaskRun<'_> {
             .unwrap_or_default();
         self.transcript.status = TaskStatus::Finished;
         self.transcript.stop_reason = Some(stop_reason);
-        self.transcript.answer = Some(answer.clone());
+        self.transcript.answer = Some(answer);
         self.transcript.error = error.clone();
         // The task ends either way; a failure is logged and `task_finished` says why
         // the task stopped.
         let _ = self.save().await;
+        self.hold = Hold::default();
+        // Saved: the outcome takes the answer over rather than holding a second copy
+        // of what may be megabytes.
+        let answer = self.transcript.answer.take().unwrap_or_default();
         self.record(Event::TaskFinished {
             stop_reason: stop_reason.as_str().into(),
             turns: self.turn,
@@ -932,6 +947,7 @@ pub async fn run_task(env: &TaskEnv, spec: &TaskSpec) -> Result<TaskOutcome, Eve
         ledger: guard::Ledger::default(),
         compact_due: None,
         used_ids,
+        hold: Hold::default(),
     };
     let (ended, panic) = match guard::catch(run.drive()).await {
         Ok(Ok(ended)) => (ended, None),

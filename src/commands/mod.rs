@@ -35,6 +35,14 @@ pub fn load_root(root: &std::path::Path) -> Result<crate::config::Loaded, i32> {
 
 /// The runtime `run` and `serve` work on: two workers, I/O and timers.
 fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    // Large buffers (response bodies, serialised transcripts) straight from mmap
+    // and back to the system when freed: glibc otherwise raises this threshold
+    // after the first large free, and later ones come from its arenas, are copied
+    // when they grow, and stay resident past what daemon.memory_mb's budget counted.
+    // SAFETY: mallopt only changes a malloc parameter, before the runtime's threads.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024);
+    }
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

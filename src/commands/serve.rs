@@ -20,7 +20,18 @@ pub fn run(
         let hangups = super::signals::hangups();
         let prepared = Prepared::load(&root, env)?;
         let socket = PreparedSocket::prepare(&prepared.loaded)?;
-        serve(prepared, socket, ServeOptions { helper, hangups }, shutdown).await?;
+        // Early, with the root locked: memory charged before the move stays outside
+        // the limit. `daemon_started` and `check` say how it went.
+        let memory_mb = prepared.loaded.config.daemon.memory_mb;
+        if let Err(why) = crate::exec::confine_daemon(memory_mb) {
+            eprintln!(
+                "warning: harnessd serve runs without its own memory limit \
+                 (daemon.memory_mb = {memory_mb}): {why}"
+            );
+        }
+        let served = serve(prepared, socket, ServeOptions { helper, hangups }, shutdown).await;
+        crate::exec::leave_daemon_cgroup();
+        served?;
         Ok(0)
     })
 }

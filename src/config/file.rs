@@ -9,6 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use super::error::{ConfigError, find_key};
 
+const MIB: u64 = 1024 * 1024;
+
 /// The whole of `config/config.toml`.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
@@ -230,6 +232,13 @@ pub struct DaemonConfig {
     /// when every open one is busy, so idle peers can neither exhaust descriptors
     /// nor lock out `/healthz`. Read at start: a change needs a restart.
     pub max_connections: u32,
+    /// The daemon's own memory bound, in MiB: three quarters of it is the budget
+    /// that the response bodies of all running tasks share, each counted at four
+    /// times its size until saved (a response that would pass it waits for room;
+    /// at least 16/3 × `api.max_response_mb`), and `serve` runs in a cgroup of its
+    /// own limited to all of it, beside the tools' call cgroups. Read at start: a
+    /// change needs a restart.
+    pub memory_mb: u64,
 }
 
 impl Default for DaemonConfig {
@@ -241,6 +250,7 @@ impl Default for DaemonConfig {
             shutdown_grace_secs: 10,
             operators_group: None,
             max_connections: 256,
+            memory_mb: 256,
         }
     }
 }
@@ -295,7 +305,7 @@ impl Config {
 
     /// Every count and duration that a zero would make meaningless.
     fn validate_limits(&self) -> Result<(), Bad> {
-        let positive: [(&str, u64); 11] = [
+        let positive: [(&str, u64); 12] = [
             ("api.max_tokens", self.api.max_tokens.into()),
             ("api.timeout_secs", self.api.timeout_secs),
             ("api.max_response_mb", self.api.max_response_mb),
@@ -322,6 +332,7 @@ impl Config {
                 self.daemon.shutdown_grace_secs,
             ),
             ("daemon.max_connections", self.daemon.max_connections.into()),
+            ("daemon.memory_mb", self.daemon.memory_mb),
         ];
         for (key, value) in positive {
             if value == 0 {
@@ -331,7 +342,39 @@ impl Config {
         if !(self.audit.rotate_mb.is_finite() && self.audit.rotate_mb >= 0.0) {
             return Bad::at("audit.rotate_mb", "must be 0 (never) or more".into());
         }
+        if self.response_cost_bytes() > self.response_budget_bytes() {
+            // cost 4 × max ≤ budget ¾ × memory ⟺ memory ≥ 16/3 × max.
+            let least = self.api.max_response_mb.saturating_mul(16).div_ceil(3);
+            return Bad::at(
+                "daemon.memory_mb",
+                format!(
+                    "{} MiB cannot hold one response of api.max_response_mb = {} MiB: \
+                     response bodies get three quarters of daemon.memory_mb, and a \
+                     response costs four times its size until it is saved; set \
+                     daemon.memory_mb to at least {least} or lower api.max_response_mb",
+                    self.daemon.memory_mb, self.api.max_response_mb,
+                ),
+            );
+        }
         Ok(())
+    }
+
+    /// The bytes the response bodies of all running tasks may hold together:
+    /// three quarters of `daemon.memory_mb`, the rest being the daemon's own (its
+    /// runtime, connections, the histories of earlier turns).
+    pub fn response_budget_bytes(&self) -> u64 {
+        self.daemon.memory_mb.saturating_mul(MIB) / 4 * 3
+    }
+
+    /// What one response may cost from its first byte until the task has saved
+    /// it: its bytes as read (buffers, the event being parsed), as the assembled
+    /// message, as the transcript's answer and in the serialised transcript; each
+    /// at most `api.max_response_mb`.
+    pub fn response_cost_bytes(&self) -> u64 {
+        self.api
+            .max_response_mb
+            .saturating_mul(MIB)
+            .saturating_mul(4)
     }
 
     /// A thinking budget the API accepts, and a named key variable.
@@ -467,6 +510,21 @@ fn toml_error(text: &str, file: &str, key: &str, e: &toml::de::Error) -> ConfigE
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_memory_bound_that_cannot_hold_one_response_is_refused() {
+        let text = "[api]\nmax_response_mb = 32\n[daemon]\nmemory_mb = 128\n";
+        let e = Config::parse(text, "c.toml")
+            .expect_err("too small")
+            .to_string();
+        assert!(
+            e.contains("daemon.memory_mb") && e.contains("at least 171"),
+            "{e}"
+        );
+        let fits = "[api]\nmax_response_mb = 32\n[daemon]\nmemory_mb = 171\n";
+        let c = Config::parse(fits, "c.toml").expect("fits");
+        assert!(c.response_cost_bytes() <= c.response_budget_bytes());
+    }
 
     #[test]
     fn unknown_key_names_key_line_and_column() {

@@ -265,6 +265,11 @@ fn keep_start_bound(new: &mut Loaded, old: &Loaded) -> Vec<String> {
         new.tool_user = old.tool_user.clone();
         new.policy.settings.sandbox.user = old.policy.settings.sandbox.user.clone();
     }
+    // The response budget and the daemon's cgroup are sized at start.
+    if new.config.daemon.memory_mb != old.config.daemon.memory_mb {
+        restart_needed.push("daemon.memory_mb".to_string());
+        new.config.daemon.memory_mb = old.config.daemon.memory_mb;
+    }
     // The scheduler's slots are sized at start.
     if new.config.daemon.max_concurrent_tasks != old.config.daemon.max_concurrent_tasks {
         restart_needed.push("daemon.max_concurrent_tasks".to_string());

@@ -8,6 +8,20 @@
 //! e.g. under systemd `Delegate=yes`) or v1 (separate `memory` and `pids`
 //! hierarchies, as on this CI machine). Without either, calls run without one and
 //! `check` says so.
+//!
+//! `serve` itself moves into one more, `harnessd-<pid>-daemon`, limited to
+//! `daemon.memory_mb` ([`confine_daemon`]). It is a sibling of the call cgroups,
+//! never their parent: a tool's memory must count against its call's limit, not
+//! the daemon's, and cgroup v2 allows no process in a cgroup whose children have
+//! controllers (which is also why, under `Delegate=yes`, the daemon must leave
+//! its own cgroup before the controllers can be given to its children).
+//!
+//! ```text
+//! <the cgroup serve was started in>/
+//!     harnessd-<pid>-daemon/   the daemon (and its helpers until they exec)
+//!     harnessd-<pid>-0/        one tool call
+//!     harnessd-<pid>-1/        …
+//! ```
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -69,8 +83,11 @@ fn detect() -> Option<Layout> {
     Some(Layout::V1 { memory, pids })
 }
 
+/// Where call cgroups are made, found once: before the daemon moves into its own
+/// cgroup, so the base stays the cgroup it was started in.
+static LAYOUT: OnceLock<Option<Layout>> = OnceLock::new();
+
 fn layout() -> Option<&'static Layout> {
-    static LAYOUT: OnceLock<Option<Layout>> = OnceLock::new();
     LAYOUT
         .get_or_init(|| {
             let layout = detect();
@@ -80,6 +97,103 @@ fn layout() -> Option<&'static Layout> {
             layout
         })
         .as_ref()
+}
+
+/// The unified cgroup this process was started in, when its parent offers the
+/// `memory` and `pids` controllers but they are not yet enabled for its children
+/// (systemd `Delegate=yes` gives a service exactly that).
+fn undelegated_v2() -> Option<PathBuf> {
+    let base = mount_of("cgroup2", None)?.join(own_path("")?.trim_start_matches('/'));
+    let offered = std::fs::read_to_string(base.join("cgroup.controllers")).ok()?;
+    let enabled = std::fs::read_to_string(base.join("cgroup.subtree_control")).ok()?;
+    let has = |text: &str, c: &str| text.split_whitespace().any(|x| x == c);
+    (has(&offered, "memory") && has(&offered, "pids") && !has(&enabled, "memory")).then_some(base)
+}
+
+/// How `serve` runs: in its own cgroup (which kind, where, the limit) or why not.
+static DAEMON: OnceLock<Result<String, String>> = OnceLock::new();
+
+/// Moves this process into `harnessd-<pid>-daemon` beside its call cgroups, with
+/// its memory limited to `memory_mb`. Called once by `serve`, before the runtime
+/// has grown (memory charged before the move stays with the old cgroup). Returns
+/// what was done, or why it could not be (the daemon then runs unconfined, and
+/// says so).
+pub fn confine_daemon(memory_mb: u64) -> Result<String, String> {
+    DAEMON.get_or_init(|| move_daemon(memory_mb)).clone()
+}
+
+/// [`confine_daemon`]'s result, if `serve` called it in this process.
+pub fn daemon_confinement() -> Option<Result<String, String>> {
+    DAEMON.get().cloned()
+}
+
+fn move_daemon(memory_mb: u64) -> Result<String, String> {
+    let name = format!("harnessd-{}-daemon", std::process::id());
+    let bytes = memory_mb.saturating_mul(1024 * 1024).to_string();
+    let me = std::process::id().to_string();
+    let write = |path: PathBuf, value: &str| {
+        std::fs::write(&path, value).map_err(|e| format!("writing {}: {e}", path.display()))
+    };
+    if LAYOUT.get().is_none()
+        && let Some(base) = undelegated_v2()
+    {
+        // Out of `base` first: only then may its children have controllers.
+        let dir = base.join(&name);
+        let layout = Layout::V2(base.clone());
+        remove_stale(&layout);
+        std::fs::create_dir(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        write(dir.join("cgroup.procs"), &me)?;
+        write(base.join("cgroup.subtree_control"), "+memory +pids")?;
+        let _ = LAYOUT.set(Some(layout));
+        write(dir.join("memory.max"), &bytes)?;
+        let _ = std::fs::write(dir.join("memory.swap.max"), "0");
+        return Ok(format!(
+            "cgroup v2 {}: memory {memory_mb} MiB",
+            dir.display()
+        ));
+    }
+    let (dir, limit, kind) = match layout() {
+        Some(Layout::V2(base)) => (base.join(&name), "memory.max", "cgroup v2"),
+        Some(Layout::V1 { memory, .. }) => {
+            (memory.join(&name), "memory.limit_in_bytes", "cgroup v1")
+        }
+        None => return Err("no cgroup hierarchy with a usable memory controller here".into()),
+    };
+    match std::fs::create_dir(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("creating {}: {e}", dir.display())),
+    }
+    write(dir.join(limit), &bytes)?;
+    if kind == "cgroup v2" {
+        let _ = std::fs::write(dir.join("memory.swap.max"), "0");
+    }
+    write(dir.join("cgroup.procs"), &me)?;
+    Ok(format!("{kind} {}: memory {memory_mb} MiB", dir.display()))
+}
+
+/// A clean stop of `serve` leaves no cgroup behind: under v1 the daemon can go
+/// back to the cgroup it came from and remove its own. (Under v2 it cannot go
+/// back, the parent now having controllers for its children; the next start's
+/// sweep removes it once this pid is gone.)
+pub fn leave_daemon_cgroup() {
+    if !matches!(DAEMON.get(), Some(Ok(_))) {
+        return;
+    }
+    let Some(Layout::V1 { memory, .. }) = layout() else {
+        return;
+    };
+    let me = std::process::id();
+    let dir = memory.join(format!("harnessd-{me}-daemon"));
+    // With this process go the helpers it started that have not exec'd a tool (a
+    // spare sandbox helper waiting for its call): they end with the daemon anyway.
+    let listed = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+    for pid in listed.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let _ = std::fs::write(memory.join("cgroup.procs"), pid);
+    }
+    if let Err(e) = remove_dir_retrying(&dir) {
+        tracing::warn!("cannot remove the daemon's cgroup {}: {e}", dir.display());
+    }
 }
 
 /// Removes call cgroups left by a harnessd that died (`harnessd-<pid>-<n>` whose

@@ -38,6 +38,8 @@ pub use capture::Captured;
 use capture::Sink;
 /// Removes the idle pooled call cgroups; for a clean exit.
 pub use cgroup::remove_pooled as remove_pooled_cgroups;
+/// `serve`'s own cgroup, limited to `daemon.memory_mb`.
+pub use cgroup::{confine_daemon, daemon_confinement, leave_daemon_cgroup};
 
 use crate::sandbox::{Confinement, HelperRequest, Job, Report, Require};
 

@@ -148,9 +148,33 @@ fn probe_layers(loaded: &Loaded, executor: &Executor) -> (u32, Vec<Layer>, Optio
                     .map_or(report.layers.len(), |i| i + 1);
                 report.layers.insert(at, layer);
             }
+            let (enforced, detail) = daemon_cgroup(loaded.config.daemon.memory_mb);
+            report.push_optional("daemon_cgroup", enforced, detail);
             (report.landlock_abi, report.layers, None)
         }
         Err(e) => (crate::sandbox::landlock_abi(), Vec::new(), Some(e)),
+    }
+}
+
+/// Whether `serve` can run in a cgroup of its own limited to `daemon.memory_mb`:
+/// where the probe's call cgroup could be made, the daemon's sibling can be too.
+fn daemon_cgroup(memory_mb: u64) -> (bool, String) {
+    match crate::exec::cgroup::available() {
+        Some(kind) => (
+            true,
+            format!(
+                "{kind}: serve runs in its own cgroup limited to daemon.memory_mb = \
+                 {memory_mb} MiB, beside the call cgroups"
+            ),
+        ),
+        None => (
+            false,
+            format!(
+                "no writable cgroup with a memory controller: serve runs without its \
+                 memory limit (daemon.memory_mb = {memory_mb}); response bodies still \
+                 share three quarters of it"
+            ),
+        ),
     }
 }
 

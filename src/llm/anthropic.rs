@@ -13,7 +13,8 @@ use tokio_util::sync::CancellationToken;
 
 use serde::Serialize;
 
-use super::wire::{Block, Message, Request, Response, Role, ToolChoice};
+use super::budget::{Lease, ResponseBudget};
+use super::wire::{Block, Hold, Message, Request, Response, Role, ToolChoice};
 use crate::config::{ApiConfig, ApiKey};
 
 const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -123,11 +124,31 @@ pub struct AnthropicClient {
     /// `api.max_response_mb`, in MiB (for messages) and bytes (for reading).
     pub(super) max_response_mb: u64,
     pub(super) max_response_bytes: usize,
+    /// `daemon.memory_mb`'s share for response bodies, shared by every clone of
+    /// this client (every task): each body read is charged to it as it arrives.
+    pub(super) budget: ResponseBudget,
 }
 
+/// What a byte read costs the budget, matching `Config::response_cost_bytes`: the
+/// byte as read (the buffered line, the event being parsed, the plain body), in the
+/// assembled message (then the history), and twice more while the task saves it
+/// (the transcript's answer, and the serialised transcript being written).
+pub(super) fn charge(bytes: usize) -> u64 {
+    u64::try_from(bytes).unwrap_or(u64::MAX).saturating_mul(4)
+}
+
+/// Charged before a request is sent, so a request waits for room before it costs
+/// the API anything; most answers fit in it whole.
+const FIRST_CHARGE: usize = 64 * 1024;
+
 impl AnthropicClient {
-    /// Builds a client from `[api]` and the key.
-    pub fn new(api: &ApiConfig, key: ApiKey) -> Result<AnthropicClient, LlmError> {
+    /// Builds a client from `[api]` and the key; response bodies are charged to
+    /// `budget`.
+    pub fn new(
+        api: &ApiConfig,
+        key: ApiKey,
+        budget: ResponseBudget,
+    ) -> Result<AnthropicClient, LlmError> {
         // No client-wide timeout: each attempt is timed whole by `send_live`.
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(api.timeout_secs.min(10)))
@@ -142,6 +163,7 @@ impl AnthropicClient {
             max_response_mb: api.max_response_mb,
             max_response_bytes: usize::try_from(api.max_response_mb.saturating_mul(1024 * 1024))
                 .unwrap_or(usize::MAX),
+            budget,
         })
     }
 
@@ -178,8 +200,11 @@ impl AnthropicClient {
         F: FnMut(FailedAttempt) -> Fut,
         Fut: Future<Output = Result<(), E>>,
     {
-        let body = request_body(req)
-            .map_err(|e| LlmError::Malformed(format!("cannot serialise the request: {e}")))?;
+        // Shared, not copied, by each attempt: the body holds the whole history.
+        let body = bytes::Bytes::from(
+            request_body(req)
+                .map_err(|e| LlmError::Malformed(format!("cannot serialise the request: {e}")))?,
+        );
         let mut attempt: u32 = 0;
         loop {
             attempt += 1;
@@ -248,23 +273,26 @@ impl AnthropicClient {
     /// One HTTP exchange. `Err(Ok(_))` may be retried; `Err(Err(_))` may not.
     async fn attempt_once(
         &self,
-        body: &[u8],
+        body: &bytes::Bytes,
         on_text: OnText<'_>,
     ) -> Result<Response, Result<Failure, LlmError>> {
+        let mut lease = self.budget.lease();
+        let first = charge(FIRST_CHARGE.min(self.max_response_bytes));
+        lease.grow(first).await.map_err(|_| Err(self.too_large()))?;
         let builder = self
             .http
             .post(&self.url)
             .header("x-api-key", self.key.expose())
             .header("anthropic-version", ANTHROPIC_VERSION)
             .header("content-type", "application/json")
-            .body(body.to_vec());
+            .body(body.clone());
         // Timed by the caller, whole (send_live).
         let resp = match builder.send().await {
             Ok(resp) => resp,
             Err(e) => return Err(Ok(Failure::retryable(None, transport_message(&e)))),
         };
         if resp.status().is_success() && super::streamed::is_event_stream(&resp) {
-            return self.read_stream(resp, on_text).await;
+            return self.read_stream(resp, on_text, lease).await;
         }
         let status = resp.status().as_u16();
         let retry_after = resp
@@ -272,7 +300,7 @@ impl AnthropicClient {
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| parse_retry_after(v, SystemTime::now()));
-        let bytes = match self.read_body(resp).await {
+        let bytes = match self.read_body(resp, &mut lease).await {
             Ok(b) => b,
             Err(Ok(message)) => {
                 return Err(Ok(Failure {
@@ -285,7 +313,9 @@ impl AnthropicClient {
             Err(Err(too_large)) => return Err(Err(too_large)),
         };
         if (200..300).contains(&status) {
-            return parse_response(&bytes).map_err(Err);
+            let mut response = parse_response(&bytes).map_err(Err)?;
+            response.hold = Hold::new(lease);
+            return Ok(response);
         }
         let message = api_error_message(&bytes);
         if RETRYABLE.contains(&status) {
@@ -313,8 +343,9 @@ impl AnthropicClient {
     async fn read_body(
         &self,
         resp: reqwest::Response,
+        lease: &mut Lease,
     ) -> Result<Vec<u8>, Result<String, LlmError>> {
-        self.read_capped(resp)
+        self.read_capped(resp, lease)
             .await
             .map_err(|e| e.map(|e| format!("reading the response body: {}", transport_message(&e))))
     }
@@ -326,9 +357,10 @@ impl AnthropicClient {
     async fn read_capped(
         &self,
         mut resp: reqwest::Response,
+        lease: &mut Lease,
     ) -> Result<Vec<u8>, Result<reqwest::Error, LlmError>> {
         let cap = self.max_response_bytes;
-        let too_large = || LlmError::TooLarge(self.max_response_mb);
+        let too_large = || self.too_large();
         // A declared length past the cap is refused before any of it is read.
         if resp
             .content_length()
@@ -342,12 +374,31 @@ impl AnthropicClient {
             .unwrap_or(0);
         let mut body = Vec::with_capacity(hint.min(cap));
         while let Some(chunk) = resp.chunk().await.map_err(Ok)? {
-            if body.len().saturating_add(chunk.len()) > cap {
+            let len = body.len().saturating_add(chunk.len());
+            if len > cap {
                 return Err(Err(too_large()));
             }
+            self.charge_up_to(lease, len).await.map_err(Err)?;
             body.extend_from_slice(&chunk);
         }
         Ok(body)
+    }
+}
+
+impl AnthropicClient {
+    pub(super) fn too_large(&self) -> LlmError {
+        LlmError::TooLarge(self.max_response_mb)
+    }
+
+    /// Grows `lease` to cover `read` bytes of a body, waiting for room if the
+    /// budget is short (the first charge already covers most answers whole).
+    pub(super) async fn charge_up_to(
+        &self,
+        lease: &mut Lease,
+        read: usize,
+    ) -> Result<(), LlmError> {
+        let more = charge(read).saturating_sub(lease.held());
+        lease.grow(more).await.map_err(|_| self.too_large())
     }
 }
 
@@ -603,7 +654,8 @@ mod tests {
             max_retries: 3,
             ..ApiConfig::default()
         };
-        let client = AnthropicClient::new(&api, ApiKey::new("k".into())).unwrap();
+        let budget = ResponseBudget::new(u64::MAX, charge(1024 * 1024)).unwrap();
+        let client = AnthropicClient::new(&api, ApiKey::new("k".into()), budget).unwrap();
         let messages = vec![Message::user(vec![Block::text("x")])];
         let req = Request {
             model: "m".into(),

@@ -6,6 +6,7 @@
 mod anthropic;
 mod assemble;
 mod overflow;
+mod budget;
 mod sse;
 mod streamed;
 mod wire;
@@ -15,8 +16,9 @@ mod wire;
 pub use crate::usage::Usage;
 pub use anthropic::{AnthropicClient, FailedAttempt, LlmError, OnText, SendError};
 pub use assemble::{Assembler, StreamError};
+pub use budget::{BudgetError, Lease, ResponseBudget};
 pub use sse::{SseError, SseEvent, SseFramer};
 pub use wire::{
-    Block, KNOWN_STOP_REASONS, KnownBlock, Message, ProtocolError, Request, Response, Role,
+    Block, Hold, KNOWN_STOP_REASONS, KnownBlock, Message, ProtocolError, Request, Response, Role,
     ToolChoice, check_fresh_ids, check_protocol,
 };

@@ -6,8 +6,9 @@
 
 use super::anthropic::{AnthropicClient, Failure, LlmError, OnText, check_role};
 use super::assemble::{Assembler, StreamError};
+use super::budget::Lease;
 use super::sse::{SseEvent, SseFramer};
-use super::wire::Response;
+use super::wire::{Hold, Response};
 
 /// Whether the API answered with server-sent events (it answers errors, and a
 /// server that ignores `stream`, with one JSON body).
@@ -38,6 +39,7 @@ impl AnthropicClient {
         &self,
         mut resp: reqwest::Response,
         on_text: OnText<'_>,
+        mut lease: Lease,
     ) -> Attempt {
         let mut framer = SseFramer::default();
         let mut assembler = Assembler::default();
@@ -61,6 +63,7 @@ impl AnthropicClient {
             if read > self.max_response_bytes {
                 return Err(Err(LlmError::TooLarge(self.max_response_mb)));
             }
+            self.charge_up_to(&mut lease, read).await.map_err(Err)?;
             framer
                 .push(&chunk, &mut events)
                 .map_err(|e| Err(LlmError::Malformed(e.to_string())))?;
@@ -80,7 +83,8 @@ impl AnthropicClient {
             let drain = async { while let Ok(Some(_)) = resp.chunk().await {} };
             let _ = tokio::time::timeout(timeout, drain).await;
         });
-        let response = assembler.finish().map_err(stream_failure)?;
+        let mut response = assembler.finish().map_err(stream_failure)?;
+        response.hold = Hold::new(lease);
         check_role(response).map_err(Err)
     }
 }

@@ -265,6 +265,33 @@ pub struct Response {
     /// Tokens of this request.
     #[serde(default)]
     pub usage: Usage,
+    /// The response's share of the memory budget, held by whoever holds the
+    /// response until it has been saved (not part of the message).
+    #[serde(skip)]
+    pub hold: Hold,
+}
+
+/// Keeps a response's [`super::Lease`] while copies of it are being made (recorded,
+/// appended to the history, saved with the transcript); dropping the last clone
+/// returns the share. Never compared: two responses are equal by their message.
+#[derive(Debug, Clone, Default)]
+pub struct Hold {
+    _lease: Option<std::sync::Arc<super::Lease>>,
+}
+
+impl Hold {
+    /// Holds `lease`.
+    pub fn new(lease: super::Lease) -> Hold {
+        Hold {
+            _lease: Some(std::sync::Arc::new(lease)),
+        }
+    }
+}
+
+impl PartialEq for Hold {
+    fn eq(&self, _: &Hold) -> bool {
+        true
+    }
 }
 
 /// Tool choice of a request.

@@ -37,6 +37,7 @@ mod local_servers;
 mod log_is_truth;
 mod log_replaced;
 mod loose_ends;
+mod memory_budget;
 mod operator;
 mod operators_group;
 mod out_files;
