@@ -112,12 +112,14 @@ fn base_url_override(config: &mut Config) -> Result<&'static str, ConfigError> {
     if url.is_empty() {
         return Ok("api.base_url");
     }
-    if !(url.starts_with("http://") || url.starts_with("https://")) {
+    if let Err(why) = file::http_url(&url) {
         return Err(ConfigError::invalid(
             &format!("environment variable {BASE_URL_ENV}"),
             None,
             BASE_URL_ENV,
-            format!("{url:?} is not an http(s) URL; fix it or unset it to use api.base_url"),
+            format!(
+                "{url:?} is not an http(s) URL ({why}); fix it or unset it to use api.base_url"
+            ),
         ));
     }
     config.api.base_url = url.into_owned();
