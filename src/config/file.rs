@@ -293,11 +293,10 @@ impl Config {
                 ),
             );
         }
-        if !(self.api.base_url.starts_with("http://") || self.api.base_url.starts_with("https://"))
-        {
+        if let Err(why) = http_url(&self.api.base_url) {
             return Bad::at(
                 "api.base_url",
-                format!("{:?} is not an http(s) URL", self.api.base_url),
+                format!("{:?} is not an http(s) URL: {why}", self.api.base_url),
             );
         }
         Ok(())
@@ -505,6 +504,23 @@ fn toml_error(text: &str, file: &str, key: &str, e: &toml::de::Error) -> ConfigE
         .unwrap_or("invalid TOML")
         .to_string();
     ConfigError::invalid(file, location, key, message)
+}
+
+/// Why `url` cannot be a base URL of the API: it must parse whole as an http(s)
+/// URL with a host, so a space, an unclosed `[` or a stray control character is
+/// refused by `check` rather than failing every request later.
+pub(crate) fn http_url(url: &str) -> Result<(), String> {
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err("it must start with http:// or https://".to_string());
+    }
+    if url.chars().any(|c| c.is_control() || c == ' ') {
+        return Err("it holds a space or a control character".to_string());
+    }
+    let parsed = reqwest::Url::parse(url).map_err(|e| e.to_string())?;
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err("it names no host".to_string());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -182,7 +182,7 @@ fn judge_file(
 ) -> Judged {
     let text = super::read(path, file).map_err(|e| {
         // An empty file has a content: the same empty file is the same rejection.
-        let sha = std::fs::read(path).ok().map(|b| sha256_hex(&b));
+        let sha = super::read_regular(path).ok().map(|b| sha256_hex(&b));
         (sha, e)
     })?;
     let sha256 = sha256_hex(text.as_bytes());

@@ -112,12 +112,14 @@ fn base_url_override(config: &mut Config) -> Result<&'static str, ConfigError> {
     if url.is_empty() {
         return Ok("api.base_url");
     }
-    if !(url.starts_with("http://") || url.starts_with("https://")) {
+    if let Err(why) = file::http_url(&url) {
         return Err(ConfigError::invalid(
             &format!("environment variable {BASE_URL_ENV}"),
             None,
             BASE_URL_ENV,
-            format!("{url:?} is not an http(s) URL; fix it or unset it to use api.base_url"),
+            format!(
+                "{url:?} is not an http(s) URL ({why}); fix it or unset it to use api.base_url"
+            ),
         ));
     }
     config.api.base_url = url.into_owned();
@@ -163,8 +165,45 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
         .collect()
 }
 
+/// Largest config, settings or system prompt file read: far past any real one, so
+/// a link to `/dev/zero` or a runaway generator cannot fill the daemon's memory.
+const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// The bytes of the regular file at `path` (links followed). A FIFO or device is
+/// refused before it is read: opening or reading one could block the reload for
+/// ever (every later edit and SIGHUP would be lost) or never end.
+pub(crate) fn read_regular(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    // O_NONBLOCK: opening a FIFO with no writer returns at once instead of waiting.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other(
+            "not a regular file (a FIFO, device or directory)",
+        ));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(std::io::Error::other(format!(
+            "larger than {} MiB",
+            MAX_FILE_BYTES / (1024 * 1024)
+        )));
+    }
+    Ok(bytes)
+}
+
+/// [`read_regular`] as UTF-8 text.
+fn read_regular_text(path: &Path) -> std::io::Result<String> {
+    String::from_utf8(read_regular(path)?)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
 fn read(path: &Path, name: &str) -> Result<String, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+    let text = read_regular_text(path).map_err(|source| ConfigError::Read {
         path: path.to_path_buf(),
         source,
     })?;
@@ -229,7 +268,7 @@ pub fn assemble(
         None => DEFAULT_SYSTEM_PROMPT.to_string(),
         Some(file) => {
             let path = resolve(&paths.root, file);
-            std::fs::read_to_string(&path).map_err(|e| {
+            read_regular_text(&path).map_err(|e| {
                 ConfigError::invalid(
                     CONFIG_FILE,
                     find_key(config_text, "api.system_prompt_file"),

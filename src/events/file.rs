@@ -529,7 +529,7 @@ fn last_line_state(file: &mut File, path: &Path) -> Result<Option<(u64, String)>
 
 /// The seq of the first line of the file at `path`.
 fn first_seq(path: &Path) -> Result<Option<u64>, EventError> {
-    let file = File::open(path).map_err(io("open", path))?;
+    let file = super::segments::open_live(path).map_err(io("open", path))?;
     let mut line = Vec::new();
     std::io::BufReader::new(file)
         .read_until(b'\n', &mut line)

@@ -31,7 +31,7 @@ pub fn ended_cleanly(log: &Path) -> Result<bool, TrailError> {
         path: log.to_path_buf(),
         source,
     };
-    let mut file = match std::fs::File::open(log) {
+    let mut file = match super::segments::open_live(log) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(true),
         Err(e) => return Err(io(e)),
@@ -62,7 +62,7 @@ pub fn open_tasks(log: &Path) -> Result<Vec<String>, TrailError> {
         path: log.to_path_buf(),
         source,
     };
-    let file = match std::fs::File::open(log) {
+    let file = match super::segments::open_live(log) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(io(e)),

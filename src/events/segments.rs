@@ -170,7 +170,7 @@ impl SegmentLines {
                 self.read_first(fresh, seg);
                 continue;
             }
-            let file = match File::open(&live) {
+            let file = match open_live(&live) {
                 Ok(f) => f,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => return Some(Err((live, e))),
@@ -238,6 +238,21 @@ impl Iterator for SegmentLines {
             }
         }
     }
+}
+
+/// Opens the live log for reading. A link is followed (`paths.events` may name one),
+/// but a FIFO or device there is refused without waiting: opening a FIFO with no
+/// writer blocks, so every reader (`events`, `audit verify`, a start) would hang.
+pub fn open_live(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(not_regular());
+    }
+    Ok(file)
 }
 
 /// Opens a file harnessd wrote itself (a rotated log, a transcript) for reading:

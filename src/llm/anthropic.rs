@@ -211,11 +211,8 @@ impl AnthropicClient {
             // One deadline for the whole attempt, from sending the request to the
             // last byte of the answer: a peer that keeps a stream alive with pings,
             // or trickles a body, cannot hold the task past `api.timeout_secs`.
-            let timed = tokio::time::timeout(self.timeout, self.attempt_once(&body, on_text));
             let result = tokio::select! {
-                r = timed => r.unwrap_or_else(|_| {
-                    Err(Ok(Failure::retryable(None, self.timeout_message())))
-                }),
+                r = self.timed_attempt(&body, on_text) => r,
                 () = cancel.cancelled() => return Err(LlmError::Cancelled.into()),
             };
             let failure = match result {
@@ -270,13 +267,31 @@ impl AnthropicClient {
         }
     }
 
+    /// [`Self::attempt_once`] within `api.timeout_secs`, the time its lease waits
+    /// for room in the budget not counted.
+    async fn timed_attempt(
+        &self,
+        body: &bytes::Bytes,
+        on_text: OnText<'_>,
+    ) -> Result<Response, Result<Failure, LlmError>> {
+        let lease = self.budget.lease();
+        let waited = lease.waited();
+        within(
+            self.timeout,
+            &waited,
+            self.attempt_once(body, on_text, lease),
+        )
+        .await
+        .unwrap_or_else(|| Err(Ok(Failure::retryable(None, self.timeout_message()))))
+    }
+
     /// One HTTP exchange. `Err(Ok(_))` may be retried; `Err(Err(_))` may not.
     async fn attempt_once(
         &self,
         body: &bytes::Bytes,
         on_text: OnText<'_>,
+        mut lease: super::Lease,
     ) -> Result<Response, Result<Failure, LlmError>> {
-        let mut lease = self.budget.lease();
         let first = charge(FIRST_CHARGE.min(self.max_response_bytes));
         lease.grow(first).await.map_err(|_| Err(self.too_large()))?;
         let builder = self
@@ -399,6 +414,29 @@ impl AnthropicClient {
     ) -> Result<(), LlmError> {
         let more = charge(read).saturating_sub(lease.held());
         lease.grow(more).await.map_err(|_| self.too_large())
+    }
+}
+
+/// `attempt`, or `None` once `timeout` has passed since it began, not counting the
+/// time its lease waited for room in the budget (`waited`).
+async fn within<T>(
+    timeout: Duration,
+    waited: &super::budget::Waited,
+    attempt: impl Future<Output = T>,
+) -> Option<T> {
+    tokio::pin!(attempt);
+    let mut deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        tokio::select! {
+            r = &mut attempt => return Some(r),
+            () = tokio::time::sleep_until(deadline) => {
+                let extra = waited.take();
+                if extra.is_zero() {
+                    return None;
+                }
+                deadline += extra;
+            }
+        }
     }
 }
 

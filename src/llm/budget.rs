@@ -17,8 +17,10 @@
 //! returns its bytes and wakes the waiters.
 
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 /// Why a budget cannot be made or a lease cannot grow.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -97,6 +99,7 @@ impl ResponseBudget {
             inner: self.inner.clone(),
             id,
             held: 0,
+            waited: Arc::default(),
         }
     }
 
@@ -141,6 +144,41 @@ pub struct Lease {
     inner: Arc<Inner>,
     id: u64,
     held: u64,
+    waited: Arc<Waited>,
+}
+
+/// The time a lease spent waiting for room, for whoever times the request: that
+/// wait is the daemon's own, not the peer's, so it is no part of a timeout.
+#[derive(Debug, Default)]
+pub struct Waited(Mutex<(Duration, Option<Instant>)>);
+
+impl Waited {
+    fn lock(&self) -> MutexGuard<'_, (Duration, Option<Instant>)> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The waiting done since the last call, a wait in progress included.
+    pub fn take(&self) -> Duration {
+        let mut state = self.lock();
+        let mut waited = std::mem::take(&mut state.0);
+        if let Some(since) = state.1.as_mut() {
+            let now = Instant::now();
+            waited += now - *since;
+            *since = now;
+        }
+        waited
+    }
+
+    fn begin(&self) {
+        self.lock().1 = Some(Instant::now());
+    }
+
+    fn end(&self) {
+        let mut state = self.lock();
+        if let Some(since) = state.1.take() {
+            state.0 += since.elapsed();
+        }
+    }
 }
 
 impl Lease {
@@ -156,6 +194,7 @@ impl Lease {
         if self.held.saturating_add(bytes) > claim {
             return Err(BudgetError::PastClaim(claim));
         }
+        let mut waiting = false;
         loop {
             // Registered before the check, so a release between the check and the
             // wait is not missed.
@@ -164,10 +203,22 @@ impl Lease {
             room.as_mut().enable();
             if self.inner.try_grant(self.id, bytes) {
                 self.held += bytes;
+                if waiting {
+                    self.waited.end();
+                }
                 return Ok(());
+            }
+            if !waiting {
+                self.waited.begin();
+                waiting = true;
             }
             room.await;
         }
+    }
+
+    /// How long this lease has waited for room, shared.
+    pub fn waited(&self) -> Arc<Waited> {
+        self.waited.clone()
     }
 
     /// Bytes this lease holds.

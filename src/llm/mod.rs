@@ -5,8 +5,8 @@
 
 mod anthropic;
 mod assemble;
-mod overflow;
 mod budget;
+mod overflow;
 mod sse;
 mod streamed;
 mod wire;

@@ -169,3 +169,27 @@ fn daemon_started_names_the_endpoint_in_force() {
     assert_eq!(started[0]["base_url"], api.url.as_str(), "{started:?}");
     assert_eq!(started[0]["base_url_from"], "ANTHROPIC_BASE_URL");
 }
+
+#[test]
+fn a_base_url_that_does_not_parse_is_refused_by_check() {
+    let root = TestRoot::new("http://127.0.0.1:9");
+    // Each passed the old prefix test, and every request then failed.
+    for url in [
+        "http://a b",
+        "http://[::1",
+        "http://",
+        "http://127.0.0.1:9\n",
+    ] {
+        let out = root
+            .command(&["check"])
+            .env("ANTHROPIC_BASE_URL", url)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{url:?}: {}", stdout(&out));
+        assert!(stderr(&out).contains("ANTHROPIC_BASE_URL"), "{url:?}");
+    }
+    root.set_config("api", "base_url", "\"http://[::1\"");
+    let out = root.run(&["check"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(stderr(&out).contains("api.base_url"), "{}", stderr(&out));
+}

@@ -149,3 +149,43 @@ fn a_log_replaced_by_an_older_copy_is_a_recorded_gap() {
         "{v}"
     );
 }
+
+/// Runs `cmd` for at most 15 s; `None` if it was still running (then killed).
+fn finishes(mut cmd: std::process::Command) -> Option<std::process::ExitStatus> {
+    let mut child = cmd
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while std::time::Instant::now() < deadline {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+#[test]
+fn a_fifo_put_where_the_log_was_hangs_no_reader() {
+    let api = FakeApi::with_responder(Box::new(|_| Reply::text("done")));
+    let root = TestRoot::new(&api.url);
+    let log = root.dir.join("transcripts/events.jsonl");
+    let d = Daemon::start(&root);
+    let id = d.submit("before");
+    d.wait_finished(&id);
+    std::fs::remove_file(&log).unwrap();
+    nix::unistd::mkfifo(&log, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    // A reader that opens a FIFO with no writer waits for one for ever: through the
+    // daemon (one of its threads and the connection held) and offline alike.
+    let through_daemon = finishes(root.command(&["events"]));
+    let verify = finishes(root.command(&["audit", "verify"]));
+    let _ = std::fs::remove_file(&log);
+    assert!(through_daemon.is_some(), "`events` hung on a FIFO log");
+    let verify = verify.expect("`audit verify` hung on a FIFO log");
+    assert!(!verify.success(), "a FIFO is no log to verify");
+    drop(d);
+}

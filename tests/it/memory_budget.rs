@@ -207,3 +207,35 @@ fn four_near_cap_answers_at_once_leave_the_daemon_alive() {
     assert_eq!(limit.trim(), (MEMORY_MB * 1024 * 1024).to_string());
     drop(daemon);
 }
+
+/// A request waiting for room in the budget has not been sent yet, or is not
+/// being read: that wait is the daemon's, not the peer's, and must not count
+/// against `api.timeout_secs`. With `api.max_response_mb` at the most the budget
+/// holds, one answer is read at a time; each stalls 3 s before its end, so the
+/// last of four waits about 9 s for room, well past a 5 s timeout.
+#[test]
+fn waiting_for_room_in_the_budget_is_no_timeout() {
+    let api = FakeApi::with_responder(Box::new(|_| {
+        Reply::text("done").stall_stream_after(3, Duration::from_secs(3))
+    }));
+    let root = TestRoot::new(&api.url);
+    // 16/3 × 9 = 48: the budget (three quarters of 48 MiB) is one response's claim.
+    root.set_config("api", "max_response_mb", "9");
+    root.set_config("daemon", "memory_mb", "48");
+    root.set_config("api", "timeout_secs", "5");
+    root.set_config("api", "max_retries", "0");
+    root.set_config("daemon", "max_concurrent_tasks", "4");
+    let daemon = Daemon::start(&root);
+    let ids: Vec<String> = (0..4)
+        .map(|i| daemon.submit(&format!("task {i}")))
+        .collect();
+    for id in &ids {
+        let done = daemon.wait_finished(id);
+        assert_eq!(done["stop_reason"], "end_turn", "{done}");
+    }
+    assert!(
+        root.events_of("model_error").is_empty(),
+        "{:?}",
+        root.events_of("model_error")
+    );
+}

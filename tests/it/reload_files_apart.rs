@@ -206,3 +206,39 @@ fn a_sandbox_user_that_does_not_exist_is_rejected_by_reload_and_tools_still_run(
     // `check` refuses the same file.
     assert_eq!(root.run(&["check"]).status.code(), Some(2));
 }
+
+#[test]
+fn a_settings_link_to_a_fifo_or_dev_zero_is_rejected_and_later_edits_still_reload() {
+    let api = FakeApi::start(vec![]);
+    let root = TestRoot::new(&api.url);
+    let _d = Daemon::start(&root);
+    let fifo = root.dir.with_extension("settings-fifo");
+    let _ = std::fs::remove_file(&fifo);
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let link = root.dir.join("policies/settings.json");
+    let tmp = root.dir.join("policies/.settings.json.link");
+    std::os::unix::fs::symlink(&fifo, &tmp).unwrap();
+    std::fs::rename(&tmp, &link).unwrap();
+    // Opening a FIFO with no writer blocks: the reload must refuse it, not wait.
+    wait_until("the FIFO's rejection", || {
+        !watch_events(&root, "config_rejected").is_empty()
+    });
+    std::os::unix::fs::symlink("/dev/zero", &tmp).unwrap();
+    std::fs::rename(&tmp, &link).unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    // Reading /dev/zero never ends: a bounded read refuses it and the reload goes on.
+    root.set_config("api", "model", "\"claude-after-the-fifo\"");
+    wait_until("config.toml loaded", || {
+        !watch_events(&root, "config_loaded").is_empty()
+    });
+    let _ = std::fs::remove_file(&fifo);
+    let loaded = watch_events(&root, "config_loaded");
+    assert_eq!(loaded[0]["file"], "config/config.toml", "{loaded:?}");
+    let rejected = watch_events(&root, "config_rejected");
+    assert!(
+        rejected
+            .iter()
+            .all(|e| e["file"] == "policies/settings.json"),
+        "{rejected:?}"
+    );
+}
