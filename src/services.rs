@@ -204,7 +204,7 @@ fn daemon_started(probe: &Result<Report, String>, loaded: &Loaded) -> Event {
         pid: std::process::id(),
         landlock_abi: abi,
         enforced: layers,
-        base_url: loaded.config.api.base_url.clone(),
+        base_url: crate::config::shown_url(&loaded.config.api.base_url),
         base_url_from: loaded.base_url_from.into(),
     }
 }

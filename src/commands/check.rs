@@ -107,7 +107,7 @@ fn report_json(loaded: &Loaded, f: &Findings) -> Value {
         "config": {"file": crate::config::CONFIG_FILE, "sha256": loaded.config_sha256},
         "settings": {"file": loaded.paths.display(&loaded.paths.settings), "sha256": loaded.settings_sha256},
         "api": {
-            "base_url": loaded.config.api.base_url,
+            "base_url": crate::config::shown_url(&loaded.config.api.base_url),
             "base_url_from": loaded.base_url_from,
             "model": loaded.config.api.model,
             "max_tokens": loaded.config.api.max_tokens,
@@ -175,7 +175,7 @@ fn print_config(out: &mut impl Write, loaded: &Loaded, report: &Value) -> std::i
         out,
         "model      {} at {}{}",
         escape_line(&loaded.config.api.model),
-        escape_line(&loaded.config.api.base_url),
+        escape_line(&crate::config::shown_url(&loaded.config.api.base_url)),
         if loaded.base_url_from == crate::config::BASE_URL_ENV {
             " (from ANTHROPIC_BASE_URL, over api.base_url)"
         } else {

@@ -235,11 +235,16 @@ pub struct DaemonConfig {
     /// The daemon's own memory bound, in MiB: three quarters of it is the budget
     /// that the response bodies of all running tasks share, each counted at four
     /// times its size until saved (a response that would pass it waits for room;
-    /// at least 16/3 × `api.max_response_mb`), and `serve` runs in a cgroup of its
+    /// at least 16/3 × `api.max_response_mb` and 4 × it + 32), and `serve` runs in
+    /// a cgroup of its
     /// own limited to all of it, beside the tools' call cgroups. Read at start: a
     /// change needs a restart.
     pub memory_mb: u64,
 }
+
+/// MiB an idle daemon needs of `daemon.memory_mb` for itself (measured idle RSS
+/// 11–17 MiB with 20 000 old tasks, peak 27 MiB), kept out of the response budget.
+pub const DAEMON_BASELINE_MB: u64 = 32;
 
 impl Default for DaemonConfig {
     fn default() -> Self {
@@ -342,14 +347,20 @@ impl Config {
             return Bad::at("audit.rotate_mb", "must be 0 (never) or more".into());
         }
         if self.response_cost_bytes() > self.response_budget_bytes() {
-            // cost 4 × max ≤ budget ¾ × memory ⟺ memory ≥ 16/3 × max.
-            let least = self.api.max_response_mb.saturating_mul(16).div_ceil(3);
+            // cost 4 × max ≤ budget ¾ × memory ⟺ memory ≥ 16/3 × max, and
+            // 4 × max ≤ memory − baseline.
+            let max = self.api.max_response_mb;
+            let least = max
+                .saturating_mul(16)
+                .div_ceil(3)
+                .max(max.saturating_mul(4).saturating_add(DAEMON_BASELINE_MB));
             return Bad::at(
                 "daemon.memory_mb",
                 format!(
                     "{} MiB cannot hold one response of api.max_response_mb = {} MiB: \
-                     response bodies get three quarters of daemon.memory_mb, and a \
-                     response costs four times its size until it is saved; set \
+                     response bodies get three quarters of daemon.memory_mb (and never \
+                     the daemon's own {DAEMON_BASELINE_MB} MiB), and a response costs four \
+                     times its size until it is saved; set \
                      daemon.memory_mb to at least {least} or lower api.max_response_mb",
                     self.daemon.memory_mb, self.api.max_response_mb,
                 ),
@@ -360,9 +371,17 @@ impl Config {
 
     /// The bytes the response bodies of all running tasks may hold together:
     /// three quarters of `daemon.memory_mb`, the rest being the daemon's own (its
-    /// runtime, connections, the histories of earlier turns).
+    /// runtime, connections, the histories of earlier turns) — and never the
+    /// [`DAEMON_BASELINE_MB`] an idle daemon needs, or a small bound would let its
+    /// own cgroup kill it.
     pub fn response_budget_bytes(&self) -> u64 {
-        self.daemon.memory_mb.saturating_mul(MIB) / 4 * 3
+        let quarters = self.daemon.memory_mb.saturating_mul(MIB) / 4 * 3;
+        let above_baseline = self
+            .daemon
+            .memory_mb
+            .saturating_sub(DAEMON_BASELINE_MB)
+            .saturating_mul(MIB);
+        quarters.min(above_baseline)
     }
 
     /// What one response may cost from its first byte until the task has saved
@@ -523,9 +542,39 @@ pub(crate) fn http_url(url: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// `url` as it may be shown and recorded: a password in it replaced by `***`,
+/// so `check` and `daemon_started` never carry a credential.
+pub fn shown_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("***"));
+            parsed.to_string()
+        }
+        _ => url.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_password_in_a_base_url_is_never_shown() {
+        assert_eq!(
+            shown_url("http://user:s3cret@proxy:8080/v1"),
+            "http://user:***@proxy:8080/v1"
+        );
+        assert_eq!(shown_url("http://127.0.0.1:9"), "http://127.0.0.1:9");
+    }
+
+    #[test]
+    fn a_memory_bound_below_the_daemon_baseline_is_refused() {
+        let text = "[api]\nmax_response_mb = 2\n[daemon]\nmemory_mb = 11\n";
+        let e = Config::parse(text, "config.toml").unwrap_err().to_string();
+        assert!(e.contains("at least 40"), "{e}");
+        let fits = "[api]\nmax_response_mb = 2\n[daemon]\nmemory_mb = 40\n";
+        Config::parse(fits, "config.toml").unwrap();
+    }
 
     #[test]
     fn a_memory_bound_that_cannot_hold_one_response_is_refused() {

@@ -19,7 +19,7 @@ pub use debounce::Debouncer;
 pub use error::{ConfigError, Invalid, Location, find_key};
 pub use file::{
     ApiConfig, AuditConfig, AuditSync, Config, ContextConfig, DaemonConfig, LoopConfig,
-    PathsConfig, ToolsConfig,
+    PathsConfig, ToolsConfig, shown_url,
 };
 pub use key::ApiKey;
 pub use live::{FileOutcome, Judge, LiveConfig, ReloadOutcome, Verdict};

@@ -219,9 +219,10 @@ fn waiting_for_room_in_the_budget_is_no_timeout() {
         Reply::text("done").stall_stream_after(3, Duration::from_secs(3))
     }));
     let root = TestRoot::new(&api.url);
-    // 16/3 × 9 = 48: the budget (three quarters of 48 MiB) is one response's claim.
+    // 4 × 9 + 32 = 68: the budget (68 MiB less the daemon's 32) is one response's
+    // claim.
     root.set_config("api", "max_response_mb", "9");
-    root.set_config("daemon", "memory_mb", "48");
+    root.set_config("daemon", "memory_mb", "68");
     root.set_config("api", "timeout_secs", "5");
     root.set_config("api", "max_retries", "0");
     root.set_config("daemon", "max_concurrent_tasks", "4");
