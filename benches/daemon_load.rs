@@ -197,21 +197,8 @@ fn main() {
         &root.join("policies/settings.json"),
         &[("\"run_bash(ls *)\"", "\"run_bash(true)\"")],
     );
-    let mut child = Command::new(bin)
-        .arg("--root")
-        .arg(&root)
-        .arg("serve")
-        .env("ANTHROPIC_API_KEY", "bench-key")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = serve(bin, &root);
     let socket = root.join("run/harnessd.sock");
-    let start = Instant::now();
-    while http(&socket, "GET", "/healthz", "").is_none() {
-        assert!(start.elapsed() < Duration::from_secs(10));
-        std::thread::sleep(Duration::from_millis(10));
-    }
     std::thread::sleep(Duration::from_millis(500));
     let pid = child.id();
     let idle = rss_kib(pid, "VmRSS:");

@@ -8,23 +8,27 @@ use serde_json::json;
 
 use crate::common::{FakeApi, Reply, TestRoot, stderr, wait_until};
 
+/// This process's path (no leading `/`) in the hierarchy whose line of
+/// `/proc/self/cgroup` (`own`) names `controller` ("" for the unified one).
+pub(crate) fn own_cgroup_path(own: &str, controller: &str) -> Option<String> {
+    own.lines().find_map(|l| {
+        let mut parts = l.splitn(3, ':');
+        let (_, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
+        let hit = if controller.is_empty() {
+            ctrls.is_empty()
+        } else {
+            ctrls.split(',').any(|c| c == controller)
+        };
+        hit.then(|| path.trim_start_matches('/').to_string())
+    })
+}
+
 /// The directories call cgroups are made in, found the way `exec/cgroup.rs` finds
 /// them: this process's own cgroups (a child inherits them), v2 when the unified
 /// hierarchy delegates memory and pids, otherwise the v1 memory and pids trees.
 pub(crate) fn call_cgroup_parents() -> Vec<PathBuf> {
     let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-    let path_of = |want: &str| {
-        own.lines().find_map(|l| {
-            let mut parts = l.splitn(3, ':');
-            let (_, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
-            let hit = if want.is_empty() {
-                ctrls.is_empty()
-            } else {
-                ctrls.split(',').any(|c| c == want)
-            };
-            hit.then(|| path.trim_start_matches('/').to_string())
-        })
-    };
+    let path_of = |want: &str| own_cgroup_path(&own, want);
     let v2 = PathBuf::from("/sys/fs/cgroup/unified").join(path_of("").unwrap_or_default());
     let v2_top = PathBuf::from("/sys/fs/cgroup").join(path_of("").unwrap_or_default());
     for base in [v2, v2_top] {

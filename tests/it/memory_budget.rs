@@ -22,18 +22,7 @@ const ANSWER_BYTES: usize = 45 * 1024 * 1024;
 /// that, in the unified one when it offers the memory controller.
 fn memory_parent() -> Option<(PathBuf, &'static str)> {
     let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let path_of = |want: &str| {
-        own.lines().find_map(|l| {
-            let mut parts = l.splitn(3, ':');
-            let (_, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
-            let hit = if want.is_empty() {
-                ctrls.is_empty()
-            } else {
-                ctrls.split(',').any(|c| c == want)
-            };
-            hit.then(|| path.trim_start_matches('/').to_string())
-        })
-    };
+    let path_of = |want: &str| crate::cgroup_cleanup::own_cgroup_path(&own, want);
     if let Some(p) = path_of("memory") {
         let dir = PathBuf::from("/sys/fs/cgroup/memory").join(p);
         if dir.join("memory.limit_in_bytes").exists() {
