@@ -229,11 +229,53 @@ struct Bound {
     inode: Option<(u64, u64)>,
     /// Whether the last attempt to bind it again failed (logged once).
     lost: bool,
+    /// The socket directory made again after it was removed (the root's lock
+    /// taken in it is held until exit), replacing the one checked at start.
+    remade: Option<SocketDir>,
+}
+
+impl Drop for Bound {
+    /// The socket of a remade directory goes with the accept loop, as the first
+    /// one is removed by `serve` when it stops.
+    fn drop(&mut self) {
+        if let Some(dir) = &self.remade {
+            dir.remove_socket();
+        }
+    }
 }
 
 /// Binds the socket again if its file was removed or replaced under the daemon,
 /// so clients reach it again within [`SOCKET_CHECK`]; an error is logged either way.
-fn keep_socket(dir: &SocketDir, bound: &mut Bound) {
+fn keep_socket(first: &SocketDir, bound: &mut Bound) {
+    let dir = bound.remade.as_ref().unwrap_or(first);
+    match dir.remade() {
+        None => {}
+        Some(Ok(remade)) => {
+            tracing::error!(
+                "the socket directory of {} was removed under the running daemon; made \
+                 it again and took the root's lock in it",
+                dir.socket_path().display()
+            );
+            let (remade, lock) = remade;
+            // Held until the process exits (the kernel releases it then), past the
+            // accept loop and the grace, like the lock taken at start.
+            std::mem::forget(lock);
+            bound.remade = Some(remade);
+            bound.inode = None;
+            return keep_socket(first, bound);
+        }
+        Some(Err(e)) => {
+            if !bound.lost {
+                tracing::error!(
+                    "the socket directory of {} was removed and cannot be made again \
+                     ({e}); clients cannot reach the daemon until this is fixed",
+                    dir.socket_path().display()
+                );
+                bound.lost = true;
+            }
+            return;
+        }
+    }
     let now = dir.socket_inode();
     if now.is_some() && now == bound.inode {
         return;
@@ -246,11 +288,9 @@ fn keep_socket(dir: &SocketDir, bound: &mut Bound) {
                  bound it again",
                 path.display()
             );
-            *bound = Bound {
-                listener,
-                inode: dir.socket_inode(),
-                lost: false,
-            };
+            bound.inode = dir.socket_inode();
+            bound.listener = listener;
+            bound.lost = false;
         }
         Err(e) if !bound.lost => {
             tracing::error!(
@@ -289,6 +329,7 @@ async fn accept_loop(
         listener,
         inode: dir.socket_inode(),
         lost: false,
+        remade: None,
     };
     let mut check = tokio::time::interval(SOCKET_CHECK);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);

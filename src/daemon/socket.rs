@@ -245,6 +245,23 @@ impl SocketDir {
         (file_type(st.st_mode) == SFlag::S_IFSOCK).then_some((st.st_dev, st.st_ino))
     }
 
+    /// When the directory itself was removed under the running daemon (`rm -rf
+    /// run/`): makes it again, checked as at start, and takes the root's lock in
+    /// it again, so clients can reach the daemon and a second daemon is still
+    /// refused. `None` while the directory is there.
+    pub fn remade(&self) -> Option<Result<(SocketDir, Flock<File>), SocketError>> {
+        let st = fstat(self.dir.as_fd()).ok()?;
+        if st.st_nlink != 0 {
+            return None;
+        }
+        Some(
+            SocketDir::prepare(&self.socket_path(), self.group).and_then(|(dir, _)| {
+                let lock = dir.lock()?;
+                Ok((dir, lock))
+            }),
+        )
+    }
+
     /// Removes the socket (at shutdown).
     pub fn remove_socket(&self) {
         let _ = unlinkat(

@@ -267,3 +267,27 @@ fn max_connections_is_read_at_start_and_a_change_is_reported() {
         "{reloaded}"
     );
 }
+
+#[test]
+fn a_removed_socket_directory_is_made_again_and_the_root_stays_locked() {
+    let root = TestRoot::new("http://127.0.0.1:9");
+    let d = Daemon::start(&root);
+    std::fs::remove_dir_all(root.dir.join("run")).unwrap();
+    let start = Instant::now();
+    while UnixStream::connect(&d.socket).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "no socket 5 s after run/ was removed"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (status, _) = d.request("GET", "/healthz", None);
+    assert_eq!(status, 200);
+    // The lock went with the old directory; the new one holds it again.
+    let second = root.run(&["serve"]);
+    assert_ne!(second.status.code(), Some(0));
+    let err = stderr(&second);
+    assert!(err.contains("already serving this root"), "{err}");
+    let (status, _) = d.request("GET", "/healthz", None);
+    assert_eq!(status, 200, "the second daemon took the socket");
+}
