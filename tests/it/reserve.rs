@@ -187,13 +187,18 @@ fn tool_output_never_spools_into_the_reserve_and_the_task_end_is_recorded() {
     drop(disk);
 }
 
-/// A fake model whose first answer waits until `go` is set (the test fills the disk
-/// meanwhile) and asks for a call whose line (over 4 KiB) cannot fit in the slack of
-/// the log's last page; every later request gets a plain answer.
-fn held_model(asked: Arc<AtomicBool>, go: Arc<AtomicBool>) -> FakeApi {
+/// A fake model, with its two flags: its first answer sets `asked`, then waits
+/// until `go` is set (the test fills the disk meanwhile) and asks for a call whose
+/// line (over 4 KiB) cannot fit in the slack of the log's last page; every later
+/// request gets a plain answer.
+fn held_model() -> (FakeApi, Arc<AtomicBool>, Arc<AtomicBool>) {
+    let (asked, go) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
     let count = AtomicUsize::new(0);
-    let (a, g) = (asked, go);
-    FakeApi::with_responder(Box::new(move |_| {
+    let (a, g) = (asked.clone(), go.clone());
+    let api = FakeApi::with_responder(Box::new(move |_| {
         if count.fetch_add(1, Ordering::SeqCst) > 0 {
             return Reply::text("small");
         }
@@ -203,16 +208,13 @@ fn held_model(asked: Arc<AtomicBool>, go: Arc<AtomicBool>) -> FakeApi {
         }
         let command = format!(": {}; echo ran > marker", "x".repeat(4000));
         Reply::tool("toolu_late", "run_bash", json!({ "command": command }))
-    }))
+    }));
+    (api, asked, go)
 }
 
 #[test]
 fn a_full_disk_under_the_log_releases_the_reserve_to_record_the_end() {
-    let (asked, go) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicBool::new(false)),
-    );
-    let api = held_model(asked.clone(), go.clone());
+    let (api, asked, go) = held_model();
     let (root, disk) = shared_root(&api);
     let Some(disk) = disk else {
         eprintln!(
@@ -325,11 +327,7 @@ fn check_warns_when_the_workspace_shares_the_audit_logs_filesystem() {
 
 #[test]
 fn the_daemon_refuses_work_while_the_reserve_is_released_and_retakes_it_when_space_returns() {
-    let (asked, go) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicBool::new(false)),
-    );
-    let api = held_model(asked.clone(), go.clone());
+    let (api, asked, go) = held_model();
     let (root, disk) = shared_root(&api);
     let Some(disk) = disk else {
         eprintln!("reserve: without a tmpfs the disk cannot be filled; nothing to check here");

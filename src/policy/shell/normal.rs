@@ -319,6 +319,20 @@ const SUDO_OPTIONS: &[&str] = &[
     "--chroot",
 ];
 
+/// Options of `runuser` and `su` (util-linux, which shares them) that take a value.
+const RUNUSER_OPTIONS: &[&str] = &[
+    "-u",
+    "-g",
+    "-G",
+    "-s",
+    "-w",
+    "--user",
+    "--group",
+    "--supp-group",
+    "--shell",
+    "--whitelist-environment",
+];
+
 /// The options of `strace` and `ltrace` that take an argument (the union of both).
 const TRACE_OPTIONS: &[&str] = &[
     "-o",
@@ -436,36 +450,8 @@ const WRAPPER_OPTIONS: &[(&str, &[&str])] = &[
         "nsenter",
         &["-t", "--target", "-S", "-G", "--setuid", "--setgid"],
     ),
-    (
-        "runuser",
-        &[
-            "-u",
-            "-g",
-            "-G",
-            "-s",
-            "-w",
-            "--user",
-            "--group",
-            "--supp-group",
-            "--shell",
-            "--whitelist-environment",
-        ],
-    ),
-    (
-        "su",
-        &[
-            "-u",
-            "-g",
-            "-G",
-            "-s",
-            "-w",
-            "--user",
-            "--group",
-            "--supp-group",
-            "--shell",
-            "--whitelist-environment",
-        ],
-    ),
+    ("runuser", RUNUSER_OPTIONS),
+    ("su", RUNUSER_OPTIONS),
     ("pkexec", &["--user"]),
     (
         "systemd-run",
