@@ -80,11 +80,11 @@ fn answer_open_calls(
             .get(&t.task_id)
             .and_then(|s| s.outputs.get(id))
             .copied();
-        let kept = std::fs::read(out_dir.join(crate::tools::out_file_name(id)));
+        let kept = read_kept(&out_dir.join(crate::tools::out_file_name(id)), max_chars);
         let (content, is_error) = match (kept, output, trail) {
             // The kept output, when it holds something or there was nothing to keep.
-            (Ok(bytes), Some((total, failed)), _) if !bytes.is_empty() || total == 0 => {
-                (kept_result(&bytes, total, max_chars), failed)
+            (Ok((bytes, kept_len)), Some((total, failed)), _) if kept_len > 0 || total == 0 => {
+                (kept_result(&bytes, kept_len, total, max_chars), failed)
             }
             (
                 _,
@@ -103,17 +103,74 @@ fn answer_open_calls(
     true
 }
 
-/// A result filled from a kept `.out` file of `total` bytes in all: cut to
-/// `max_chars` as a tool result is, and saying so when part was not kept.
-fn kept_result(bytes: &[u8], total: u64, max_chars: usize) -> String {
+/// What a result can show of a kept `.out` file, and the file's length: the whole
+/// file when it is small, else its first and last `4 × max_chars` bytes (a result
+/// shows at most `max_chars` characters, from both ends), so a 256 MiB spool is not
+/// read whole at start. Opened without following a link and without blocking on a
+/// FIFO; anything but a regular file is an error (the caller then answers from the
+/// log alone).
+fn read_kept(path: &std::path::Path, max_chars: usize) -> std::io::Result<(Vec<u8>, u64)> {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    let mut file = crate::events::segments::open_regular(path)?;
+    let len = file.metadata()?.len();
+    let end = u64::try_from(max_chars.saturating_mul(4)).unwrap_or(u64::MAX);
+    if len <= end.saturating_mul(2) {
+        let mut bytes = Vec::new();
+        file.take(len).read_to_end(&mut bytes)?;
+        return Ok((bytes, len));
+    }
+    let mut bytes = Vec::new();
+    (&mut file).take(end).read_to_end(&mut bytes)?;
+    bytes.extend_from_slice(b"\n[...]\n");
+    file.seek(SeekFrom::Start(len - end))?;
+    file.take(end).read_to_end(&mut bytes)?;
+    Ok((bytes, len))
+}
+
+/// A result filled from a kept `.out` file (`kept_len` bytes long) of `total`
+/// bytes in all: cut to `max_chars` as a tool result is, and saying so when part
+/// was not kept.
+fn kept_result(bytes: &[u8], kept_len: u64, total: u64, max_chars: usize) -> String {
     let text = String::from_utf8_lossy(bytes);
     let mut content = crate::text::truncate_middle(&text, max_chars, 0).0;
-    if (bytes.len() as u64) < total {
+    if kept_len < total {
         content.push_str(&format!(
             "\n[filled in from the kept output after the transcript could not be saved: \
-             {} of {total} bytes were kept]",
-            bytes.len()
+             {kept_len} of {total} bytes were kept]"
         ));
     }
     content
+}
+
+#[cfg(test)]
+mod tests {
+    use super::read_kept;
+
+    #[test]
+    fn a_kept_output_is_read_only_as_far_as_a_result_shows_and_never_through_a_link_or_fifo() {
+        let dir = std::env::temp_dir().join(format!("harnessd-kept-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let big = dir.join("big.out");
+        let file = std::fs::File::create(&big).unwrap();
+        // Sparse: 1 GiB long, a few pages on disk.
+        file.set_len(1 << 30).unwrap();
+        let (bytes, len) = read_kept(&big, 100).unwrap();
+        assert_eq!(len, 1 << 30);
+        assert!(bytes.len() <= 2 * 400 + 16, "{} bytes read", bytes.len());
+
+        let small = dir.join("small.out");
+        std::fs::write(&small, "hello").unwrap();
+        assert_eq!(read_kept(&small, 100).unwrap(), (b"hello".to_vec(), 5));
+
+        let link = dir.join("link.out");
+        std::os::unix::fs::symlink(&small, &link).unwrap();
+        assert!(read_kept(&link, 100).is_err(), "a link was followed");
+
+        let fifo = dir.join("fifo.out");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        // Returns at once (an error), rather than waiting for a writer.
+        assert!(read_kept(&fifo, 100).is_err(), "a FIFO was read");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
