@@ -4,20 +4,26 @@
 use std::io::Write;
 use std::path::Path;
 
+use crate::text::escape_line;
+
 /// Runs `init`.
 pub fn run(dir: &Path) -> anyhow::Result<i32> {
-    let written = crate::config::init(dir)
-        .map_err(|e| anyhow::anyhow!("cannot write a root into {}: {e}", dir.display()))?;
+    let written = crate::config::init(dir).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot write a root into {}: {e}",
+            escape_line(&dir.display().to_string())
+        )
+    })?;
     let mut out = std::io::stdout().lock();
     if written.is_empty() {
         writeln!(
             out,
             "{} already holds every default file; nothing written",
-            dir.display()
+            escape_line(&dir.display().to_string())
         )?;
     }
     for path in written {
-        writeln!(out, "wrote {}", path.display())?;
+        writeln!(out, "wrote {}", escape_line(&path.display().to_string()))?;
     }
     Ok(0)
 }

@@ -176,7 +176,7 @@ pub async fn serve(
     let _ = writeln!(
         std::io::stderr(),
         "harnessd serving on {} (pid {})",
-        socket.path.display(),
+        crate::text::escape_text(&socket.path.display().to_string()),
         std::process::id()
     );
     let max_connections = services.live.current().config.daemon.max_connections;

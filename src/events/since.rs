@@ -22,6 +22,9 @@ const WINDOW: u64 = 256 * 1024;
 
 /// The bytes a `checkpoint` line holds (serde_json writes no spaces).
 const CHECKPOINT: &[u8] = b"\"type\":\"checkpoint\"";
+/// Longer than any `checkpoint` line: the backward search carries no more of a
+/// line cut by a window, so one huge line costs linear time, not quadratic.
+const CHECKPOINT_LINE_MAX: usize = 64 * 1024;
 
 /// The `task_finished` the log holds for a task.
 #[derive(Debug, Clone, PartialEq)]
@@ -199,13 +202,16 @@ fn last_checkpoint_in(file: &mut std::fs::File) -> std::io::Result<Option<u64>> 
         file.seek(SeekFrom::Start(start))?;
         let mut buf = vec![0; (end - start) as usize];
         file.read_exact(&mut buf)?;
+        let window = buf.len();
         buf.extend_from_slice(&carry);
         // The first piece may be the end of a line that began earlier: kept for
-        // the next window, unless this is the file's start.
+        // the next window, unless this is the file's start. Only the window is
+        // searched (the carry holds no newline), so a long line costs linear time.
         let first_nl = if start == 0 {
             0
         } else {
-            buf.iter()
+            buf[..window]
+                .iter()
                 .position(|&b| b == b'\n')
                 .map_or(buf.len(), |i| i + 1)
         };
@@ -222,7 +228,9 @@ fn last_checkpoint_in(file: &mut std::fs::File) -> std::io::Result<Option<u64>> 
             }
         }
         carry = buf[..first_nl].to_vec();
-        if carry.len() > super::segments::MAX_LINE_BYTES {
+        // A line this long is no checkpoint (one is a few hundred bytes): what is
+        // left of it is never whole again, so it cannot parse as one either.
+        if carry.len() > CHECKPOINT_LINE_MAX {
             carry.clear();
         }
         end = start;
@@ -276,6 +284,25 @@ mod tests {
         // Requested before the checkpoint: it may have run.
         assert_eq!(since.call("t", "b"), ran(None));
         assert_eq!(since.call("t", "c"), CallTrail::MayHaveRun);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_checkpoint_before_a_line_of_many_windows_is_found() {
+        let dir = std::env::temp_dir().join(format!("harnessd-since-long-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("events.jsonl");
+        let checkpoint = json!({"seq": 7, "type": "checkpoint", "reason": "periodic"});
+        // A 20 MiB line after it, ending with text that looks like a checkpoint
+        // once cut, and a torn 3 MiB tail without a newline.
+        let long = json!({"seq": 8, "type": "model_response", "text": "y".repeat(20 << 20)});
+        let text = format!(
+            "{checkpoint}\n{long}\n{}\"type\":\"checkpoint\",\"seq\":99",
+            "z".repeat(3 << 20)
+        );
+        std::fs::write(&log, text).unwrap();
+        assert_eq!(last_checkpoint(&log).unwrap(), 7);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
