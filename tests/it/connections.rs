@@ -71,13 +71,23 @@ fn connections_in_the_middle_of_a_request_keep_their_slots() {
     let busy: Vec<UnixStream> = (0..10)
         .map(|_| {
             let mut s = UnixStream::connect(&d.socket).unwrap();
+            // A whole request answered first proves the daemon has heard this
+            // connection (a sleep cannot, on a loaded machine); then the head of
+            // a second one, left unfinished: the connection is mid-request.
+            s.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+                .unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut buf = [0u8; 512];
+            let n = s.read(&mut buf).unwrap();
+            assert!(
+                buf[..n].starts_with(b"HTTP/1.1 200"),
+                "no answer to a whole request"
+            );
             s.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n")
                 .unwrap();
             s
         })
         .collect();
-    // Give the daemon time to read every first line.
-    std::thread::sleep(Duration::from_millis(500));
     let late = UnixStream::connect(&d.socket).unwrap();
     assert!(
         closed_within(&late, Duration::from_secs(2)),
