@@ -50,6 +50,7 @@ mod programs;
 mod protocol;
 mod queue;
 mod queued_descriptors;
+mod readme;
 mod records;
 mod refused_peers;
 mod reload;
