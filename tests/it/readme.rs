@@ -3,9 +3,11 @@
 //! block, or as inline code — names a real subcommand and only flags that
 //! subcommand takes, and every `$ harnessd …` line of a code block parses whole
 //! with the binary's own command line. The README's sample session is what the
-//! binary prints for the same inputs, against the fake Messages API;
-//! `HARNESSD_BLESS_DOCS=1 cargo test --test it readme::` rewrites it from a fresh
-//! run. The README's test command is the one `.ci/run` runs.
+//! binary prints for the same inputs, against the fake Messages API, and so is the
+//! output of every code block marked `<!-- checked: output -->` (commands that
+//! print the same on any fresh root); `HARNESSD_BLESS_DOCS=1 cargo test --test it
+//! readme::` rewrites both from a fresh run. Every link to a heading finds it, and
+//! the README's test command is the one `.ci/run` runs.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -527,4 +529,126 @@ fn every_link_to_a_heading_finds_it() {
         "links to no heading:\n{}",
         broken.join("\n")
     );
+}
+
+/// The marker before a code block whose commands print the same on every fresh
+/// root (no ids, no times): its output is checked line for line.
+const CHECKED: &str = "<!-- checked: output -->";
+
+/// One `$ ` command of a checked block and what the page shows after it: its
+/// output lines, and the exit code when a `$ echo $?` follows.
+struct CheckedCommand {
+    command: String,
+    output: Vec<String>,
+    exit: Option<String>,
+}
+
+/// The checked blocks of `text`: (byte range of the block's body, its commands).
+fn checked_blocks(text: &str) -> Vec<(std::ops::Range<usize>, Vec<CheckedCommand>)> {
+    let mut blocks = Vec::new();
+    for (at, _) in text.match_indices(CHECKED) {
+        let after = at + CHECKED.len();
+        let open = text[after..].find("```").unwrap() + after;
+        let body = text[open..].find('\n').unwrap() + open + 1;
+        let end = text[body..].find("```").unwrap() + body;
+        let mut shown: Vec<CheckedCommand> = Vec::new();
+        let mut lines = text[body..end].lines().peekable();
+        while let Some(line) = lines.next() {
+            let command = line
+                .strip_prefix("$ ")
+                .expect("a checked block starts with `$ `");
+            let mut output = Vec::new();
+            while lines.peek().is_some_and(|l| !l.starts_with("$ ")) {
+                output.push(lines.next().unwrap().to_string());
+            }
+            let mut exit = None;
+            if lines.peek() == Some(&"$ echo $?") {
+                lines.next();
+                exit = lines.next().map(String::from);
+            }
+            shown.push(CheckedCommand {
+                command: command.to_string(),
+                output,
+                exit,
+            });
+        }
+        blocks.push((body..end, shown));
+    }
+    blocks
+}
+
+/// Runs `command` on a fresh root, from the root, stdout and stderr on one pipe
+/// as a terminal shows them; its output lines and exit code.
+fn printed(command: &str) -> (Vec<String>, i32) {
+    let root = TestRoot::new("http://127.0.0.1:9");
+    let words = commands_of(command).pop().expect("a harnessd command");
+    let (mut reader, writer) = std::io::pipe().unwrap();
+    let mut child = in_root(
+        &root,
+        &words[1..].iter().map(String::as_str).collect::<Vec<_>>(),
+    )
+    .stdout(writer.try_clone().unwrap())
+    .stderr(writer)
+    .spawn()
+    .unwrap();
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut reader, &mut out).unwrap();
+    let code = child.wait().unwrap().code().unwrap_or(-1);
+    (out.lines().map(String::from).collect(), code)
+}
+
+/// Output the docs show for commands that print the same on any fresh root — a
+/// `policy test` answer, a usage error listing the event types — is what the
+/// binary prints, so a new event type or a new line of `policy test` cannot leave
+/// the page behind. `HARNESSD_BLESS_DOCS=1` rewrites the blocks.
+#[test]
+fn checked_output_in_the_docs_is_what_the_binary_prints() {
+    let mut stale = Vec::new();
+    let mut checked = 0;
+    for page in pages() {
+        let mut text = std::fs::read_to_string(&page).unwrap();
+        let blocks = checked_blocks(&text);
+        for (range, shown) in blocks.into_iter().rev() {
+            let mut body = String::new();
+            for s in &shown {
+                checked += 1;
+                let (output, code) = printed(&s.command);
+                body.push_str(&format!("$ {}\n", s.command));
+                for line in &output {
+                    body.push_str(&format!("{line}\n"));
+                }
+                if let Some(exit) = &s.exit {
+                    body.push_str(&format!("$ echo $?\n{code}\n"));
+                    if *exit != code.to_string() {
+                        stale.push(format!(
+                            "{}: `{}` exits {code}, not {exit}",
+                            page.display(),
+                            s.command
+                        ));
+                    }
+                }
+                if output != s.output {
+                    stale.push(format!(
+                        "{}: `{}` prints:\n{}",
+                        page.display(),
+                        s.command,
+                        output.join("\n")
+                    ));
+                }
+            }
+            text.replace_range(range, &body);
+        }
+        if std::env::var_os("HARNESSD_BLESS_DOCS").is_some() {
+            std::fs::write(&page, &text).unwrap();
+        }
+    }
+    assert!(checked >= 2, "only {checked} checked commands in the docs");
+    if std::env::var_os("HARNESSD_BLESS_DOCS").is_none() {
+        assert!(
+            stale.is_empty(),
+            "output in the docs is not what the binary prints; run \
+             `HARNESSD_BLESS_DOCS=1 cargo test --test it readme::` and commit the result:\n{}",
+            stale.join("\n")
+        );
+    }
 }
