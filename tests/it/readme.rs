@@ -418,21 +418,19 @@ fn masked(text: &str) -> String {
     })
 }
 
-#[test]
-fn the_readme_sample_session_is_what_the_binary_prints() {
-    let (submit, approve) = run_sample();
-    let generated = sample_block(&submit, &approve);
-    let path = repo().join("README.md");
+/// Checks (or, blessed, rewrites) the sample `name` of `file` — the text between
+/// `<!-- BEGIN SAMPLE: name -->` and `<!-- END SAMPLE: name -->` — against
+/// `generated`, what varies between runs masked.
+fn check_sample(file: &str, name: &str, generated: &str) {
+    let path = repo().join(file);
     let text = std::fs::read_to_string(&path).unwrap();
-    let (begin, end) = (
-        "<!-- BEGIN SAMPLE: session -->\n",
-        "<!-- END SAMPLE: session -->",
-    );
-    let (Some(b), Some(e)) = (text.find(begin), text.find(end)) else {
-        panic!("README.md has no block {begin:?} … {end:?}");
+    let begin = format!("<!-- BEGIN SAMPLE: {name} -->\n");
+    let end = format!("<!-- END SAMPLE: {name} -->");
+    let (Some(b), Some(e)) = (text.find(&begin), text.find(&end)) else {
+        panic!("{file} has no block {begin:?} … {end:?}");
     };
     let current = &text[b + begin.len()..e];
-    if masked(current) == masked(&generated) {
+    if masked(current) == masked(generated) {
         return;
     }
     if std::env::var_os("HARNESSD_BLESS_DOCS").is_some() {
@@ -441,10 +439,44 @@ fn the_readme_sample_session_is_what_the_binary_prints() {
         return;
     }
     panic!(
-        "README.md: the sample session is not what the binary prints; run \
+        "{file}: the sample {name} is not what the binary prints; run \
          `HARNESSD_BLESS_DOCS=1 cargo test --test it readme::` and commit the result.\n\
          --- printed ---\n{generated}"
     );
+}
+
+#[test]
+fn the_readme_sample_session_is_what_the_binary_prints() {
+    let (submit, approve) = run_sample();
+    let generated = sample_block(&submit, &approve);
+    check_sample("README.md", "session", &generated);
+    check_sample("docs/operating.md", "session", &generated);
+}
+
+/// The answer of the `run` sample in docs/operating.md.
+const RUN_ANSWER: &str = "The average score is 81.125 (8 people; highest erin 94, lowest dave 62).";
+
+/// The `run` session of docs/operating.md: one `read_file`, allowed by the shipped
+/// policy, then the answer; stdout and stderr on one pipe.
+#[test]
+fn the_run_sample_in_the_operating_page_is_what_the_binary_prints() {
+    let api = FakeApi::start(vec![
+        Reply::tool("toolu_01", "read_file", json!({ "path": "scores.csv" })),
+        Reply::text(RUN_ANSWER),
+    ]);
+    let root = TestRoot::new(&api.url);
+    let (mut reader, writer) = std::io::pipe().unwrap();
+    let mut child = in_root(&root, &["run", PROMPT])
+        .env("ANTHROPIC_API_KEY", crate::common::SECRET_KEY)
+        .stdout(writer.try_clone().unwrap())
+        .stderr(writer)
+        .spawn()
+        .unwrap();
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut reader, &mut out).unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0), "{out}");
+    let generated = format!("```text\n$ harnessd run {PROMPT:?}\n{out}```\n");
+    check_sample("docs/operating.md", "run", &generated);
 }
 
 /// The README's test command is exactly the one `.ci/run` runs, so "run every
