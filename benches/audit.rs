@@ -1,4 +1,4 @@
-//! Benchmark of the audit log (issue 11's figures):
+//! Benchmark of the audit log (figures of docs/benchmarks.md):
 //!
 //! 1. the hash chain's cost per event: `EventLog::record` per line (sync off),
 //!    and the SHA-256 of one typical line, which is what the chain adds;

@@ -1,4 +1,4 @@
-//! Benchmark of the daemon (issue 5's figures): 100 tasks submitted at once, each
+//! Benchmark of the daemon (figures of docs/benchmarks.md): 100 tasks submitted at once, each
 //! 10 turns of `run_bash("true")` against a zero-latency fake API. Prints total
 //! time and tasks/s, daemon RSS idle and at peak (per in-flight task beyond idle),
 //! and events lost (expected lines against lines written). Then a deep queue:

@@ -1,4 +1,4 @@
-//! Benchmark of the daemon's start with many old tasks (issue 10's figures): a root
+//! Benchmark of the daemon's start with many old tasks (figures of docs/benchmarks.md): a root
 //! holding 20 000 finished transcripts (2–5 KB each, `end_turn`, with an answer),
 //! then, three times, `harnessd serve` from spawn to the first `GET /healthz` that
 //! answers, its RSS 1 s after that (VmRSS) and its peak (VmHWM), and the latency of

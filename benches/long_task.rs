@@ -1,4 +1,4 @@
-//! Benchmark of a long task under context compaction (issue 13's figures): 300
+//! Benchmark of a long task under context compaction (the figures of docs/long-tasks.md): 300
 //! turns, each a `read_file` returning 10 KB plus 1 KB of model commentary, with
 //! `context.compress_threshold_tokens = 60000` and a fake API that reports input
 //! tokens as request bytes / 4 and streams its answers:

@@ -1,4 +1,4 @@
-//! Benchmark of the policy engine (issue 4's figures):
+//! Benchmark of the policy engine (figures of docs/benchmarks.md):
 //!
 //! - decision time with a 200-rule settings file, over a mix of calls (compound
 //!   shell commands, file paths, whole-tool rules), median per call;

@@ -1,4 +1,4 @@
-//! Benchmark of the sandbox (issue 3's figures):
+//! Benchmark of the sandbox (figures of docs/benchmarks.md):
 //!
 //! - median spawn-to-exit of `true` through the full sandbox (helper re-exec, every
 //!   layer, exec), under the write and the read-only profile, against an unconfined fork+exec in the same run, and against

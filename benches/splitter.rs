@@ -1,4 +1,4 @@
-//! Benchmark of the run_bash judgement on hostile input (issue 8's figure): time
+//! Benchmark of the run_bash judgement on hostile input (a figure of docs/benchmarks.md): time
 //! and peak heap for 500 000-character commands built to be worst cases for the
 //! tokenizer (deep nesting, unterminated quotes, here-documents, many commands,
 //! many deny forms), through `shell::analyse` alone and through the whole

@@ -1,4 +1,4 @@
-//! Benchmark of the loop's own overhead (issue 2's figures), against the fake API
+//! Benchmark of the loop's own overhead (figures of docs/benchmarks.md), against the fake API
 //! with zero latency:
 //!
 //! - the gap between a response arriving and the next request leaving, over a

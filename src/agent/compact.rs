@@ -1,4 +1,4 @@
-//! Context compaction (docs/guide.md): when a response reports more input tokens than
+//! Context compaction (docs/long-tasks.md): when a response reports more input tokens than
 //! `context.compress_threshold_tokens`, or the API answers a 400 saying the
 //! request exceeds the context ([`crate::llm::LlmError::exceeds_context`]), the
 //! history is made smaller before the next request.

@@ -1,4 +1,4 @@
-//! The task guard: a panic inside a task ends that task, never the process (docs/guide.md,
+//! The task guard: a panic inside a task ends that task, never the process (docs/operating.md,
 //! `error`). `run_task` — the one entry both `harnessd run` and the daemon's
 //! scheduler use — runs the task's future through [`catch`]; a caught [`Panic`] says
 //! what panicked and where. The [`Ledger`] tracks how far each call of the current
@@ -200,7 +200,7 @@ impl Ledger {
 pub(super) const NOT_EXECUTED: &str = "not executed: internal error: the task ended before \
 this call ran, so nothing was done for it";
 
-/// Answer to a call a panic stopped while it was being run (docs/guide.md, resume wording).
+/// Answer to a call a panic stopped while it was being run (docs/operating.md, resume wording).
 pub(super) const STATE_UNKNOWN: &str = "state unknown: an internal error ended the task while \
 this call was being run; it may have run in part; check before repeating it";
 
@@ -238,7 +238,7 @@ pub(super) async fn answer_open_calls(
 }
 
 /// Answer to a call the resumed transcript left open when the log shows it allowed to
-/// run but not finished (docs/guide.md, Resume): it may have run, in part or whole.
+/// run but not finished (docs/operating.md, Resume): it may have run, in part or whole.
 pub(super) const RESUME_STATE_UNKNOWN: &str = "state unknown: it may have run in part; check \
 before repeating it (the task was interrupted while this call was being run)";
 

@@ -1,6 +1,6 @@
 //! The turn loop: send system + tools + the whole history, run the tool calls the
 //! model asks for, send every result back in one user message, repeat until the
-//! model ends its turn or a limit stops the task (docs/guide.md).
+//! model ends its turn or a limit stops the task (docs/operating.md).
 //!
 //! The loop owns the history and its invariants (every `tool_use` answered exactly
 //! once, in order; the assistant message appended exactly as received). It never

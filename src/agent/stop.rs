@@ -1,4 +1,4 @@
-//! Where a task stands and why it stopped (docs/guide.md, docs/api.md), and the exit code
+//! Where a task stands and why it stopped (docs/commands.md, docs/api.md), and the exit code
 //! `harnessd run` (and `submit --wait`) gives for it. One typed value travels through
 //! the transcript, the control API, the clients and the exit code; nothing re-parses
 //! a string.
@@ -108,7 +108,7 @@ impl TaskStatus {
 mod tests {
     use super::*;
 
-    /// The serde names are the names docs/guide.md, docs/api.md use, and `as_str` agrees.
+    /// The serde names are the names docs/commands.md, docs/api.md use, and `as_str` agrees.
     #[test]
     fn wire_names_match_as_str() {
         for s in TaskStatus::ALL {

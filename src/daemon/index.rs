@@ -1,8 +1,8 @@
 //! The compact form in which the registry keeps an ended task.
 //!
 //! A daemon that has run 20 000 tasks keeps one of these per task for its whole
-//! life, so its size is the daemon's idle memory (issue 10: ≤ 20 MB with 20 000
-//! tasks): times are kept as milliseconds, not strings, the id only as the map's
+//! life, so its size is the daemon's idle memory (the target: ≤ 20 MB with
+//! 20 000 tasks): times are kept as milliseconds, not strings, the id only as the map's
 //! key, and no answer (it is read from the transcript when asked for).
 
 use std::cmp::Ordering;

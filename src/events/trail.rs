@@ -1,6 +1,6 @@
 //! Reading the audit log back (read-only), across its rotated files: how far given
 //! tool calls of one task got, for a resume that must answer calls the transcript
-//! left open (docs/guide.md, Resume).
+//! left open (docs/operating.md, Resume).
 //!
 //! The log is streamed one line at a time and only the task's lines about the asked
 //! calls are kept, so memory stays bounded by the longest line, not the file.

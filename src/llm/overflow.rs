@@ -1,7 +1,7 @@
 //! Whether the model API refused a request because it exceeds the model's context
 //! window. Anthropic, llama.cpp's `llama-server`, vLLM and Ollama each say so in
 //! words of their own; on any of them the agent loop compacts the history and
-//! sends it once more (docs/guide.md). Only the words are known: the servers agree
+//! sends it once more (docs/long-tasks.md). Only the words are known: the servers agree
 //! on no error type, and a 400 says nothing more by itself.
 
 use super::anthropic::LlmError;

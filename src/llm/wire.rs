@@ -159,7 +159,7 @@ impl Message {
 }
 
 /// The `stop_reason` values of the Messages API that harnessd acts on; any other
-/// value is a response it cannot interpret safely (docs/guide.md: an `error` stop).
+/// value is a response it cannot interpret safely (docs/operating.md: an `error` stop).
 pub const KNOWN_STOP_REASONS: [&str; 6] = [
     "end_turn",
     "tool_use",

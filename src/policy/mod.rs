@@ -543,7 +543,7 @@ mod tests {
         assert_eq!(tier(&p, ToolName::RunBash, Some("ls 'a;b'")), Tier::Allow);
     }
 
-    /// The reproductions of issue 8: with `allow run_bash(ls *)` none of these may be
+    /// The reported smuggling attacks: with `allow run_bash(ls *)` none of these may be
     /// allowed, and the deny rule catches every spelling of `rm -rf`.
     #[test]
     fn allow_patterns_cannot_be_talked_around() {
@@ -592,7 +592,7 @@ mod tests {
         assert_eq!(view.commands, ["ls -l", "git status"]);
     }
 
-    /// Spellings of `rm -rf` found by the attack session after issue 8, each within
+    /// Spellings of `rm -rf` found by the attack review of the boundary work, each within
     /// docs/policy.md's normalisation (short options merged, wrappers looked through, every
     /// seen command): an extra option letter, `env -`, a wrapper's long option with
     /// a separate argument, `stdbuf`'s options, `busybox`, a shell run by

@@ -1,12 +1,12 @@
-//! Issue 8's reproductions 1–3 through the real loop, with the shipped policy
+//! The reported smuggling attacks on allow patterns through the real loop, with the shipped policy
 //! (`allow run_bash(ls *)`, `deny run_bash(rm -rf *)`), no TTY and no `--yes`: a
 //! command that smuggles another past an allow pattern is never run without
 //! approval, every spelling of `rm -rf` is denied, and none of it panics.
 
 use serde_json::{Value, json};
 
-use crate::attack_regressions::one_turn;
 use crate::common::{TestRoot, stderr, stdout};
+use crate::hostile_commands::one_turn;
 
 #[test]
 fn allow_patterns_cannot_be_talked_around() {

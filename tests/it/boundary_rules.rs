@@ -6,8 +6,8 @@
 
 use serde_json::json;
 
-use crate::attack_regressions::one_turn;
 use crate::common::{TestRoot, stdout};
+use crate::hostile_commands::one_turn;
 
 /// A root with `important/keep` and `d/keep` in the workspace and these extra
 /// `tools.allow` rules.

@@ -1,4 +1,4 @@
-//! Bounded memory from peers (issue 10, reproduction 5): a model response past
+//! Bounded memory from peers (a hostile API or client): a model response past
 //! `api.max_response_mb` is refused, and the daemon's task list is paged and
 //! carries no answers (they are read from transcripts when one task is asked for).
 

@@ -1,4 +1,4 @@
-//! Issue 10, reproduction 7: the pooled call cgroups a `harnessd run` made are
+//! The pooled call cgroups a `harnessd run` made are
 //! removed when it exits cleanly, not left in the host's cgroup tree.
 
 use std::path::PathBuf;

@@ -282,7 +282,7 @@ fn shipped_settings_raise_no_boundary_warning_but_state_the_hard_link_gap() {
     );
 }
 
-/// Issue 12: a bad `sandbox.user` under `require: full` printed `ok … valid` and
+/// A bad `sandbox.user` under `require: full` printed `ok … valid` and
 /// exited 0, while every tool would then be refused.
 #[test]
 fn check_on_a_bad_sandbox_user_with_require_full_exits_2_naming_it() {

@@ -1,4 +1,4 @@
-//! Context compaction (docs/guide.md) through the real binary: a long task stays under
+//! Context compaction (docs/long-tasks.md) through the real binary: a long task stays under
 //! the threshold, keeps every tool pair valid and the first message, saves each
 //! pre-compaction history, and a 400 "prompt is too long" compacts and retries.
 

@@ -1,4 +1,4 @@
-//! Hostile peers on the control socket (issue 10, reproduction 5): connections
+//! Hostile peers on the control socket: connections
 //! that send nothing, a body that never arrives, a line of the audit log that does
 //! not parse (docs/config.md, docs/events.md, docs/api.md).
 

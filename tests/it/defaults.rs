@@ -1,4 +1,4 @@
-//! Built-in defaults come from code (issue 12 item 2, docs/config.md): `init` writes the
+//! Built-in defaults come from code (docs/config.md): `init` writes the
 //! same files whatever root it is run from or next to, and nothing a root holds
 //! is an input of the build, so editing the repository's own config (it is a
 //! working root) neither recompiles harnessd nor changes what `init` writes.

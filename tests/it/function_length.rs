@@ -1,5 +1,5 @@
-//! No function in `src/` is longer than [`MAX_LINES`] lines (issue 9, item 4;
-//! `STYLE.md` habit 14), checked on the source so the rule holds from now on.
+//! No function in `src/` is longer than [`MAX_LINES`] lines (`STYLE.md`
+//! habit 14), checked on the source so the rule holds from now on.
 //!
 //! The scan is lexical, not a parser: comments, string, raw-string and char
 //! literals are blanked out first (so a `{` or `fn` inside them counts for

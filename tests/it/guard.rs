@@ -1,4 +1,4 @@
-//! No panic reaches a task's caller or the process (docs/guide.md, `error`): a panic in the
+//! No panic reaches a task's caller or the process (docs/operating.md, `error`): a panic in the
 //! loop ends that task with `error` and a `task_finished` naming it, answers every open
 //! `tool_use`, makes `run` exit 1 and leaves `serve` serving. The panic is injected
 //! through the debug-build-only `HARNESSD_TEST_PANIC_ON_TOOL` switch (see

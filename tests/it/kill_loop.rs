@@ -1,4 +1,4 @@
-//! The kill -9 loop of issue 10: 20 kills of the daemon at random points while 10
+//! The kill -9 loop: 20 kills of the daemon at random points while 10
 //! tasks run and more wait in the queue, their tools slow enough that kills land
 //! mid-tool. After every restart: every line of events.jsonl parses and seq
 //! strictly increases, nothing the killed daemon started is still running, and none

@@ -1,4 +1,4 @@
-//! Every task the audit log shows begun gets its `task_finished` (issue 10): a kill
+//! Every task the audit log shows begun gets its `task_finished`: a kill
 //! between `task_queued` and the save of the queued transcript, and a task whose
 //! `task_finished` a full disk refused after its transcript said `finished`, are
 //! closed on the record at the next start. The on-disk states are built by hand:

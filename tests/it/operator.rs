@@ -1,4 +1,4 @@
-//! Operator experience (issue 12): the README's quick start followed literally on a
+//! Operator experience: the README's quick start followed literally on a
 //! fresh copy of the repository, `submit --wait` showing the approval it waits for
 //! with the command that answers it, and `approve --remember`.
 

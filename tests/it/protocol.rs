@@ -1,4 +1,4 @@
-//! Model output that breaks the protocol (docs/guide.md `error` stop) and the two
+//! Model output that breaks the protocol (docs/operating.md `error` stop) and the two
 //! `retry-after` forms (docs/config.md), through the real binary and the fake API.
 
 use std::time::{Duration, SystemTime};

@@ -1,4 +1,4 @@
-//! The durable queue (issue 10, item 2; docs/api.md): a task answered 202 is on disk
+//! The durable queue (docs/api.md): a task answered 202 is on disk
 //! (`task_queued` and a `queued` transcript), survives a kill -9 and is queued again
 //! at the next start, oldest first.
 

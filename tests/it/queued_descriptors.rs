@@ -1,4 +1,4 @@
-//! A queued task holds no descriptor (docs/guide.md): its run lock is taken when it
+//! A queued task holds no descriptor (docs/operating.md): its run lock is taken when it
 //! starts. 300 tasks queued behind one slot, in a daemon limited to 128 open files,
 //! are all accepted and all finish, and the daemon's descriptors do not grow with
 //! the queue.

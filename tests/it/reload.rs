@@ -285,7 +285,7 @@ fn restart_only_keys_are_reported_not_applied() {
     let _ = Path::new("");
 }
 
-/// Issue 10, reproduction 7: a file rewritten every 20 ms (faster than the
+/// A file rewritten every 20 ms (faster than the
 /// debounce) is still loaded, within about a second and again and again, not never.
 #[test]
 fn continuous_rewrites_do_not_starve_the_reload() {
@@ -372,7 +372,7 @@ fn loaded_by(root: &TestRoot, trigger: &str) -> Vec<Value> {
         .collect()
 }
 
-/// Issue 12 item 7: `systemctl reload` with nothing changed used to leave no line
+/// `systemctl reload` with nothing changed used to leave no line
 /// and no event, so the operator could not tell it had happened.
 #[test]
 fn sighup_with_unchanged_files_records_config_loaded_with_no_changes_and_logs_a_line() {
@@ -398,7 +398,7 @@ fn sighup_with_unchanged_files_records_config_loaded_with_no_changes_and_logs_a_
     );
 }
 
-/// Issue 12 item 7: restoring a good file after a rejected edit logged nothing, so
+/// Restoring a good file after a rejected edit logged nothing, so
 /// the operator was left with the rejection as the last word.
 #[test]
 fn a_valid_file_after_a_rejected_one_is_logged_as_accepted() {

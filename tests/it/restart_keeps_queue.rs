@@ -1,4 +1,4 @@
-//! A stop loses no accepted task (docs/api.md, docs/guide.md): on SIGTERM no queued
+//! A stop loses no accepted task (docs/api.md, docs/operating.md): on SIGTERM no queued
 //! task starts, the running one is left `interrupted` once
 //! `daemon.shutdown_grace_secs` is over, and the queued ones stay queued, with
 //! nothing recorded for them, to run after the next start. A resume accepted but

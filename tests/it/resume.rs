@@ -1,6 +1,6 @@
-//! Resume under a crash and under contention (issue 10, items 3 and 4): one run per
+//! Resume under a crash and under contention: one run per
 //! task however many resumes race, a per-task lock another process can hold, and
-//! dangling calls answered from the audit log (docs/guide.md, docs/api.md).
+//! dangling calls answered from the audit log (docs/operating.md, docs/api.md).
 
 use std::os::fd::AsRawFd;
 use std::time::Duration;

@@ -1,5 +1,5 @@
 //! Differential test of the `run_bash` proof against bash itself (docs/policy.md): for
-//! generated commands covering every construct the spec lists, whenever harnessd
+//! generated commands covering every construct docs/policy.md lists, whenever harnessd
 //! says "provable: C1 … Cn", bash — with logging shims on `PATH` in place of the
 //! programs — executes only commands among C1 … Cn (argv equal), and exactly those
 //! when nothing can skip one.
@@ -254,7 +254,7 @@ fn generate(rng: &mut fastrand::Rng) -> String {
     cmd
 }
 
-/// The reproductions, run as they were reported.
+/// The reported attacks on the old splitter, run as they were reported.
 const REPRODUCTIONS: [&str; 8] = [
     "ls '$(id > pwned.txt; echo x)'; ls ${_@P}",
     "ls 'a[$(rm -rf important)]'; ls ${x[_]}",

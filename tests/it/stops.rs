@@ -1,4 +1,4 @@
-//! Every stop of docs/guide.md and its exit code.
+//! Every stop of docs/commands.md and its exit code.
 
 use serde_json::json;
 

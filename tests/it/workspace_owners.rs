@@ -1,4 +1,4 @@
-//! Issue 12 item 2: `serve` as root leaves the owner of the operator's files alone
+//! `serve` as root leaves the owner of the operator's files alone
 //! and still lets tools (running as `nobody`) edit them, through POSIX ACLs —
 //! also for files the operator adds after the start — while a hard link to a file
 //! outside the workspace gets nothing.

@@ -656,7 +656,7 @@ fn a_run_dir_left_to_another_uid_is_taken_back_through_its_descriptor() {
     let root = TestRoot::new("http://127.0.0.1:9");
     let elsewhere = Scratch::new("victim");
     let victim = elsewhere.0.join("created-by-root");
-    // What the takeover of issue 8 left: run/ owned by nobody, open to all, and a
+    // What the reported takeover of run/ left: run/ owned by nobody, open to all, and a
     // lock file that is a link out of it.
     // `init` makes run/ (0700, root's); the takeover left it as below.
     let run = root.dir.join("run");

@@ -1,5 +1,8 @@
-//! Attacks on the boundary after issue 8, each reproduced through the real binary
-//! with the shipped policy, no TTY and no `--yes` (so an `ask` is a refusal).
+//! Hostile `run_bash` commands against the shipped policy, each reproduced through
+//! the real binary with no TTY and no `--yes` (so an `ask` is a refusal): the
+//! shipped allow rules cannot be chained into running a planted git alias or
+//! fsmonitor, spellings of `rm -rf` are denied even with `--yes`, and a long
+//! hostile command is judged promptly.
 
 use serde_json::{Value, json};
 
@@ -94,7 +97,7 @@ fn shipped_allow_rules_cannot_run_a_planted_fsmonitor() {
 /// argument, `busybox`, a shell under `find -exec`, a function body, `coproc`.
 /// With `--yes` an `ask` runs, so a missed deny really deletes.
 #[test]
-fn spellings_found_after_issue_8_are_denied_even_with_yes() {
+fn rm_rf_spellings_are_denied_even_with_yes() {
     let spellings = [
         "rm -rfv d0",
         "rm -r -v -f d1",

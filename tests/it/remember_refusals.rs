@@ -1,6 +1,8 @@
-//! Attacks on the operator features of issues 10 and 12, each one a bug found
-//! against the real binary: what a hostile model could get remembered, and what a
-//! fault could do to the operator's files.
+//! `approve --remember` writes a rule only when the rule stands for what was
+//! approved and its record can be written: a command fed by a file or a pipe no
+//! rule can name is refused, a log that cannot be written changes no policy, and
+//! the shipped unit lets the settings file be rewritten. Each test reproduces a
+//! bug found against the real binary.
 
 use serde_json::json;
 
@@ -102,84 +104,6 @@ fn the_systemd_unit_lets_remember_write_the_settings_directory() {
     );
 }
 
-/// A harnessd killed with -9 while it was PID 1 of its PID namespace (a container
-/// entrypoint, `unshare --pid`) leaves `harnessd-1-0`; its successor is PID 1 too.
-/// The reaping took a live pid to mean "not stale", so the successor kept the
-/// leftover (escaped processes included) and then failed to make its own
-/// `harnessd-1-0`, running every tool call of its life with no call cgroup: no
-/// memory cap for the call's tree, no process cap, nothing killed at its end.
-#[test]
-fn a_successor_with_the_dead_daemons_pid_reaps_its_cgroups_and_keeps_its_own() {
-    let parents = crate::cgroup_cleanup::call_cgroup_parents();
-    assert!(
-        !parents.is_empty(),
-        "no cgroup hierarchy with memory and pids"
-    );
-    // `-0` is the name the successor's first cgroup takes; `-7` one it does not,
-    // so whether it was reaped can be seen after the successor made its own.
-    let stale: Vec<_> = parents
-        .iter()
-        .flat_map(|p| [p.join("harnessd-1-0"), p.join("harnessd-1-7")])
-        .collect();
-    for d in &stale {
-        std::fs::create_dir(d).unwrap_or_else(|e| panic!("planting {}: {e}", d.display()));
-    }
-    let root = TestRoot::new("http://127.0.0.1:9");
-    let out = std::process::Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", crate::common::bin()])
-        .arg("--root")
-        .arg(&root.dir)
-        .arg("check")
-        .output()
-        .unwrap();
-    let left: Vec<_> = stale
-        .iter()
-        .filter(|d| d.exists() && d.ends_with("harnessd-1-7"))
-        .collect();
-    for d in &stale {
-        let _ = std::fs::remove_dir(d);
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    let cgroup = text.lines().find(|l| l.contains(" cgroup ")).unwrap_or("");
-    assert!(left.is_empty(), "not reaped: {left:?}");
-    assert!(
-        cgroup.trim_start().starts_with("yes"),
-        "{text}{}",
-        stderr(&out)
-    );
-}
-
-/// `check` probes the sandbox through a real call, in a call cgroup, and exited
-/// without removing it: every `check` (an operator's routine, a monitoring probe)
-/// left one `harnessd-<pid>-0` in the host's cgroup tree, for the next daemon
-/// start to sweep.
-#[test]
-fn check_leaves_no_call_cgroup_behind() {
-    let parents = crate::cgroup_cleanup::call_cgroup_parents();
-    let root = TestRoot::new("http://127.0.0.1:9");
-    let child = root
-        .command(&["check"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let out = child.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let left = crate::cgroup_cleanup::cgroups_of(&parents, pid);
-    for d in &left {
-        let _ = std::fs::remove_dir(d);
-    }
-    if !text
-        .lines()
-        .any(|l| l.trim_start().starts_with("yes cgroup"))
-    {
-        // Said out loud, as in cgroup_cleanup: nothing was made to be left.
-        eprintln!("check made no call cgroup on this machine: {text}");
-    }
-    assert!(left.is_empty(), "left behind by check: {left:?}");
-}
-
 /// `approve --remember` while the audit log cannot be written (a full disk): the
 /// rule took effect — written to settings.json and loaded — while its record
 /// (`config_loaded`, "approve --remember by …") failed, and once space was back
@@ -220,65 +144,4 @@ fn remember_while_the_log_cannot_be_written_changes_no_policy() {
             .contains("approve --remember")),
         "{loaded:?}"
     );
-}
-
-/// The control API refuses the log and the transcripts to anyone but the daemon's
-/// user, root and the operators group (403), yet both were created 0644 in a
-/// 0755 `transcripts/`: any local account read every prompt, answer and tool
-/// input straight from the files. (The full tool outputs were already 0600.)
-#[test]
-fn the_log_and_transcripts_are_not_readable_by_other_accounts() {
-    use std::os::unix::fs::PermissionsExt;
-    // Every kind of file harnessd writes under transcripts/: the log and its
-    // rotated files, the transcript, each call's `.out` and, after a compaction,
-    // the saved `history-<n>.json` (the whole conversation).
-    let api = FakeApi::start(vec![
-        Reply::tool("tu_1", "list_dir", json!({"path": "."})),
-        Reply::tool("tu_2", "list_dir", json!({"path": "."})),
-        Reply::tool("tu_3", "get_time", json!({})),
-        Reply::error(400, "invalid_request_error", "prompt is too long"),
-        Reply::text("Summary: a private summary."),
-        Reply::text("the secret answer"),
-    ]);
-    let root = TestRoot::new(&api.url);
-    root.set_config("context", "keep_recent_messages", "2");
-    root.set_config("audit", "rotate_mb", "0.003");
-    let out = root.run(&["run", "a private prompt"]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let mut kinds = std::collections::BTreeSet::new();
-    for path in files_under(&root.dir.join("transcripts")) {
-        let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        if name == ".gitignore" {
-            continue; // init's, no data
-        }
-        let kind = match name.split_once('-') {
-            Some((k, _)) if k == "events" || k == "history" => k.to_string(),
-            _ => name.rsplit('.').next().unwrap().to_string(),
-        };
-        kinds.insert(kind);
-        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
-        assert_eq!(
-            mode & 0o007,
-            0,
-            "{} is {mode:o}: readable by every account",
-            path.display()
-        );
-    }
-    for kind in ["events", "history", "json", "jsonl", "out"] {
-        assert!(kinds.contains(kind), "no {kind} file among {kinds:?}");
-    }
-}
-
-/// Every regular file under `dir`, recursively.
-fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap().flatten() {
-        let path = entry.path();
-        if entry.file_type().unwrap().is_dir() {
-            files.extend(files_under(&path));
-        } else {
-            files.push(path);
-        }
-    }
-    files
 }

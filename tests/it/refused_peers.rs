@@ -1,5 +1,6 @@
-//! Attacks on the durability and connection-bounding work of issue 10, through the
-//! real binary: each test reproduces a finding and guards its fix.
+//! A peer the control API refuses (the tool uid) cannot take the connection slots
+//! (`daemon.max_connections`) that operators need, even with the socket opened to
+//! every user.
 
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
@@ -75,53 +76,5 @@ fn refused_peers_cannot_take_the_operators_connection_slots() {
         answers.iter().all(|a| *a == Some(200)),
         "root's /healthz while the tool uid holds connections: {answers:?} \
          (None: closed without an answer)"
-    );
-}
-
-/// A query string or path the extractors reject (a repeated parameter, an id
-/// that is not UTF-8) is answered like every other error (docs/api.md): JSON
-/// `{error: {type, message}}` with a 400, not axum's plain-text rejection.
-#[test]
-fn rejected_query_strings_and_paths_are_json_errors() {
-    let root = TestRoot::new("http://127.0.0.1:9");
-    let d = Daemon::start(&root);
-    for (method, path) in [
-        ("GET", "/v1/tasks?status=queued&status=running"),
-        ("GET", "/v1/tasks?limit=1&limit=2"),
-        ("GET", "/v1/events?task=a&task=b"),
-        ("GET", "/v1/tasks/%ff"),
-        ("POST", "/v1/tasks/%ff/cancel"),
-        ("POST", "/v1/tasks/%ff/resume"),
-    ] {
-        let (status, text) = d.request_text(method, path);
-        let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
-        assert_eq!(status, 400, "{method} {path}: {text}");
-        assert_eq!(
-            v["error"]["type"], "invalid_request",
-            "{method} {path}: {text}"
-        );
-    }
-}
-
-/// A transcript that does not parse (a torn file, a foreign file) does not stop the
-/// daemon, and is never skipped silently: its task would vanish from the API, so
-/// the daemon's log names the file.
-#[test]
-fn an_unreadable_transcript_is_reported_not_silently_skipped() {
-    let root = TestRoot::new("http://127.0.0.1:9");
-    let transcripts = root.dir.join("transcripts");
-    std::fs::create_dir_all(&transcripts).unwrap();
-    std::fs::write(
-        transcripts.join("t-torn.json"),
-        "{\"task_id\": \"t-torn\", \"sta",
-    )
-    .unwrap();
-    let d = Daemon::start(&root);
-    let (status, _) = d.request("GET", "/healthz", None);
-    assert_eq!(status, 200);
-    let log = std::fs::read_to_string(root.dir.join("daemon.log")).unwrap();
-    assert!(
-        log.contains("skipping transcript") && log.contains("t-torn.json"),
-        "{log}"
     );
 }
