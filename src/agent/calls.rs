@@ -203,16 +203,14 @@ async fn admit(
     let profile = match decision.tier {
         Tier::Allow => decision.profile,
         Tier::Deny => {
-            return Err(NotRun::Refused(ToolResult::error(refusal.unwrap_or_else(
-                || {
-                    format!(
-                        "denied by policy (rule `{}`): this call will not run. Do not retry \
-                         it; use another approach within the policy, or tell the user what \
-                         you need.",
-                        decision.rule_label()
-                    )
-                },
-            ))));
+            let why = refusal.unwrap_or_else(|| {
+                format!(
+                    "denied by policy (rule `{}`): this call will not run. Do not retry it; \
+                     use another approach within the policy, or tell the user what you need.",
+                    decision.rule_label()
+                )
+            });
+            return Err(NotRun::Refused(ToolResult::error(why)));
         }
         // What a human approved runs with the write set (docs/policy.md).
         Tier::Ask => {

@@ -334,3 +334,33 @@ pub async fn run_task(env: &TaskEnv, spec: &TaskSpec) -> Result<TaskOutcome, Eve
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// Each step of a turn reads the turn's one snapshot (`TaskRun::loaded`): the
+    /// live config is read at the task's start, at the start of each turn, and by
+    /// each call for the policy that judges it — nowhere else in the loop.
+    #[test]
+    fn the_live_config_is_read_once_per_turn() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/agent");
+        // Split so that this test's own source does not count.
+        let read = concat!(".config", ".current()");
+        let mut reads: Vec<(String, usize)> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .map(|p| {
+                let text = std::fs::read_to_string(&p).unwrap();
+                // A chain rustfmt wrapped counts too.
+                let text: String = text.split_whitespace().collect();
+                let name = p.file_name().unwrap().to_string_lossy().into_owned();
+                (name, text.matches(read).count())
+            })
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        reads.sort();
+        let expected = [("calls.rs", 1), ("mod.rs", 1), ("turn.rs", 1)];
+        let expected: Vec<(String, usize)> =
+            expected.iter().map(|(f, n)| (f.to_string(), *n)).collect();
+        assert_eq!(reads, expected);
+    }
+}

@@ -72,8 +72,7 @@ impl TaskRun<'_> {
         // on disk, so a resume can answer it; no tool runs unsaved.
         self.save_or_stop(&uses).await?;
         let task_id = &self.spec.task_id;
-        let blocks =
-            calls::execute_calls(self.env, task_id, loaded.clone(), &uses, &self.ledger).await?;
+        let blocks = calls::execute_calls(self.env, task_id, loaded, &uses, &self.ledger).await?;
         self.push_user(blocks);
         self.save_or_stop(&[]).await
     }
