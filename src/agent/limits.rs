@@ -4,8 +4,7 @@
 
 use serde_json::{Value, json};
 
-use super::StopReason;
-use super::{Halt, TaskRun};
+use super::{Halt, StopReason, TaskRun};
 use crate::config::{Loaded, LoopConfig};
 use crate::llm::ToolUse;
 
