@@ -77,7 +77,9 @@ impl Prepared {
         let loaded = self.loaded;
         let events = open_audit_log(&loaded, opts.tap).await?;
         let mut executor = Executor::new(opts.helper);
-        let mut probe = prepare_sandbox(&mut executor, &loaded)?;
+        // Its warnings (a planted `.tmp` moved aside…) are logged where they arise.
+        prepare_workspace(&loaded.paths.workspace, &loaded.tool_user.user)?;
+        let mut probe = probe_sandbox(&mut executor, &loaded);
         if let (Ok(report), Some(confined)) = (&mut probe, crate::exec::daemon_confinement()) {
             let (enforced, detail) = match confined {
                 Ok(done) => (true, format!("serve runs in its own cgroup, {done}")),
@@ -267,16 +269,11 @@ fn reload_judge(executor: &Executor, loaded: &Loaded) -> Judge {
     Box::new(move |candidate| verdict::judge_change(candidate, &mut last, &executor))
 }
 
-/// Prepares the workspace and probes the sandbox; warns when tools would be refused
-/// (`full`) or run weakened (`best_effort`, then the executor says so in every
-/// `tool_finished`). Returns the probe's report.
-fn prepare_sandbox(
-    executor: &mut Executor,
-    loaded: &Loaded,
-) -> Result<Result<Report, String>, StartError> {
+/// Probes the sandbox; warns when tools would be refused (`full`) or run weakened
+/// (`best_effort`, then the executor says so in every `tool_finished`). Returns
+/// the probe's report, or why the probe failed.
+fn probe_sandbox(executor: &mut Executor, loaded: &Loaded) -> Result<Report, String> {
     let settings = &loaded.policy.settings;
-    // Its warnings (a planted `.tmp` moved aside…) are logged where they arise.
-    prepare_workspace(&loaded.paths.workspace, &loaded.tool_user.user)?;
     let confine = Confinement::for_root(loaded, crate::sandbox::Profile::Write);
     let report = executor.probe(&confine, &loaded.paths.workspace);
     let missing = match &report {
@@ -297,5 +294,5 @@ fn prepare_sandbox(
             }
         }
     }
-    Ok(report)
+    report
 }

@@ -14,12 +14,9 @@ use super::guard::{self, FaultPoint, Ledger};
 use crate::approval::{ApprovalAnswer, ApprovalRequest};
 use crate::config::Loaded;
 use crate::events::{Event, EventError, SpoolCutReason, SpoolCutRecord};
-use crate::llm::Block;
+use crate::llm::{Block, ToolUse};
 use crate::policy::{self, Tier};
 use crate::tools::{self, RunContext, ToolInput, ToolName, ToolResult};
-
-/// A `tool_use` block's fields: id, name, input.
-pub type ToolUse = (String, String, Value);
 
 /// A call that passed every check and will run.
 struct Runnable {
@@ -96,7 +93,7 @@ pub async fn answer_unexecuted(
     message: &str,
 ) -> Result<Vec<Block>, EventError> {
     let mut blocks = Vec::with_capacity(uses.len());
-    for (id, name, input) in uses {
+    for ToolUse { id, name, input } in uses {
         let started = Instant::now();
         env.services
             .events
@@ -109,20 +106,32 @@ pub async fn answer_unexecuted(
     Ok(blocks)
 }
 
-/// A call's answer that is not a run: refused by a check, denied or not approved.
-type Refused = ToolResult;
+/// Why a call does not run: its answer (refused by a check, denied or not
+/// approved), or the audit log failed. One type, so `?` carries both out.
+enum NotRun {
+    /// The call's (error) answer.
+    Refused(ToolResult),
+    /// The audit log failed: nothing more may happen unrecorded.
+    Log(EventError),
+}
+
+impl From<EventError> for NotRun {
+    fn from(e: EventError) -> NotRun {
+        NotRun::Log(e)
+    }
+}
 
 /// A call that may run: its tool, input, what it was judged on and what it may write.
 type Admitted = (ToolName, ToolInput, tools::Judged, policy::Profile);
 
 /// The checks that need no policy: the per-turn call limit, a known and offered
-/// tool, input matching its schema.
+/// tool, input matching its schema. `Err` is the call's answer.
 fn validate(
     loaded: &Loaded,
     index: usize,
     name: &str,
     input: &Value,
-) -> Result<(ToolName, ToolInput), Refused> {
+) -> Result<(ToolName, ToolInput), ToolResult> {
     let max_calls = loaded.config.loop_.max_tool_calls_per_turn as usize;
     if index >= max_calls {
         return Err(ToolResult::error(format!(
@@ -149,19 +158,17 @@ fn validate(
     }
 }
 
-/// Checks one call against validation, limits, policy and approval. `Ok(Ok(_))`
-/// means it may run; `Ok(Err(result))` is its (error) answer.
+/// Checks one call against validation, limits, policy and approval: `Ok` means
+/// it may run.
 async fn admit(
     env: &TaskEnv,
     task_id: &str,
     loaded: &Arc<Loaded>,
     index: usize,
-    (id, name, input): &ToolUse,
-) -> Result<Result<Admitted, Refused>, EventError> {
-    let (tool, parsed) = match validate(loaded, index, name, input) {
-        Ok(valid) => valid,
-        Err(refused) => return Ok(Err(refused)),
-    };
+    call: &ToolUse,
+) -> Result<Admitted, NotRun> {
+    let ToolUse { id, name, input } = call;
+    let (tool, parsed) = validate(loaded, index, name, input).map_err(NotRun::Refused)?;
     let (
         parsed,
         tools::Verdict {
@@ -193,21 +200,25 @@ async fn admit(
             },
         )
         .await?;
-    let allowed = match decision.tier {
-        Tier::Allow => Ok(decision.profile),
-        Tier::Deny => Err(ToolResult::error(refusal.unwrap_or_else(|| {
-            format!(
-                "denied by policy (rule `{}`): this call will not run. Do not retry it; use \
-                 another approach within the policy, or tell the user what you need.",
-                decision.rule_label()
-            )
-        }))),
+    let profile = match decision.tier {
+        Tier::Allow => decision.profile,
+        Tier::Deny => {
+            let why = refusal.unwrap_or_else(|| {
+                format!(
+                    "denied by policy (rule `{}`): this call will not run. Do not retry it; \
+                     use another approach within the policy, or tell the user what you need.",
+                    decision.rule_label()
+                )
+            });
+            return Err(NotRun::Refused(ToolResult::error(why)));
+        }
         // What a human approved runs with the write set (docs/policy.md).
-        Tier::Ask => ask(env, task_id, (id, name, input), decision.rule_label())
-            .await?
-            .map(|()| policy::Profile::Write),
+        Tier::Ask => {
+            ask(env, task_id, call, decision.rule_label()).await?;
+            policy::Profile::Write
+        }
     };
-    Ok(allowed.map(|profile| (tool, parsed, judged, profile)))
+    Ok((tool, parsed, judged, profile))
 }
 
 /// [`tools::decide`] on a blocking thread: judging a file tool's path walks the
@@ -234,13 +245,9 @@ async fn decide_off_runtime(
 }
 
 /// Asks the approver about a call the policy sends to `ask`, recording the request
-/// and the answer; a cancelled task denies it. `Ok(Err(_))` is the refusal.
-async fn ask(
-    env: &TaskEnv,
-    task_id: &str,
-    (id, name, input): (&String, &String, &Value),
-    rule: String,
-) -> Result<Result<(), Refused>, EventError> {
+/// and the answer; a cancelled task denies it. `Ok` means approved.
+async fn ask(env: &TaskEnv, task_id: &str, call: &ToolUse, rule: String) -> Result<(), NotRun> {
+    let ToolUse { id, name, input } = call;
     let events = &env.services.events;
     let req = ApprovalRequest {
         approval_id: format!("ap-{:012x}", fastrand::u64(..) >> 16),
@@ -284,10 +291,10 @@ async fn ask(
         )
         .await?;
     if answer.approved {
-        return Ok(Ok(()));
+        return Ok(());
     }
     let why = answer.reason.map(|r| format!(": {r}")).unwrap_or_default();
-    Ok(Err(ToolResult::error(format!(
+    Err(NotRun::Refused(ToolResult::error(format!(
         "the call was not approved ({} by {}){why}. Do not retry it unchanged; \
          continue without it or explain what you need.",
         answer.decision, answer.by
@@ -313,10 +320,10 @@ pub async fn execute_calls(
     Ok(uses
         .iter()
         .zip(answers)
-        .map(|((id, _, _), r)| {
+        .map(|(call, r)| {
             let (result, _) =
                 r.unwrap_or_else(|| (ToolResult::error("internal error: no result"), None));
-            Block::tool_result(id, &result.content, result.is_error)
+            Block::tool_result(&call.id, &result.content, result.is_error)
         })
         .collect())
 }
@@ -337,29 +344,30 @@ async fn admit_all(
             .events
             .record(
                 Some(task_id),
-                Event::tool_requested(&call.0, &call.1, &call.2),
+                Event::tool_requested(&call.id, &call.name, &call.input),
             )
             .await?;
-        ledger.requested(&call.0);
+        ledger.requested(&call.id);
         // Each call is judged by the policy in force when it is reached.
         let now = env.services.config.current();
-        guard::fault_point(&call.1, FaultPoint::Policy);
-        match admit(env, task_id, &now, index, call).await? {
+        guard::fault_point(&call.name, FaultPoint::Policy);
+        match admit(env, task_id, &now, index, call).await {
             Ok((tool, input, judged, profile)) => runnable.push(Runnable {
                 index,
-                id: call.0.clone(),
+                id: call.id.clone(),
                 tool,
                 input,
                 judged,
                 profile,
                 loaded: now,
             }),
-            Err(result) => {
+            Err(NotRun::Refused(result)) => {
                 let took = started.elapsed();
-                finished(env, task_id, &call.0, &call.1, &result, took, None).await?;
-                ledger.answered(&call.0, &result);
+                finished(env, task_id, &call.id, &call.name, &result, took, None).await?;
+                ledger.answered(&call.id, &result);
                 answers[index] = Some((result, None));
             }
+            Err(NotRun::Log(e)) => return Err(e),
         }
     }
     Ok(runnable)

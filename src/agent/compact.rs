@@ -22,7 +22,8 @@ use std::time::Instant;
 
 use serde_json::Value;
 
-use super::{TaskRun, build_request, model_error};
+use super::TaskRun;
+use super::request::{build_request, model_error};
 use crate::config::Loaded;
 use crate::events::{Event, EventError};
 use crate::llm::{Block, FailedAttempt, Message, Role, Usage};
@@ -147,18 +148,11 @@ impl TaskRun<'_> {
             > context.compress_threshold_tokens / 2
             && worth(&self.transcript.messages);
         let mut summary_usage = None;
-        if matches!(trigger, Trigger::TooLong) || still_large {
-            match self.summarise(loaded, tail).await? {
-                Ok((summary, usage)) => {
-                    self.transcript.messages =
-                        with_summary(&self.transcript.messages, tail, &summary);
-                    summary_usage = Some(usage);
-                }
-                Err(e) => tracing::warn!(
-                    task_id = %self.spec.task_id,
-                    "the summarisation request failed ({e}); only old tool results were compacted"
-                ),
-            }
+        if (matches!(trigger, Trigger::TooLong) || still_large)
+            && let Some((summary, usage)) = self.summarise(loaded, tail).await?
+        {
+            self.transcript.messages = with_summary(&self.transcript.messages, tail, &summary);
+            summary_usage = Some(usage);
         }
         self.record(Event::ContextCompacted {
             turn: self.turn,
@@ -223,12 +217,20 @@ impl TaskRun<'_> {
     }
 
     /// One model request, tools disabled, for a summary of `messages[..tail]`;
-    /// `Ok(Err(_))` says why there is none. Its tokens and cost count for the task.
+    /// `None` (logged with why) when there is none. Its tokens and cost count for
+    /// the task.
     async fn summarise(
         &mut self,
         loaded: &Loaded,
         tail: usize,
-    ) -> Result<Result<(String, Usage), String>, EventError> {
+    ) -> Result<Option<(String, Usage)>, EventError> {
+        let none = |why: &str| {
+            tracing::warn!(
+                task_id = %self.spec.task_id,
+                "the summarisation request failed ({why}); only old tool results were compacted"
+            );
+            None
+        };
         let mut messages: Vec<Message> = self.transcript.messages[..tail].to_vec();
         if let Some(last) = messages.last_mut() {
             last.content.push(Block::text(COMPACT_PROMPT));
@@ -249,7 +251,7 @@ impl TaskRun<'_> {
         {
             Ok(r) => r,
             Err(crate::llm::SendError::Callback(e)) => return Err(e),
-            Err(crate::llm::SendError::Model(e)) => return Ok(Err(e.to_string())),
+            Err(crate::llm::SendError::Model(e)) => return Ok(none(&e.to_string())),
         };
         self.transcript.usage.add(&response.usage);
         let price = crate::usage::price_of(&request.model, &loaded.config.pricing);
@@ -271,9 +273,9 @@ impl TaskRun<'_> {
         }
         let text = message.text();
         if text.trim().is_empty() {
-            return Ok(Err("the model's summary was empty".into()));
+            return Ok(none("the model's summary was empty"));
         }
-        Ok(Ok((text, response.usage)))
+        Ok(Some((text, response.usage)))
     }
 }
 

@@ -22,9 +22,9 @@ use std::time::Instant;
 use futures::FutureExt;
 
 use super::TaskEnv;
-use super::calls::{self, ToolUse};
+use super::calls;
 use crate::events::{CallTrail, Event, EventError, MAX_FIELD_CHARS, TrailError};
-use crate::llm::Block;
+use crate::llm::{Block, ToolUse};
 use crate::tools::ToolResult;
 
 /// What a caught panic said, and where it happened when the hook saw it.
@@ -214,7 +214,7 @@ pub(super) async fn answer_open_calls(
     ledger: &Ledger,
 ) -> Result<Vec<Block>, EventError> {
     let mut blocks = Vec::with_capacity(uses.len());
-    for (id, name, input) in uses {
+    for ToolUse { id, name, input } in uses {
         let (message, since) = match ledger.get(id) {
             Some(Progress::Answered { content, is_error }) => {
                 blocks.push(Block::tool_result(id, &content, is_error));
@@ -263,7 +263,7 @@ pub(super) async fn answer_resumed_calls(
         HashMap::new()
     });
     let mut blocks = Vec::with_capacity(uses.len());
-    for (id, name, input) in uses {
+    for ToolUse { id, name, input } in uses {
         let trail = trails.get(id).cloned().unwrap_or(CallTrail::MayHaveRun);
         let (message, close) = match trail {
             CallTrail::Absent => {

@@ -69,7 +69,7 @@ fn answer_open_calls(
     }
     let out_dir = outputs.join(&t.task_id);
     let mut blocks = Vec::with_capacity(uses.len());
-    for (id, _, _) in &uses {
+    for id in uses.iter().map(|u| &u.id) {
         let trail = since.call(&t.task_id, id);
         let done = matches!(trail, CallTrail::Finished { .. });
         if !finished && !done {

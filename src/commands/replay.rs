@@ -101,7 +101,7 @@ fn replay_all(loaded: &Loaded, paths: &[PathBuf]) -> anyhow::Result<(usize, Vec<
                 anyhow::anyhow!("{} is not a harnessd transcript: {e}", file.display())
             })?;
             for m in t.messages.iter().filter(|m| m.role == Role::Assistant) {
-                for (id, name, input) in m.tool_uses() {
+                for crate::llm::ToolUse { id, name, input } in m.tool_uses() {
                     total += 1;
                     let was = recorded
                         .get(&(t.task_id.clone(), id.clone()))

@@ -92,7 +92,12 @@ fn build(t: &Transcript, events: &Path) -> anyhow::Result<Shown> {
     // docs/events.md): the call listed, with the log's records of that id, is the first.
     let mut listed = std::collections::HashSet::new();
     for m in t.messages.iter().filter(|m| m.role == Role::Assistant) {
-        for (id, tool, input) in m.tool_uses() {
+        for crate::llm::ToolUse {
+            id,
+            name: tool,
+            input,
+        } in m.tool_uses()
+        {
             if !listed.insert(id.clone()) {
                 continue;
             }

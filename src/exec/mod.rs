@@ -19,7 +19,7 @@ mod spare;
 pub mod verdict;
 mod workspace;
 
-pub use workspace::{PLANTED_PREFIX, Prepared, WorkspaceError, prepare_workspace};
+pub use workspace::{PLANTED_PREFIX, WorkspaceChanges, WorkspaceError, prepare_workspace};
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -51,7 +51,7 @@ const TMP_ATTEMPTS: usize = 4;
 pub const PLANTED_PREFIX: &str = ".tmp.planted-";
 
 /// Why the workspace cannot be used at all. Problems with single entries are
-/// never errors: they become [`Prepared::warnings`].
+/// never errors: they become [`WorkspaceChanges::warnings`].
 #[derive(Debug, thiserror::Error)]
 pub enum WorkspaceError {
     /// The workspace directory itself cannot be opened.
@@ -90,7 +90,7 @@ pub enum WorkspaceError {
 
 /// What [`prepare_workspace`] did.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct Prepared {
+pub struct WorkspaceChanges {
     /// Entries changed: an ACL entry for the sandbox user added (or, on a
     /// filesystem without ACLs, their owner changed), and `.tmp` given to it.
     pub changed: usize,
@@ -112,10 +112,10 @@ enum Grant {
 /// one aside) and, as root, gives `user` access to the workspace tree (see the
 /// module doc for how). Fails only when the workspace directory itself is
 /// unusable.
-pub fn prepare_workspace(workspace: &Path, user: &str) -> Result<Prepared, WorkspaceError> {
+pub fn prepare_workspace(workspace: &Path, user: &str) -> Result<WorkspaceChanges, WorkspaceError> {
     let ws = open_workspace(workspace)?;
     let owner = tool_owner(user);
-    let mut prepared = Prepared::default();
+    let mut prepared = WorkspaceChanges::default();
     let mut how = Grant::Acl;
     if let Some((uid, gid)) = owner {
         let error = |e| access_error(workspace, user, uid, e);
@@ -141,7 +141,7 @@ fn grant_top(
     st: &FileStat,
     (uid, gid): (Uid, Gid),
     user: &str,
-    prepared: &mut Prepared,
+    prepared: &mut WorkspaceChanges,
 ) -> nix::Result<Grant> {
     if st.st_uid == uid.as_raw() {
         // Already the tool user's (made by a tool, or by harnessd before ACLs).

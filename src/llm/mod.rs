@@ -20,5 +20,5 @@ pub use budget::{BudgetError, Lease, ResponseBudget};
 pub use sse::{SseError, SseEvent, SseFramer};
 pub use wire::{
     Block, Hold, KNOWN_STOP_REASONS, KnownBlock, Message, ProtocolError, Request, Response, Role,
-    ToolChoice, check_fresh_ids, check_protocol,
+    ToolChoice, ToolUse, check_fresh_ids, check_protocol,
 };

@@ -98,6 +98,17 @@ pub enum Role {
     Assistant,
 }
 
+/// One `tool_use` block of an assistant message: the call the model asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolUse {
+    /// The id its `tool_result` must quote.
+    pub id: String,
+    /// The tool's name, as the model wrote it (not yet known to exist).
+    pub name: String,
+    /// The tool's input, any JSON until it is validated against the schema.
+    pub input: Value,
+}
+
 /// One message of the history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Message {
@@ -116,12 +127,12 @@ impl Message {
         }
     }
 
-    /// The `tool_use` blocks of the message, in order: (id, name, input).
-    pub fn tool_uses(&self) -> Vec<(String, String, Value)> {
+    /// The `tool_use` blocks of the message, in order.
+    pub fn tool_uses(&self) -> Vec<ToolUse> {
         self.content
             .iter()
             .filter_map(|b| match b.known() {
-                Some(KnownBlock::ToolUse { id, name, input }) => Some((id, name, input)),
+                Some(KnownBlock::ToolUse { id, name, input }) => Some(ToolUse { id, name, input }),
                 _ => None,
             })
             .collect()
@@ -131,7 +142,7 @@ impl Message {
     /// its name and input as far as they are usable (`""` and null otherwise). This
     /// is what must be answered when a response that breaks the protocol is not
     /// acted on; [`Message::tool_uses`] skips a malformed block instead.
-    pub fn answerable_tool_uses(&self) -> Vec<(String, String, Value)> {
+    pub fn answerable_tool_uses(&self) -> Vec<ToolUse> {
         self.content
             .iter()
             .filter(|b| b.kind() == "tool_use")
@@ -139,7 +150,11 @@ impl Message {
                 let id = b.tool_use_id()?.to_string();
                 let name = b.0.get("name").and_then(Value::as_str).unwrap_or("");
                 let input = b.0.get("input").cloned().unwrap_or(Value::Null);
-                Some((id, name.to_string(), input))
+                Some(ToolUse {
+                    id,
+                    name: name.to_string(),
+                    input,
+                })
             })
             .collect()
     }
@@ -416,7 +431,7 @@ mod tests {
         let ids: Vec<String> = msg
             .answerable_tool_uses()
             .into_iter()
-            .map(|u| u.0)
+            .map(|u| u.id)
             .collect();
         assert_eq!(ids, ["a", "a", "a"]);
     }

@@ -1,0 +1,58 @@
+//! The Messages request of one turn, built from one config snapshot: the model,
+//! the system prompt, the tools offered, thinking, streaming and the cache
+//! breakpoint; and the `model_error` event of a failed attempt at sending it.
+
+use serde_json::json;
+
+use super::{advertised, compact};
+use crate::config::Loaded;
+use crate::events::Event;
+use crate::llm::{FailedAttempt, Message, Request, ToolChoice};
+use crate::tools::{ToolDefinition, ToolName};
+
+/// The request of one turn. `model` is the task's own (its transcript's: the
+/// `model` it was submitted with, else `api.model` when it started); empty falls
+/// back to `api.model`.
+pub(super) fn build_request<'a>(
+    loaded: &Loaded,
+    model: &str,
+    messages: &'a [Message],
+    summary: bool,
+) -> Request<'a> {
+    let api = &loaded.config.api;
+    let model = if model.is_empty() { &api.model } else { model };
+    let tools = ToolName::ALL
+        .into_iter()
+        .filter(|t| advertised(loaded, *t))
+        .map(ToolName::definition)
+        .collect();
+    Request {
+        model: model.to_string(),
+        max_tokens: api.max_tokens,
+        system: vec![json!({"type": "text", "text": loaded.system_prompt})],
+        tools,
+        messages,
+        tool_choice: summary.then_some(ToolChoice::None),
+        thinking: api
+            .thinking_budget_tokens
+            .map(|b| json!({"type": "enabled", "budget_tokens": b})),
+        // A compacted history's summary ends a prefix that stays the same from
+        // turn to turn: its own breakpoint keeps it cached.
+        cache_prefix: messages
+            .first()
+            .filter(|m| m.content.iter().any(compact::is_summary))
+            .map(|_| 0),
+        stream: api.stream,
+    }
+}
+
+/// The `model_error` event of one failed attempt of request `turn`.
+pub(super) fn model_error(turn: u32, f: FailedAttempt) -> Event {
+    Event::ModelError {
+        turn,
+        status: f.status,
+        attempt: f.attempt,
+        retry_in_ms: f.retry_in.map(|w| w.as_millis() as u64),
+        message: f.message,
+    }
+}
