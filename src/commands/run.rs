@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::EXIT_CONFIG;
 use crate::agent::{RunLock, TaskSpec, new_task_id, run_task};
 use crate::approval::TerminalApprover;
-use crate::daemon::remember::LiveRemember;
+use crate::remember::LiveRemember;
 use crate::services::{Services, StartOptions};
 use crate::text::{escape_line, escape_text};
 
