@@ -58,6 +58,7 @@ mod sandbox_ipc;
 mod sandbox_metadata;
 mod sandbox_read_only;
 mod shell_diff;
+mod shutdown;
 mod stops;
 mod stream_deadline;
 mod streaming;
