@@ -1,8 +1,8 @@
 //! `harnessd serve`: the long-running service. [`serve`] is the daemon's life, a
 //! library function taking its shutdown trigger (the signals are installed by the
 //! `serve` command), with one [`shutdown`] for every task it spawns. Around it: the
-//! start-up scan ([`recover`]), the socket's directory ([`socket`]) and its
-//! [`listener`], the control API ([`api`]) and who may call it ([`access`]), the
+//! start-up scan (`recover`), the socket's directory ([`socket`]) and its
+//! `listener`, the control API ([`api`]) and who may call it ([`access`]), the
 //! task [`registry`], the slot queue ([`scheduler`]) and the task runs ([`tasks`]),
 //! approvals ([`approvals`]), checkpoints, and [`metrics`].
 

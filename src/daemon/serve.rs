@@ -1,5 +1,5 @@
 //! The daemon's life: check the socket's directory, lock the root, start the
-//! services, bind the socket, take up what the last daemon left ([`super::recover`]),
+//! services, bind the socket, take up what the last daemon left (`recover`),
 //! serve until the shutdown trigger fires, give running tasks their grace, stop
 //! cleanly.
 //!

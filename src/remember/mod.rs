@@ -1,6 +1,6 @@
 //! "Always allow this call" (`approve --remember`, the `a` answer of `run`'s
-//! prompt), in one place: which rules ([`rules`]: the narrowest that allow exactly
-//! the call), how they get into settings.json ([`edit`]: in place, atomically,
+//! prompt), in one place: which rules (`rules`: the narrowest that allow exactly
+//! the call), how they get into settings.json (`edit`: in place, atomically,
 //! keeping the operator's text), and, for a running `serve` or `run`, the policy
 //! reloaded at once and the reload recorded, naming who added the rules
 //! ([`LiveRemember`]), or the rule taken out again if that record fails.

@@ -1,5 +1,5 @@
 //! The narrowest allow rules that make one recorded call run without asking,
-//! written into settings.json ([`super::edit`]).
+//! written into settings.json (`edit`).
 //!
 //! Narrowest means the call's own primary argument as a literal pattern, judged
 //! exactly as the policy judges it: a file tool's normalised path (`workspace/x`),

@@ -2,7 +2,7 @@
 //! `{error: {type, message}}` with a fitting status ([`ApiError`]). Every request is
 //! first authorised by the peer's uid, from SO_PEERCRED ([`super::access`]); who
 //! answered an approval is that uid too. The body is read whole, within bounds,
-//! before any handler runs ([`body`]); the handlers are grouped by resource.
+//! before any handler runs (`body`); the handlers are grouped by resource.
 
 mod approvals;
 mod body;
