@@ -29,6 +29,8 @@
 //! - [`policy`]: pure allow / ask / deny decisions and the shell splitter.
 //! - [`approval`]: who answers `ask` calls.
 //! - [`tools`]: tool schemas, validation, results.
+//! - [`remember`]: "always allow this call": the narrowest rules, written into
+//!   settings.json in place, the policy reloaded and the change recorded.
 //! - [`tool_name`]: the built-in tools' names, a leaf that [`config`] and
 //!   [`policy`] use without importing [`tools`].
 //! - [`exec`]: the only place processes are spawned; bounded output, timeouts,
@@ -59,6 +61,7 @@ pub mod exec;
 pub mod llm;
 pub mod policy;
 pub mod reload;
+pub mod remember;
 pub mod sandbox;
 pub mod services;
 pub mod text;

@@ -16,6 +16,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::agent::TaskServices;
 use crate::approval::Approver;
@@ -74,6 +75,19 @@ impl Prepared {
     /// Opens the audit log, prepares the workspace, probes the sandbox and starts
     /// hot reload.
     pub async fn start(self, opts: StartOptions) -> Result<Services, StartError> {
+        self.start_tracked(opts, &TaskTracker::new(), CancellationToken::new())
+            .await
+    }
+
+    /// [`Prepared::start`], with the reloader spawned on `tracker` and stopped by
+    /// `stop` as well as by [`Services::shutdown`]: the daemon's one shutdown
+    /// covers it.
+    pub async fn start_tracked(
+        self,
+        opts: StartOptions,
+        tracker: &TaskTracker,
+        stop: CancellationToken,
+    ) -> Result<Services, StartError> {
         let loaded = self.loaded;
         let events = open_audit_log(&loaded, opts.tap).await?;
         let mut executor = Executor::new(opts.helper);
@@ -96,8 +110,8 @@ impl Prepared {
             loaded.clone(),
             reload_judge(&executor, &loaded),
         ));
-        let stop_reloader = CancellationToken::new();
-        let reloader = tokio::spawn(crate::reload::watch(
+        let stop_reloader = stop;
+        let reloader = tracker.spawn(crate::reload::watch(
             live.clone(),
             events.clone(),
             opts.hangups,

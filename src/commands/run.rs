@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::EXIT_CONFIG;
 use crate::agent::{RunLock, TaskSpec, new_task_id, run_task};
 use crate::approval::TerminalApprover;
-use crate::daemon::remember::LiveRemember;
+use crate::remember::LiveRemember;
 use crate::services::{Services, StartOptions};
 use crate::text::{escape_line, escape_text};
 
@@ -55,6 +55,7 @@ async fn run_async(
     let (tap_tx, tap_rx) = tokio::sync::mpsc::unbounded_channel();
     // The elapsed-time line only where a person watches: a terminal on stderr.
     let live = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    // `run`, not the daemon: the printer is awaited before `run` returns.
     let printer = tokio::spawn(super::progress::print(tap_rx, live));
     let live_text = tap_tx.clone();
     let start = StartOptions {
@@ -67,6 +68,8 @@ async fn run_async(
     let services = Services::start(&opts.root, env, start).await?;
     let cancel = CancellationToken::new();
     let on_interrupt = cancel.clone();
+    // Only waits for Ctrl-C and cancels a token: dropped with the runtime, it
+    // leaves nothing half written.
     tokio::spawn(async move {
         interrupted.await;
         on_interrupt.cancel();

@@ -11,7 +11,6 @@ mod error;
 mod file;
 mod key;
 mod live;
-mod remember;
 mod settings;
 mod tool_user;
 
@@ -23,7 +22,6 @@ pub use file::{
 };
 pub use key::ApiKey;
 pub use live::{FileOutcome, Judge, LiveConfig, ReloadOutcome, Verdict};
-pub use remember::{RememberError, add_allow_rules, restore_settings};
 pub use settings::{
     AllowedPaths, CompiledSettings, OutputSettings, SandboxRequire, SandboxSettings, Settings,
     ToolTiers,

@@ -74,6 +74,8 @@ async fn send(
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| ClientError::Http(e.to_string()))?;
+    // The client side: drives this one connection and ends with it (when the
+    // response is read and `sender` dropped). No daemon task; nothing to track.
     tokio::spawn(async move {
         let _ = conn.await;
     });

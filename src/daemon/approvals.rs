@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use super::tasks::{Registry, TaskStatus};
+use super::registry::Registry;
+use crate::agent::TaskStatus;
 use crate::approval::{AnswerFuture, ApprovalAnswer, ApprovalRequest, Approver, Remember};
 use crate::config::ConfigSource;
 use crate::control::Approval;

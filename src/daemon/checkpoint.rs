@@ -7,6 +7,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use tokio_util::sync::CancellationToken;
+
+use super::shutdown::Shutdown;
 use crate::agent::Unsaved;
 use crate::events::{Event, EventLog};
 
@@ -16,14 +19,24 @@ const RETRY_EVERY: Duration = Duration::from_secs(1);
 /// How often a checkpoint is written while the log grows.
 pub const CHECKPOINT_EVERY: Duration = Duration::from_secs(60);
 
-/// Starts the loop; it runs until the runtime ends (aborted at stop).
-pub fn spawn(events: EventLog, unsaved: Unsaved, dir: PathBuf) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
+/// Starts the loop on the daemon's tracker; it ends when `stop` is cancelled,
+/// between two rounds, never in the middle of a save or a checkpoint.
+pub fn spawn(
+    daemon: &Shutdown,
+    stop: CancellationToken,
+    events: EventLog,
+    unsaved: Unsaved,
+    dir: PathBuf,
+) -> tokio::task::JoinHandle<()> {
+    daemon.spawn(async move {
         let mut tick = tokio::time::interval(RETRY_EVERY);
         let mut since_checkpoint = Duration::ZERO;
         let mut checkpointed = events.head().0;
         loop {
-            tick.tick().await;
+            tokio::select! {
+                _ = tick.tick() => {}
+                () = stop.cancelled() => return,
+            }
             since_checkpoint += RETRY_EVERY;
             if !unsaved.is_empty() {
                 unsaved.retry(&dir).await;

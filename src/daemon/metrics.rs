@@ -12,7 +12,8 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry as PromRegistry;
 use serde_json::Value;
 
-use super::tasks::{Registry, TaskStatus};
+use super::registry::Registry;
+use crate::agent::TaskStatus;
 
 type Labels = Vec<(String, String)>;
 

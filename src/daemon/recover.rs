@@ -1,17 +1,71 @@
-//! What a crashed or stopped daemon left in `transcripts/`, taken up at start:
-//! every transcript is read; those still `running` belong to a daemon that died and
-//! are marked interrupted, those still `queued` are handed back to the scheduler,
-//! misnamed ones are moved aside.
+//! What a crashed or stopped daemon left, taken up at start: every transcript is
+//! read; those still `running` belong to a daemon that died and are marked
+//! interrupted, those still `queued` are handed back to the scheduler, misnamed
+//! ones are moved aside; then the tasks the log left open are closed
+//! ([`super::loose_ends`]) and the queued ones queued again, oldest first.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use super::serve::ServeError;
-use super::tasks::{Registry, TaskStatus};
-use crate::agent::{LockError, RunLock, Transcript, TranscriptHead};
+use super::loose_ends::{LooseEndsError, close_at_start};
+use super::registry::Registry;
+use super::tasks::Scheduler;
+use crate::agent::{LockError, RunLock, TaskStatus, Transcript, TranscriptHead};
 use crate::config::Loaded;
 use crate::control::Task;
 use crate::events::since::{Since, since_checkpoint};
-use crate::events::{Event, EventLog};
+use crate::events::{Event, EventError, EventLog};
+
+/// Why what the last daemon left could not be taken up.
+#[derive(Debug, thiserror::Error)]
+pub enum RecoverError {
+    /// The audit log could not be written.
+    #[error(transparent)]
+    Events(#[from] EventError),
+    /// A crashed daemon's task could not be marked interrupted on disk.
+    #[error("cannot save the transcript of {task_id} as interrupted: {error}")]
+    Transcript {
+        /// The task whose transcript it is.
+        task_id: String,
+        /// The write's error.
+        error: std::io::Error,
+    },
+    /// Tasks left open on the record could not be closed.
+    #[error(transparent)]
+    LooseEnds(#[from] LooseEndsError),
+    /// The start-up scan of the transcripts ended abnormally (it panicked).
+    #[error("the scan of the transcripts at start-up failed: {0}")]
+    Scan(tokio::task::JoinError),
+}
+
+/// Closes the tasks the log left open, then queues again the tasks accepted
+/// before the last stop and never started (`queued`, from [`recover_tasks`]),
+/// saying on stderr how many of each.
+pub(super) async fn take_up(
+    loaded: &Loaded,
+    events: &EventLog,
+    scheduler: &Scheduler,
+    queued: Vec<Transcript>,
+) -> Result<(), RecoverError> {
+    let paths = &loaded.paths;
+    let closed = close_at_start(paths.transcripts.clone(), paths.events.clone(), events).await?;
+    if closed > 0 {
+        let _ = writeln!(
+            std::io::stderr(),
+            "harnessd: recorded task_finished for {closed} task(s) the log left open \
+             (see their events)"
+        );
+    }
+    let requeued = scheduler.requeue(queued).await?;
+    if requeued > 0 {
+        let _ = writeln!(
+            std::io::stderr(),
+            "harnessd: requeued {requeued} queued task(s) accepted before the last stop, \
+             oldest first"
+        );
+    }
+    Ok(())
+}
 
 /// A transcript found at start: its head (all the task index keeps), the whole
 /// transcript only when the task must be queued again, and whether a crashed
@@ -31,7 +85,7 @@ pub(super) async fn recover_tasks(
     loaded: &Loaded,
     registry: &Registry,
     events: &EventLog,
-) -> Result<Vec<Transcript>, ServeError> {
+) -> Result<Vec<Transcript>, RecoverError> {
     let dir = loaded.paths.transcripts.clone();
     let log = loaded.paths.events.clone();
     let max_chars = loaded.policy.settings.output.max_chars;
@@ -52,7 +106,7 @@ pub(super) async fn recover_tasks(
         scan_transcripts(&check)
     })
     .await
-    .map_err(ServeError::Scan)?;
+    .map_err(RecoverError::Scan)?;
     for r in refused {
         let event = Event::TranscriptRefused {
             file: r.file.display().to_string(),
@@ -109,12 +163,12 @@ pub(super) async fn recover_tasks(
 #[derive(Default)]
 struct Scan {
     found: Vec<Found>,
-    refused: Vec<Refused>,
-    failed: Option<ServeError>,
+    refused: Vec<RefusedTranscript>,
+    failed: Option<RecoverError>,
 }
 
 /// A transcript moved aside at start instead of being acted on.
-struct Refused {
+struct RefusedTranscript {
     file: PathBuf,
     moved_to: PathBuf,
     error: String,
@@ -154,7 +208,7 @@ fn scan_transcripts(check: &Check) -> Scan {
 /// name and leave this file as it is, to be acted on again at every start). It is
 /// moved aside to `<file>.refused-<ts>`, out of the next scans. `None`: it is
 /// fine.
-fn misnamed(path: &Path, task_id: &str) -> Option<Refused> {
+fn misnamed(path: &Path, task_id: &str) -> Option<RefusedTranscript> {
     let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
     if stem.as_deref() == Some(task_id) {
         return None;
@@ -170,7 +224,7 @@ fn misnamed(path: &Path, task_id: &str) -> Option<Refused> {
         Err(e) => format!("{why}, and it cannot be moved aside: {e}"),
     };
     tracing::error!("{error}");
-    Some(Refused {
+    Some(RefusedTranscript {
         file: path.to_path_buf(),
         moved_to,
         error,
@@ -195,8 +249,8 @@ struct Check<'a> {
 fn read_found(
     check: &Check,
     path: &Path,
-    refused: &mut Vec<Refused>,
-) -> Option<Result<Found, ServeError>> {
+    refused: &mut Vec<RefusedTranscript>,
+) -> Option<Result<Found, RecoverError>> {
     let dir = check.dir;
     // An unreadable transcript is skipped, but never silently: its task would vanish
     // from the API, so the operator is told which file and why.
@@ -273,7 +327,7 @@ fn settle(
     path: &Path,
     was: TaskStatus,
     mut transcript: Transcript,
-) -> Result<Transcript, ServeError> {
+) -> Result<Transcript, RecoverError> {
     let dir = check.dir;
     let mut changed =
         crate::agent::reconcile::in_line(&mut transcript, check.since, dir, check.max_chars);
@@ -292,7 +346,7 @@ fn settle(
     }
     if changed && let Err(error) = transcript.save(dir) {
         let task_id = transcript.task_id;
-        return Err(ServeError::Transcript { task_id, error });
+        return Err(RecoverError::Transcript { task_id, error });
     }
     Ok(transcript)
 }

@@ -1,11 +1,15 @@
 //! The daemon's life: check the socket's directory, lock the root, start the
-//! services, bind the socket, mark what a crash left as interrupted, serve until
-//! the shutdown trigger fires, give running tasks their grace, stop cleanly.
+//! services, bind the socket, take up what the last daemon left (`recover`),
+//! serve until the shutdown trigger fires, give running tasks their grace, stop
+//! cleanly.
 //!
 //! A library function: the caller prepares the root ([`crate::services::Prepared`],
 //! [`PreparedSocket`]) and passes the shutdown trigger and SIGHUP as a future and a
 //! stream, so tests run the daemon in-process with triggers of their own; the
 //! `serve` command installs the real signal handlers ([`crate::commands::serve`]).
+//!
+//! Everything it spawns is spawned on one [`Shutdown`]; it returns only once each
+//! of those tasks has ended, or the grace period for them is over.
 
 // Writes to stderr ignore errors: `eprintln!` panics when stderr is on a full disk.
 use std::fs::File;
@@ -19,25 +23,20 @@ use futures::stream::BoxStream;
 use nix::fcntl::Flock;
 use nix::unistd::Gid;
 use serde_json::Value;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, mpsc};
+use tokio_util::sync::CancellationToken;
 
-use super::connection_slots::{Heard, Slots};
-use axum::Router;
-use axum::extract::connect_info::ConnectInfo;
-use hyper::server::conn::http1;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
-use tokio::net::UnixListener;
-
-use super::api::{AppState, Peer, router};
+use super::api::{AppState, router};
 use super::approvals::Approvals;
-use super::loose_ends::close_at_start;
+use super::listener::accept_loop;
 use super::metrics::Metrics;
-use super::recover::recover_tasks;
+use super::recover::{RecoverError, recover_tasks, take_up};
+use super::registry::Registry;
+use super::shutdown::Shutdown;
 use super::socket::{SocketDir, SocketError};
-use super::tasks::{Registry, Scheduler, SchedulerParts, TaskStatus};
-use crate::config::{ConfigSource, LiveConfig, Loaded, resolve};
-use crate::events::{Event, EventError};
+use super::tasks::{Scheduler, SchedulerParts};
+use crate::config::{ConfigSource, Loaded, resolve};
+use crate::events::{Event, EventError, EventLog};
 use crate::services::{Prepared, Services, StartError, StartOptions};
 
 /// Why the daemon could not start or stop cleanly.
@@ -55,20 +54,9 @@ pub enum ServeError {
     /// `daemon.operators_group` cannot be resolved (any more).
     #[error("{0}")]
     OperatorsGroup(String),
-    /// A crashed daemon's task could not be marked interrupted on disk.
-    #[error("cannot save the transcript of {task_id} as interrupted: {error}")]
-    Transcript {
-        /// The task whose transcript it is.
-        task_id: String,
-        /// The write's error.
-        error: std::io::Error,
-    },
-    /// Tasks left open on the record could not be closed.
+    /// What the last daemon left could not be taken up.
     #[error(transparent)]
-    LooseEnds(#[from] super::loose_ends::LooseEndsError),
-    /// The start-up scan of the transcripts ended abnormally (it panicked).
-    #[error("the scan of the transcripts at start-up failed: {0}")]
-    Scan(tokio::task::JoinError),
+    Recover(#[from] RecoverError),
 }
 
 /// What `serve` needs besides the root and its triggers.
@@ -136,43 +124,46 @@ fn live_usage(registry: &Registry, ev: &Value) {
 
 /// Serves the root until `shutdown` resolves (with the reason recorded in
 /// `daemon_stopping`), then stops accepting, starts no queued task, gives running
-/// tasks `daemon.shutdown_grace_secs`, interrupts the rest and stops the services.
+/// tasks `daemon.shutdown_grace_secs`, interrupts the rest, stops the services and,
+/// once `daemon_stopping` is on the record, ends the connections and waits for
+/// every task it spawned (within the grace again).
 pub async fn serve(
     prepared: Prepared,
     socket: PreparedSocket,
     opts: ServeOptions,
     shutdown: impl Future<Output = String>,
 ) -> Result<(), ServeError> {
-    let (tap_tx, tap_rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    let daemon = Shutdown::new();
+    // Whichever way this returns, every task it spawned is told to end.
+    let _cancel_all = daemon.token().clone().drop_guard();
+    let (tap_tx, tap_rx) = mpsc::unbounded_channel::<Value>();
+    let start = StartOptions {
+        helper: opts.helper,
+        tap: Some(tap_tx),
+        hangups: opts.hangups,
+        record_daemon_started: true,
+    };
     let services = prepared
-        .start(StartOptions {
-            helper: opts.helper,
-            tap: Some(tap_tx),
-            hangups: opts.hangups,
-            record_daemon_started: true,
-        })
+        .start_tracked(start, daemon.tracker(), daemon.child())
         .await?;
-    let (state, scheduler) = wire(&services, tap_rx).await?;
+    let (state, scheduler) = wire(&services, tap_rx, &daemon).await?;
+    // The tasks that write to the record or the transcripts: stopped, and waited
+    // for, before `daemon_stopping`.
+    let writers = daemon.child();
     let transcripts = services.loaded.paths.transcripts.clone();
     let keeper = super::checkpoint::spawn(
+        &daemon,
+        writers.clone(),
         services.events.clone(),
         scheduler.unsaved().clone(),
         transcripts.clone(),
     );
     services.events.log_head("start");
-    let hourly = services.events.clone();
-    let head_logger = tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(3600));
-        tick.tick().await;
-        loop {
-            tick.tick().await;
-            hourly.log_head("hourly");
-        }
-    });
+    let head_logger = daemon.spawn(log_heads(services.events.clone(), writers.clone()));
     // We hold the lock, so a socket file left there is a crashed daemon's.
     let listener = socket.dir.bind()?;
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
-    watchdog();
+    watchdog(&daemon);
     let _ = writeln!(
         std::io::stderr(),
         "harnessd serving on {} (pid {})",
@@ -180,8 +171,9 @@ pub async fn serve(
         std::process::id()
     );
     let max_connections = services.live.current().config.daemon.max_connections;
+    let live = services.live.clone();
     let reason = tokio::select! {
-        () = accept_loop(&socket.dir, listener, router(state), max_connections, services.live.clone()) => {
+        () = accept_loop(&socket.dir, listener, router(state), max_connections, live, &daemon) => {
             "server ended".to_string()
         }
         reason = shutdown => reason,
@@ -190,192 +182,41 @@ pub async fn serve(
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     socket.dir.remove_socket();
     let grace = Duration::from_secs(services.live.current().config.daemon.shutdown_grace_secs);
-    drain(&scheduler, grace).await;
+    scheduler.drain(grace).await;
     // Nothing left open behind `daemon_stopping`: the next start trusts it.
     scheduler.settle_owed().await;
-    keeper.abort();
+    writers.cancel();
+    let _ = keeper.await;
+    let _ = head_logger.await;
     super::checkpoint::at_stop(&services.events, scheduler.unsaved(), &transcripts).await;
     let events = services.events.clone();
     services.shutdown().await;
-    head_logger.abort();
     events
         .record(None, Event::DaemonStopping { reason })
         .await?;
     events.log_head("stop");
+    // Followers get the lines up to `daemon_stopping`, then their streams end.
+    if !daemon.finish(grace).await {
+        let _ = writeln!(
+            std::io::stderr(),
+            "harnessd: connections still open {} s after the stop were dropped",
+            grace.as_secs()
+        );
+    }
     Ok(())
 }
 
-/// How long a request's head may take to arrive (docs/config.md). hyper restarts this
-/// clock whenever a connection waits for a head, so it also bounds how long a
-/// kept-alive connection may sit idle between requests.
-pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Pause after a failed accept (out of descriptors, say), so the loop does not spin
-/// while the condition lasts.
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
-
-/// Connections from peers the API refuses (403) served at once, apart from the
-/// `daemon.max_connections` slots: they get their 403, but cannot take the slots
-/// operators need.
-const REFUSED_CONNECTIONS: usize = 8;
-
-/// How often the accept loop checks that the socket it listens on is still the
-/// one at `daemon.socket` (a removed socket is recreated within this).
-const SOCKET_CHECK: Duration = Duration::from_secs(1);
-
-/// The listening socket and the inode of the file it was bound as.
-struct Bound {
-    listener: UnixListener,
-    inode: Option<(u64, u64)>,
-    /// Whether the last attempt to bind it again failed (logged once).
-    lost: bool,
-    /// The socket directory made again after it was removed (the root's lock
-    /// taken in it is held until exit), replacing the one checked at start.
-    remade: Option<SocketDir>,
-}
-
-impl Drop for Bound {
-    /// The socket of a remade directory goes with the accept loop, as the first
-    /// one is removed by `serve` when it stops.
-    fn drop(&mut self) {
-        if let Some(dir) = &self.remade {
-            dir.remove_socket();
-        }
-    }
-}
-
-/// Binds the socket again if its file was removed or replaced under the daemon,
-/// so clients reach it again within [`SOCKET_CHECK`]; an error is logged either way.
-fn keep_socket(first: &SocketDir, bound: &mut Bound) {
-    let dir = bound.remade.as_ref().unwrap_or(first);
-    match dir.remade() {
-        None => {}
-        Some(Ok(remade)) => {
-            tracing::error!(
-                "the socket directory of {} was removed under the running daemon; made \
-                 it again and took the root's lock in it",
-                dir.socket_path().display()
-            );
-            let (remade, lock) = remade;
-            // Held until the process exits (the kernel releases it then), past the
-            // accept loop and the grace, like the lock taken at start.
-            std::mem::forget(lock);
-            bound.remade = Some(remade);
-            bound.inode = None;
-            return keep_socket(first, bound);
-        }
-        Some(Err(e)) => {
-            if !bound.lost {
-                tracing::error!(
-                    "the socket directory of {} was removed and cannot be made again \
-                     ({e}); clients cannot reach the daemon until this is fixed",
-                    dir.socket_path().display()
-                );
-                bound.lost = true;
-            }
-            return;
-        }
-    }
-    let now = dir.socket_inode();
-    if now.is_some() && now == bound.inode {
-        return;
-    }
-    let path = dir.socket_path();
-    match dir.bind() {
-        Ok(listener) => {
-            tracing::error!(
-                "control socket {} was removed or replaced under the running daemon; \
-                 bound it again",
-                path.display()
-            );
-            bound.inode = dir.socket_inode();
-            bound.listener = listener;
-            bound.lost = false;
-        }
-        Err(e) if !bound.lost => {
-            tracing::error!(
-                "control socket {} was removed and cannot be bound again ({e}); clients \
-                 cannot reach the daemon until this is fixed (retrying every {} s)",
-                path.display(),
-                SOCKET_CHECK.as_secs()
-            );
-            bound.lost = true;
-        }
-        Err(_) => {}
-    }
-}
-
-/// Accepts control connections until dropped. At most `max_connections` are
-/// served at once; past that, the oldest connection that has sent nothing gives up
-/// its slot, and a new connection is closed as soon as it is accepted only when
-/// every open one is busy ([`Slots`]), so idle or slow peers can neither use up the
-/// daemon's descriptors nor keep `/healthz` from answering. A peer the API refuses
-/// (the tool uid, a stranger) is told so at accept and counted in a small pool of
-/// its own ([`REFUSED_CONNECTIONS`]), so that a tool holding connections open cannot
-/// lock the operators out. Each connection carries its peer's SO_PEERCRED uid as
-/// `ConnectInfo<Peer>`, read once at accept, for the access middleware, which
-/// checks every request again. The socket is checked every [`SOCKET_CHECK`] and
-/// bound again if it was removed.
-async fn accept_loop(
-    dir: &SocketDir,
-    listener: UnixListener,
-    app: Router,
-    max_connections: u32,
-    config: Arc<LiveConfig>,
-) {
-    let slots = Slots::new(usize::try_from(max_connections).unwrap_or(usize::MAX));
-    let refused_slots = Slots::new(REFUSED_CONNECTIONS);
-    let mut bound = Bound {
-        listener,
-        inode: dir.socket_inode(),
-        lost: false,
-        remade: None,
-    };
-    let mut check = tokio::time::interval(SOCKET_CHECK);
-    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+/// Writes the audit log's chain head to stderr every hour (journald keeps it), so
+/// a later tampering with the log shows against a copy kept elsewhere; ends when
+/// `stop` is cancelled.
+async fn log_heads(events: EventLog, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(Duration::from_secs(3600));
+    tick.tick().await;
     loop {
-        let stream = tokio::select! {
-            accepted = bound.listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    tracing::warn!("control socket: accept failed: {e}");
-                    tokio::time::sleep(ACCEPT_BACKOFF).await;
-                    continue;
-                }
-            },
-            _ = check.tick() => {
-                keep_socket(dir, &mut bound);
-                continue;
-            }
-        };
-        let peer = Peer {
-            uid: stream.peer_cred().ok().map(|c| c.uid()),
-        };
-        let allowed = match peer.uid {
-            Some(uid) => super::access::verdict(&config, uid).await.is_ok(),
-            None => false,
-        };
-        let pool = if allowed { &slots } else { &refused_slots };
-        let Some(slot) = pool.admit() else {
-            // Dropping the stream closes it: the peer sees EOF at once.
-            tracing::debug!("control socket: connection limit reached; closed a connection");
-            continue;
-        };
-        let service =
-            TowerToHyperService::new(app.clone().layer(axum::Extension(ConnectInfo(peer))));
-        tokio::spawn(async move {
-            let mut builder = http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT);
-            let io = TokioIo::new(Heard::new(stream, Arc::clone(&slot.heard)));
-            // A connection that ends in error (timeout, reset) is the peer's doing.
-            tokio::select! {
-                _ = builder.serve_connection(io, service) => {}
-                () = slot.evicted.cancelled() => {}
-            }
-            drop(slot);
-        });
+        tokio::select! {
+            _ = tick.tick() => events.log_head("hourly"),
+            () = stop.cancelled() => return,
+        }
     }
 }
 
@@ -383,65 +224,42 @@ async fn accept_loop(
 /// the tap feeds metrics and the live event stream.
 async fn wire(
     services: &Services,
-    mut tap_rx: tokio::sync::mpsc::UnboundedReceiver<Value>,
+    tap_rx: mpsc::UnboundedReceiver<Value>,
+    daemon: &Shutdown,
 ) -> Result<(AppState, Scheduler), ServeError> {
     let (live_tx, _) = broadcast::channel::<Value>(1024);
     let (text_live_tx, _) = broadcast::channel::<Value>(1024);
     let metrics = Metrics::new();
     let registry = Registry::default();
-    {
-        let (live_tx, metrics, registry) = (live_tx.clone(), metrics.clone(), registry.clone());
-        tokio::spawn(async move {
-            while let Some(ev) = tap_rx.recv().await {
-                metrics.observe(&ev);
-                live_usage(&registry, &ev);
-                let _ = live_tx.send(ev);
-            }
-        });
-    }
+    let observe = {
+        let (metrics, registry) = (metrics.clone(), registry.clone());
+        move |ev: &Value| {
+            metrics.observe(ev);
+            live_usage(&registry, ev);
+        }
+    };
+    daemon.spawn(relay(tap_rx, live_tx.clone(), observe, daemon.child()));
     let queued = recover_tasks(&services.loaded, &registry, &services.events).await?;
     let remember =
-        super::remember::LiveRemember::new(services.live.clone(), services.events.clone());
+        crate::remember::LiveRemember::new(services.live.clone(), services.events.clone());
     let approvals = Approvals::new(registry.clone(), services.live.clone(), Arc::new(remember));
     let mut task_services = services.task_services(Arc::new(approvals.clone()));
     // The model's text, as it streams, goes to the live event stream only (it is
     // not an audit event and feeds no metric).
-    let (text_tx, mut text_rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    let (text_tx, text_rx) = mpsc::unbounded_channel::<Value>();
     task_services.live_text = Some(text_tx);
-    {
-        let text_live_tx = text_live_tx.clone();
-        tokio::spawn(async move {
-            while let Some(delta) = text_rx.recv().await {
-                let _ = text_live_tx.send(delta);
-            }
-        });
-    }
+    daemon.spawn(relay(
+        text_rx,
+        text_live_tx.clone(),
+        |_: &Value| {},
+        daemon.child(),
+    ));
     let scheduler = Scheduler::new(SchedulerParts {
         services: task_services,
         registry,
+        shutdown: daemon.clone(),
     });
-    let paths = &services.loaded.paths;
-    let closed = close_at_start(
-        paths.transcripts.clone(),
-        paths.events.clone(),
-        &services.events,
-    )
-    .await?;
-    if closed > 0 {
-        let _ = writeln!(
-            std::io::stderr(),
-            "harnessd: recorded task_finished for {closed} task(s) the log left open \
-             (see their events)"
-        );
-    }
-    let requeued = scheduler.requeue(queued).await?;
-    if requeued > 0 {
-        let _ = writeln!(
-            std::io::stderr(),
-            "harnessd: requeued {requeued} queued task(s) accepted before the last stop, \
-             oldest first"
-        );
-    }
+    take_up(&services.loaded, &services.events, &scheduler, queued).await?;
     let state = AppState {
         scheduler: scheduler.clone(),
         approvals,
@@ -449,51 +267,46 @@ async fn wire(
         config: services.live.clone(),
         live_events: live_tx,
         live_text: text_live_tx,
+        shutdown: daemon.clone(),
     };
     Ok((state, scheduler))
 }
 
-/// With WatchdogSec= in the unit, pings at half the interval while the runtime is
-/// alive; a wedged runtime stops the pings and systemd restarts the service.
-fn watchdog() {
-    if let Some(interval) = sd_notify::watchdog_enabled() {
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(interval / 2);
-            loop {
-                tick.tick().await;
-                let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
-            }
-        });
+/// Passes what `rx` receives to the broadcast `tx` (after `observe` has seen it)
+/// until `rx` closes or `stop` is cancelled. Nobody listening is not an error.
+async fn relay(
+    mut rx: mpsc::UnboundedReceiver<Value>,
+    tx: broadcast::Sender<Value>,
+    observe: impl Fn(&Value) + Send + 'static,
+    stop: CancellationToken,
+) {
+    loop {
+        let item = tokio::select! {
+            item = rx.recv() => item,
+            () = stop.cancelled() => return,
+        };
+        let Some(item) = item else { return };
+        observe(&item);
+        let _ = tx.send(item);
     }
 }
 
-/// Starts no more queued tasks (they stay queued, on disk, for the next start),
-/// lets running tasks finish within `grace`, then stops the rest, which are left
-/// `interrupted` (resumable), and waits for them.
-async fn drain(scheduler: &Scheduler, grace: Duration) {
-    scheduler.stop_starting();
-    scheduler.tracker.close();
-    if tokio::time::timeout(grace, scheduler.tracker.wait())
-        .await
-        .is_err()
-    {
-        let _ = writeln!(
-            std::io::stderr(),
-            "grace period over: interrupting running tasks (resume continues them)"
-        );
-        scheduler.shutdown.cancel();
-        scheduler.tracker.wait().await;
-    }
-    let queued = scheduler
-        .registry
-        .counts()
-        .get(TaskStatus::Queued.as_str())
-        .copied()
-        .unwrap_or(0);
-    if queued > 0 {
-        let _ = writeln!(
-            std::io::stderr(),
-            "harnessd: {queued} queued task(s) stay queued for the next start"
-        );
+/// With WatchdogSec= in the unit, pings at half the interval while the runtime is
+/// alive, until the daemon has stopped; a wedged runtime stops the pings and
+/// systemd restarts the service.
+fn watchdog(daemon: &Shutdown) {
+    if let Some(interval) = sd_notify::watchdog_enabled() {
+        let stop = daemon.child();
+        daemon.spawn(async move {
+            let mut tick = tokio::time::interval(interval / 2);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {
+                        let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
+                    }
+                    () = stop.cancelled() => return,
+                }
+            }
+        });
     }
 }

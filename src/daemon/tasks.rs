@@ -1,6 +1,7 @@
-//! The daemon's tasks: a registry of every task it knows (active ones whole, ended
-//! ones as a small summary whose answer stays in the transcript) and the scheduler that runs at most `daemon.max_concurrent_tasks`
-//! at once, each through the same loop as `harnessd run`.
+//! Running the daemon's tasks: each accepted task (or resume) is recorded and
+//! saved `queued`, waits for its turn in the slot queue ([`super::scheduler`]),
+//! then runs through the same loop as `harnessd run`, its changes of status filed
+//! in the [`Registry`].
 //!
 //! One run per task: a resume first claims the task in the registry (a check and a
 //! status change under one lock), and every run holds the task's [`RunLock`], which
@@ -8,338 +9,26 @@
 //! starts, once it has its slot: a queued task holds no descriptor.
 //!
 //! The queue is durable: a queued task (a resume too) has its `queued` transcript on
-//! disk. When the daemon stops, no queued task starts ([`Scheduler::stop_starting`]);
-//! they stay queued, on disk as in the record, for the next start.
+//! disk. When the daemon stops, no queued task starts ([`Scheduler::drain`]); they
+//! stay queued, on disk as in the record, for the next start.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::io::Write as _;
+use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::loose_ends::Owed;
-pub use crate::agent::TaskStatus;
+use super::registry::{ClaimError, Registry, now};
+use super::scheduler::{Slot, SlotQueue, Waiter};
+use super::shutdown::Shutdown;
 use crate::agent::{
-    LockError, RunLock, StopReason, TaskOutcome, TaskServices, TaskSpec, Transcript, new_task_id,
-    queued_transcript, run_task,
+    LockError, RunLock, StopReason, TaskOutcome, TaskServices, TaskSpec, TaskStatus, Transcript,
+    new_task_id, queued_transcript, run_task,
 };
 use crate::control::Task;
-use crate::daemon::index::{Ended, Stamp, short_error};
 use crate::events::{Event, EventError, EventLog};
 use crate::llm::Usage;
-
-struct Entry {
-    info: Task,
-    /// Cancels this task (its model request, its tool's process tree).
-    cancel: CancellationToken,
-}
-
-fn now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-}
-
-/// Whether a task with this status has ended (no run drives it).
-fn ended(status: TaskStatus) -> bool {
-    matches!(status, TaskStatus::Finished | TaskStatus::Interrupted)
-}
-
-/// What a listing shows of a task: no answer (it may be megabytes; it is read
-/// from the transcript when the task is asked for) and the error's start.
-fn summary(mut info: Task) -> Task {
-    info.answer = None;
-    if let Some(e) = info.error.as_mut() {
-        *e = short_error(e).into();
-    }
-    info
-}
-
-/// The registry's two parts.
-#[derive(Default)]
-struct Tasks {
-    /// Queued, running and awaiting approval: the full entry, with its token.
-    active: HashMap<String, Entry>,
-    /// Finished and interrupted: a compact summary each, keyed by id.
-    ended: HashMap<Box<str>, Ended>,
-}
-
-impl Tasks {
-    /// The task as the API shows it; an ended one without its answer.
-    fn info(&self, id: &str) -> Option<Task> {
-        match self.active.get(id) {
-            Some(e) => Some(e.info.clone()),
-            None => self.ended.get(id).map(|e| e.task(id)),
-        }
-    }
-
-    /// Each task's id, status and (creation time, id) sort key.
-    fn keys(&self) -> impl Iterator<Item = (&str, TaskStatus, Stamp)> {
-        let active = self.active.values().map(|e| {
-            (
-                e.info.task_id.as_str(),
-                e.info.status,
-                Stamp::parse(&e.info.created),
-            )
-        });
-        let ended = self
-            .ended
-            .iter()
-            .map(|(id, e)| (&**id, e.status, e.created.clone()));
-        active.chain(ended)
-    }
-
-    /// The creation time of a known task.
-    fn created(&self, id: &str) -> Option<Stamp> {
-        match self.active.get(id) {
-            Some(e) => Some(Stamp::parse(&e.info.created)),
-            None => self.ended.get(id).map(|e| e.created.clone()),
-        }
-    }
-
-    /// Files `info` where its status belongs.
-    fn put(&mut self, info: Task, cancel: CancellationToken) {
-        if ended(info.status) {
-            self.active.remove(&info.task_id);
-            let summary = Ended::of(&info);
-            self.ended.insert(info.task_id.into_boxed_str(), summary);
-        } else {
-            self.ended.remove(info.task_id.as_str());
-            self.active
-                .insert(info.task_id.clone(), Entry { info, cancel });
-        }
-    }
-}
-
-/// Which tasks `GET /v1/tasks` asks for.
-#[derive(Debug, Clone, Default)]
-pub struct ListQuery {
-    /// Only tasks with this status.
-    pub status: Option<TaskStatus>,
-    /// At most this many.
-    pub limit: usize,
-    /// Only tasks older than this.
-    pub before: Option<Cursor>,
-}
-
-/// Where a page starts: after a task, or before a time.
-#[derive(Debug, Clone)]
-pub enum Cursor {
-    /// Tasks listed after this one (older, or as old with a smaller id).
-    Task(String),
-    /// Tasks created before this time, in the registry's RFC 3339 form.
-    Time(String),
-}
-
-/// One page of the task list, newest first.
-#[derive(Debug, Clone)]
-pub struct Page {
-    /// The tasks, ended ones without their answer.
-    pub tasks: Vec<Task>,
-    /// The cursor of the following page, when there is one.
-    pub next: Option<String>,
-}
-
-/// Why a page cannot be listed.
-#[derive(Debug, thiserror::Error)]
-pub enum PageError {
-    /// `before` names a task the daemon does not know.
-    #[error("before: no task {0:?}")]
-    UnknownCursor(String),
-}
-
-/// Every task the daemon knows: active ones whole, ended ones as a small summary.
-/// Cheap to clone; the lock is held only for short, non-async sections.
-#[derive(Clone, Default)]
-pub struct Registry {
-    inner: Arc<Mutex<Tasks>>,
-}
-
-impl Registry {
-    fn with<T>(&self, f: impl FnOnce(&mut Tasks) -> T) -> Option<T> {
-        self.inner.lock().ok().map(|mut m| f(&mut m))
-    }
-
-    fn insert(&self, info: Task, cancel: CancellationToken) {
-        self.with(|m| m.put(info, cancel));
-    }
-
-    /// Records a task found on disk (from a transcript).
-    pub fn insert_recorded(&self, info: Task) {
-        self.insert(info, CancellationToken::new());
-    }
-
-    /// Claims `id` for a resume: in one step under the lock, checks that it is
-    /// interrupted or stopped (not with an answer) and marks it queued, with `cancel`
-    /// as its token. Returns the entry as it was, for [`Registry::restore`].
-    fn claim(&self, id: &str, cancel: CancellationToken) -> Result<Task, ClaimError> {
-        self.with(|m| {
-            if let Some(e) = m.active.get(id) {
-                return Err(ClaimError::Busy {
-                    task_id: id.to_string(),
-                    status: e.info.status,
-                });
-            }
-            let e = m
-                .ended
-                .get(id)
-                .ok_or_else(|| ClaimError::NotFound(id.to_string()))?;
-            if e.stop_reason == Some(StopReason::EndTurn) {
-                return Err(ClaimError::Answered(id.to_string()));
-            }
-            let previous = e.task(id);
-            let mut info = previous.clone();
-            info.status = TaskStatus::Queued;
-            info.stop_reason = None;
-            info.answer = None;
-            info.error = None;
-            info.updated = now();
-            m.put(info, cancel);
-            Ok(previous)
-        })
-        .unwrap_or_else(|| Err(ClaimError::NotFound(id.to_string())))
-    }
-
-    /// Puts back an entry a claim changed, when the resume did not go ahead.
-    fn restore(&self, info: Task) {
-        self.insert(info, CancellationToken::new());
-    }
-
-    /// Changes an active task's status.
-    pub fn set_status(&self, id: &str, status: TaskStatus) {
-        self.with(|m| {
-            if let Some(e) = m.active.get_mut(id) {
-                e.info.status = status;
-                e.info.updated = now();
-                if ended(status) {
-                    let info = e.info.clone();
-                    m.put(info, CancellationToken::new());
-                }
-            }
-        });
-    }
-
-    /// Adds one model response's tokens to an active task, so listings show
-    /// the tokens used so far while it runs.
-    pub fn add_usage(&self, id: &str, usage: &Usage) {
-        self.with(|m| {
-            if let Some(e) = m.active.get_mut(id) {
-                e.info.usage.add(usage);
-            }
-        });
-    }
-
-    /// Moves a task to the index of ended ones; its answer is left to the
-    /// transcript, where the run saved it.
-    fn finish(&self, id: &str, outcome: &TaskOutcome) {
-        self.with(|m| {
-            if let Some(Entry { mut info, .. }) = m.active.remove(id) {
-                info.status = TaskStatus::Finished;
-                info.stop_reason = Some(outcome.stop_reason);
-                info.usage = outcome.usage;
-                info.usd = outcome.usd;
-                info.answer = None;
-                info.error = outcome.error.clone();
-                info.updated = now();
-                m.put(info, CancellationToken::new());
-            }
-        });
-    }
-
-    /// One task; an ended one without its answer (see [`Registry::ended`]).
-    pub fn get(&self, id: &str) -> Option<Task> {
-        self.with(|m| m.info(id)).flatten()
-    }
-
-    /// Whether `id` is a known task that has ended: its answer and whole error
-    /// are in its transcript only.
-    pub fn ended(&self, id: &str) -> bool {
-        self.with(|m| m.ended.contains_key(id)).unwrap_or(false)
-    }
-
-    /// One page of tasks, newest first (by creation, then id); only that page is
-    /// copied out of the registry.
-    pub fn page(&self, q: &ListQuery) -> Result<Page, PageError> {
-        self.with(|m| {
-            // (created, id) of the cursor: every listed task sorts strictly below.
-            let bound: Option<(Stamp, &str)> = match &q.before {
-                None => None,
-                Some(Cursor::Time(t)) => Some((Stamp::parse(t), "")),
-                Some(Cursor::Task(id)) => {
-                    let t = m
-                        .created(id)
-                        .ok_or_else(|| PageError::UnknownCursor(id.clone()))?;
-                    Some((t, id.as_str()))
-                }
-            };
-            let mut hits: Vec<(Stamp, &str)> = m
-                .keys()
-                .filter(|(_, status, _)| q.status.is_none_or(|s| *status == s))
-                .map(|(id, _, created)| (created, id))
-                .filter(|k| bound.as_ref().is_none_or(|b| (&k.0, k.1) < (&b.0, b.1)))
-                .collect();
-            hits.sort_unstable_by(|a, b| b.cmp(a));
-            let more = hits.len() > q.limit;
-            hits.truncate(q.limit);
-            let next = more
-                .then(|| hits.last().map(|(_, id)| id.to_string()))
-                .flatten();
-            Ok(Page {
-                tasks: hits
-                    .into_iter()
-                    .filter_map(|(_, id)| m.info(id).map(summary))
-                    .collect(),
-                next,
-            })
-        })
-        .unwrap_or_else(|| {
-            Ok(Page {
-                tasks: Vec::new(),
-                next: None,
-            })
-        })
-    }
-
-    /// Cancels a task; `None` if there is no such task.
-    pub fn cancel(&self, id: &str) -> Option<Task> {
-        self.with(|m| {
-            if let Some(e) = m.active.get(id) {
-                e.cancel.cancel();
-            }
-            m.info(id)
-        })
-        .flatten()
-    }
-
-    /// Counts of tasks per status.
-    pub fn counts(&self) -> HashMap<&'static str, i64> {
-        let mut out = HashMap::new();
-        self.with(|m| {
-            for (_, status, _) in m.keys() {
-                *out.entry(status.as_str()).or_insert(0) += 1;
-            }
-        });
-        out
-    }
-}
-
-/// Why a task cannot be resumed now.
-#[derive(Debug, thiserror::Error)]
-pub enum ClaimError {
-    /// No such task.
-    #[error("no task {0:?}")]
-    NotFound(String),
-    /// Queued or running (another resume may have just claimed it).
-    #[error("task {task_id} is {}; only an interrupted or stopped task can be resumed", status.as_str())]
-    Busy {
-        /// The task.
-        task_id: String,
-        /// Its status now.
-        status: TaskStatus,
-    },
-    /// It ended with the model's answer; there is nothing to continue.
-    #[error("task {0} already ended with an answer")]
-    Answered(String),
-}
 
 /// Why a task was not accepted; nothing was queued.
 #[derive(Debug, thiserror::Error)]
@@ -352,28 +41,10 @@ pub enum SubmitError {
     Transcript(std::io::Error),
 }
 
-/// A queued task's place in the slot queue: [`dispatch`] sends it a slot when its
-/// turn comes, or drops it unsent when the daemon stops.
-type Ticket = oneshot::Sender<OwnedSemaphorePermit>;
-
-/// Hands out the slots in the order tasks joined the queue: one waiter on the
-/// semaphore at a time, so the order is this channel's. A ticket whose task was
-/// cancelled meanwhile gives its slot back at once (the send fails). Ends when the
-/// semaphore is closed (the daemon stops); the tickets still queued are dropped
-/// with the channel, which tells their tasks to stay queued.
-async fn dispatch(slots: Arc<Semaphore>, mut queue: mpsc::UnboundedReceiver<Ticket>) {
-    while let Some(ticket) = queue.recv().await {
-        let Ok(permit) = slots.clone().acquire_owned().await else {
-            return;
-        };
-        let _ = ticket.send(permit);
-    }
-}
-
 /// How a queued task's wait ended.
 enum Turn {
     /// It has a slot: it starts.
-    Slot(OwnedSemaphorePermit),
+    Slot(Slot),
     /// Cancelled by the user while queued: it is ended (`cancelled`) at once.
     Cancelled,
     /// The daemon is stopping: it does not start and stays queued.
@@ -408,15 +79,15 @@ pub struct Scheduler {
     pub registry: Registry,
     /// What every task runs with; each gets its own cancellation token besides.
     services: TaskServices,
-    /// One permit per running task, `daemon.max_concurrent_tasks` in all; closed
+    /// `daemon.max_concurrent_tasks` slots and the tasks waiting for one; closed
     /// when the daemon stops, so that no queued task starts.
-    slots: Arc<Semaphore>,
-    /// The slot queue, served by [`dispatch`].
-    queue: mpsc::UnboundedSender<Ticket>,
-    /// Every running task; shutdown waits on it.
-    pub tracker: TaskTracker,
+    slots: SlotQueue,
+    /// The daemon's shutdown: every task run is spawned on its tracker.
+    daemon: Shutdown,
+    /// Every task run, waited for (within the grace) by [`Scheduler::drain`].
+    running: TaskTracker,
     /// Parent of every task's cancellation token: cancelling it stops them all.
-    pub shutdown: CancellationToken,
+    stop_tasks: CancellationToken,
     /// Tasks whose `task_finished` the log could not take, written once it can.
     owed: Owed,
 }
@@ -427,11 +98,12 @@ pub struct SchedulerParts {
     pub services: TaskServices,
     /// The registry it records its tasks in, shared with the API and approvals.
     pub registry: Registry,
+    /// The daemon's shutdown, which the task runs are spawned on.
+    pub shutdown: Shutdown,
 }
 
 impl Scheduler {
-    /// A scheduler with `max_concurrent_tasks` slots; call it on the runtime (it
-    /// spawns the queue's dispatcher).
+    /// A scheduler with `max_concurrent_tasks` slots.
     pub fn new(parts: SchedulerParts) -> Scheduler {
         let slots = parts
             .services
@@ -440,17 +112,45 @@ impl Scheduler {
             .config
             .daemon
             .max_concurrent_tasks as usize;
-        let slots = Arc::new(Semaphore::new(slots));
-        let (queue, waiting) = mpsc::unbounded_channel();
-        tokio::spawn(dispatch(slots.clone(), waiting));
         Scheduler {
             registry: parts.registry,
             services: parts.services,
-            slots,
-            queue,
-            tracker: TaskTracker::new(),
-            shutdown: CancellationToken::new(),
+            slots: SlotQueue::new(slots),
+            stop_tasks: parts.shutdown.child(),
+            daemon: parts.shutdown,
+            running: TaskTracker::new(),
             owed: Owed::default(),
+        }
+    }
+
+    /// Starts no more queued tasks (they stay queued, on disk, for the next start),
+    /// lets running tasks finish within `grace`, then stops the rest, which are left
+    /// `interrupted` (resumable), and waits for them.
+    pub async fn drain(&self, grace: Duration) {
+        self.stop_starting();
+        self.running.close();
+        if tokio::time::timeout(grace, self.running.wait())
+            .await
+            .is_err()
+        {
+            let _ = writeln!(
+                std::io::stderr(),
+                "grace period over: interrupting running tasks (resume continues them)"
+            );
+            self.stop_tasks.cancel();
+            self.running.wait().await;
+        }
+        let queued = self
+            .registry
+            .counts()
+            .get(TaskStatus::Queued.as_str())
+            .copied()
+            .unwrap_or(0);
+        if queued > 0 {
+            let _ = writeln!(
+                std::io::stderr(),
+                "harnessd: {queued} queued task(s) stay queued for the next start"
+            );
         }
     }
 
@@ -601,7 +301,7 @@ impl Scheduler {
 
     /// Claims task `id` for a resume (see [`Claim`]).
     pub fn claim(&self, id: &str) -> Result<Claim, ClaimError> {
-        let cancel = self.shutdown.child_token();
+        let cancel = self.stop_tasks.child_token();
         let previous = self.registry.claim(id, cancel.clone())?;
         Ok(Claim { previous, cancel })
     }
@@ -676,7 +376,7 @@ impl Scheduler {
     /// Starts no more queued tasks: the daemon stops. Those waiting stay queued,
     /// with nothing recorded and their transcripts `queued`, for the next start to
     /// queue again; the running ones go on (the caller gives them their grace).
-    pub fn stop_starting(&self) {
+    fn stop_starting(&self) {
         self.slots.close();
     }
 
@@ -688,18 +388,19 @@ impl Scheduler {
     /// Puts a task at the back of the slot queue, in the caller's order (the
     /// requeued ones oldest first), and spawns its run, which waits for its turn.
     fn enqueue(&self, spec: TaskSpec, cancel: CancellationToken) {
-        let (ticket, turn) = oneshot::channel();
-        // Refused once the dispatcher has ended (the daemon stops): the ticket is
-        // dropped with the error, and the task stays queued.
-        let _ = self.queue.send(ticket);
+        // Refused once the daemon stops: the waiter is told at once, and the task
+        // stays queued.
+        let turn = self.slots.join();
         let this = self.clone();
-        self.tracker
-            .spawn(async move { this.run(spec, cancel, turn).await });
+        let run = self
+            .running
+            .track_future(async move { this.run(spec, cancel, turn).await });
+        self.daemon.spawn(run);
     }
 
     fn start(&self, spec: TaskSpec) -> String {
         let id = spec.task_id.clone();
-        let cancel = self.shutdown.child_token();
+        let cancel = self.stop_tasks.child_token();
         let created = spec
             .resume
             .as_ref()
@@ -729,13 +430,9 @@ impl Scheduler {
     }
 
     /// Waits for the task's turn in the slot queue.
-    async fn wait_turn(
-        &self,
-        turn: oneshot::Receiver<OwnedSemaphorePermit>,
-        cancel: &CancellationToken,
-    ) -> Turn {
+    async fn wait_turn(&self, turn: Waiter, cancel: &CancellationToken) -> Turn {
         let permit = tokio::select! {
-            // Err: the dispatcher dropped the ticket, the daemon stops.
+            // Err: the queue was closed before this task's turn, the daemon stops.
             p = turn => p.ok(),
             // The daemon's cancellation of every task, past the grace, reaches the
             // queued ones too (it comes after `stop_starting`), but they are not the
@@ -754,12 +451,7 @@ impl Scheduler {
     /// Runs a task once it has its slot (or was cancelled while queued), under its
     /// run lock, taken only then: a queued task holds no descriptor. A task still
     /// queued when the daemon stops does not start and leaves no record.
-    async fn run(
-        self,
-        spec: TaskSpec,
-        cancel: CancellationToken,
-        turn: oneshot::Receiver<OwnedSemaphorePermit>,
-    ) {
+    async fn run(self, spec: TaskSpec, cancel: CancellationToken, turn: Waiter) {
         let id = spec.task_id.clone();
         let permit = match self.wait_turn(turn, &cancel).await {
             Turn::Slot(permit) => Some(permit),
@@ -776,7 +468,7 @@ impl Scheduler {
         let env = self
             .services
             .for_task(cancel.clone())
-            .stopped_by(self.shutdown.clone());
+            .stopped_by(self.stop_tasks.clone());
         self.registry.set_status(&id, TaskStatus::Running);
         // run_task is the task guard: a panic in the task comes back as an `error`
         // outcome, so this entry always reaches `finished` and the daemon serves on.
@@ -810,87 +502,5 @@ impl Scheduler {
                 interrupted: false,
             },
         );
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::daemon::index::INDEX_ERROR_CHARS;
-
-    fn task(id: &str, created: &str, status: TaskStatus) -> Task {
-        Task {
-            task_id: id.into(),
-            status,
-            stop_reason: None,
-            usage: Usage::default(),
-            prompt: None,
-            usd: None,
-            answer: Some("a long answer".into()),
-            error: Some("e".repeat(10_000)),
-            created: created.into(),
-            updated: created.into(),
-        }
-    }
-
-    fn ids(p: &Page) -> Vec<&str> {
-        p.tasks.iter().map(|t| t.task_id.as_str()).collect()
-    }
-
-    #[test]
-    fn pages_run_newest_first_with_ties_broken_by_id() {
-        let r = Registry::default();
-        let t1 = "2026-01-01T00:00:01.000Z";
-        let t2 = "2026-01-01T00:00:02.000Z";
-        r.insert_recorded(task("a", t1, TaskStatus::Finished));
-        r.insert_recorded(task("b", t2, TaskStatus::Finished));
-        r.insert_recorded(task("c", t2, TaskStatus::Queued));
-        let q = |limit, before| ListQuery {
-            status: None,
-            limit,
-            before,
-        };
-        let first = r.page(&q(2, None)).unwrap();
-        assert_eq!(ids(&first), ["c", "b"]);
-        assert_eq!(first.next.as_deref(), Some("b"));
-        let rest = r.page(&q(2, first.next.map(Cursor::Task))).unwrap();
-        assert_eq!(ids(&rest), ["a"]);
-        assert_eq!(rest.next, None);
-        let before_t2 = r.page(&q(9, Some(Cursor::Time(t2.into())))).unwrap();
-        assert_eq!(ids(&before_t2), ["a"]);
-        assert!(r.page(&q(9, Some(Cursor::Task("zz".into())))).is_err());
-        let queued = ListQuery {
-            status: Some(TaskStatus::Queued),
-            ..q(9, None)
-        };
-        assert_eq!(ids(&r.page(&queued).unwrap()), ["c"]);
-    }
-
-    #[test]
-    fn ended_tasks_keep_no_answer_and_a_short_error() {
-        let r = Registry::default();
-        r.insert_recorded(task("a", "t", TaskStatus::Finished));
-        r.insert_recorded(task("q", "t", TaskStatus::Queued));
-        let a = r.get("a").unwrap();
-        assert_eq!(a.answer, None);
-        // The kept characters plus the omission marker.
-        assert!(a.error.unwrap().chars().count() < INDEX_ERROR_CHARS + 40);
-        assert!(r.ended("a") && !r.ended("q"));
-        r.finish(
-            "q",
-            &TaskOutcome {
-                stop_reason: StopReason::EndTurn,
-                answer: "x".repeat(1000),
-                turns: 1,
-                usage: Usage::default(),
-                usd: None,
-                error: None,
-                interrupted: false,
-            },
-        );
-        let q = r.get("q").unwrap();
-        assert_eq!((q.status, q.answer), (TaskStatus::Finished, None));
-        assert!(r.ended("q"));
-        assert_eq!(r.counts().get("finished"), Some(&2));
     }
 }

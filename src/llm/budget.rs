@@ -296,6 +296,7 @@ mod tests {
         let mut readers = Vec::new();
         for r in 0..12u64 {
             let budget = budget.clone();
+            // Awaited below, each of them.
             readers.push(tokio::spawn(async move {
                 let mut lease = budget.lease();
                 // Different sizes and steps, some reaching the full claim.

@@ -77,7 +77,9 @@ impl AnthropicClient {
         }
         // What follows message_stop (the end of the HTTP body) is read off in the
         // background, so the connection goes back to the pool for the next turn
-        // instead of being closed, and the answer is not held up by it.
+        // instead of being closed, and the answer is not held up by it. Not on the
+        // daemon's tracker (the client knows no daemon): it only reads, writes
+        // nothing, and ends within `timeout`; cut off at exit, it loses nothing.
         let timeout = self.timeout;
         tokio::spawn(async move {
             let drain = async { while let Ok(Some(_)) = resp.chunk().await {} };

@@ -12,7 +12,6 @@ mod output;
 mod paths;
 #[cfg(test)]
 mod props;
-mod remember;
 mod run;
 
 /// Re-exported so that the tool runner's users name tools from one place.
@@ -23,7 +22,6 @@ pub use input::{
 };
 pub use output::{SpoolCut, ToolResult, render_result};
 pub use paths::{JudgedPath, MAX_LINKS, PathError, Walk, WalkError, resolve_in_workspace, walk};
-pub use remember::{RememberCallError, narrowest_rules, remember_call};
 pub use run::{
     Judged, RunContext, Verdict, decide, judge, kept_output_bytes, out_file_name, run,
     safe_file_name,

@@ -35,7 +35,9 @@ use crate::common::{rust_files, src_dir};
 /// - `agent` (the turn loop), `reload`: wire the layers below.
 /// - `services`: the start/stop core `run` and `serve` share (audit log, executor
 ///   and probe, live config, reloader); `control`: the control API's messages and
-///   its client, shared by the server (`daemon`) and the clients (`commands`).
+///   its client, shared by the server (`daemon`) and the clients (`commands`);
+///   `remember`: "always allow this call", over `tools` (which rules), `config`
+///   (the file) and `reload` (the policy in force at once), for `serve` and `run`.
 /// - `daemon` and `cli`: the service and the clap types.
 /// - `commands`: one module per subcommand, the top.
 const LAYERS: &[&[&str]] = &[
@@ -45,7 +47,7 @@ const LAYERS: &[&[&str]] = &[
     &["events", "llm", "exec", "approval"],
     &["tools"],
     &["agent", "reload"],
-    &["services", "control"],
+    &["services", "control", "remember"],
     &["daemon", "cli"],
     &["commands"],
 ];

@@ -2,7 +2,7 @@
 //! be, and these tests fail when a page is stale: the config and settings keys
 //! from the key types (doc comments and defaults), the event types from
 //! `src/events/kinds.rs`, the commands from the clap types, the control API's
-//! routes from `src/daemon/api.rs`. A generated block sits between
+//! routes from `src/daemon/api/mod.rs`. A generated block sits between
 //! `<!-- BEGIN GENERATED: name -->` and `<!-- END GENERATED: name -->`;
 //! `HARNESSD_BLESS_DOCS=1 cargo test --test it docs::` rewrites the blocks.
 //!
@@ -279,9 +279,9 @@ fn commands() -> String {
     out
 }
 
-/// The routes the control API serves, from the router in api.rs.
+/// The routes the control API serves, from the router in api/mod.rs.
 fn routes() -> Vec<String> {
-    let source = std::fs::read_to_string(repo().join("src/daemon/api.rs")).unwrap();
+    let source = std::fs::read_to_string(repo().join("src/daemon/api/mod.rs")).unwrap();
     source
         .lines()
         .filter_map(|l| l.trim().strip_prefix(".route(\""))

@@ -64,6 +64,7 @@ mod sandbox_ipc;
 mod sandbox_metadata;
 mod sandbox_read_only;
 mod shell_diff;
+mod shutdown;
 mod stalled_answers;
 mod stops;
 mod stream_deadline;

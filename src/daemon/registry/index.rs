@@ -67,7 +67,7 @@ impl PartialOrd for Stamp {
 
 /// What the registry keeps of an ended task (its id is the map's key).
 #[derive(Debug, Clone)]
-pub struct Ended {
+pub struct EndedTask {
     /// Finished or interrupted.
     pub status: TaskStatus,
     /// Why it stopped.
@@ -87,10 +87,10 @@ pub struct Ended {
     pub updated: Stamp,
 }
 
-impl Ended {
+impl EndedTask {
     /// The summary of `info`: no answer, the error's start.
-    pub fn of(info: &Task) -> Ended {
-        Ended {
+    pub fn of(info: &Task) -> EndedTask {
+        EndedTask {
             status: info.status,
             stop_reason: info.stop_reason,
             usage: info.usage,
@@ -151,9 +151,9 @@ mod tests {
         // The index's whole point: one entry (key aside) stays well under the
         // ~450 bytes an ended `Task` took.
         assert!(
-            std::mem::size_of::<Ended>() <= 128,
+            std::mem::size_of::<EndedTask>() <= 128,
             "{}",
-            std::mem::size_of::<Ended>()
+            std::mem::size_of::<EndedTask>()
         );
     }
 }

@@ -1,5 +1,5 @@
-//! Adding allow rules to settings.json in place (`approve --remember`, the `a`
-//! answer of `run`'s prompt).
+//! Adding allow rules to settings.json in place, the one place that edits the
+//! file.
 //!
 //! The edit keeps the file as the operator wrote it (comments aside, which JSON
 //! does not have: layout, key order, every other value) and only appends to
@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use jsonc_parser::ParseOptions;
 use jsonc_parser::cst::{CstInputValue, CstRootNode};
 
-use super::{CompiledSettings, ConfigError, Settings};
+use crate::config::{CompiledSettings, ConfigError, Settings};
 
 /// How often a concurrent edit may force the edit to start again before giving up.
 const ATTEMPTS: usize = 5;

@@ -1,11 +1,20 @@
-//! "Always allow this call" for a running `serve` or `run`: the narrowest allow
-//! rules written into settings.json ([`crate::tools::remember_call`]), then the
-//! policy reloaded at once and the reload recorded, naming who added the rules.
+//! "Always allow this call" (`approve --remember`, the `a` answer of `run`'s
+//! prompt), in one place: which rules (`rules`: the narrowest that allow exactly
+//! the call), how they get into settings.json (`edit`: in place, atomically,
+//! keeping the operator's text), and, for a running `serve` or `run`, the policy
+//! reloaded at once and the reload recorded, naming who added the rules
+//! ([`LiveRemember`]), or the rule taken out again if that record fails.
 //!
 //! Reloading here rather than waiting for the file watcher means the very next
 //! identical call, even one already on its way, finds the rule in force.
 
+mod edit;
+mod rules;
+
 use std::sync::Arc;
+
+pub use edit::{RememberError, add_allow_rules, restore_settings};
+pub use rules::{RememberCallError, narrowest_rules, remember_call};
 
 use crate::approval::{ApprovalRequest, Remember, RememberFuture};
 use crate::config::{ConfigSource, LiveConfig};
@@ -34,10 +43,8 @@ impl LiveRemember {
         if previous == written {
             return;
         }
-        let restored = tokio::task::spawn_blocking(move || {
-            crate::config::restore_settings(&path, &written, &previous)
-        })
-        .await;
+        let restored =
+            tokio::task::spawn_blocking(move || restore_settings(&path, &written, &previous)).await;
         if let Ok(Err(e)) = &restored {
             tracing::warn!("cannot take the unrecorded remembered rule out again: {e}");
         }
@@ -58,9 +65,9 @@ impl Remember for LiveRemember {
             // Judging a file tool's path and writing the file are blocking work.
             let (rules, previous, written) = tokio::task::spawn_blocking(move || {
                 let previous = std::fs::read(&loaded.paths.settings).unwrap_or_default();
-                let rules = crate::tools::remember_call(&loaded, &tool, &input)?;
+                let rules = remember_call(&loaded, &tool, &input)?;
                 let written = std::fs::read(&loaded.paths.settings).unwrap_or_default();
-                Ok::<_, crate::tools::RememberCallError>((rules, previous, written))
+                Ok::<_, RememberCallError>((rules, previous, written))
             })
             .await
             .map_err(|e| format!("internal error while remembering: {e}"))?

@@ -1,6 +1,5 @@
-//! "Always allow this call": the narrowest allow rules that make one recorded call
-//! run without asking, written into settings.json (`approve --remember`, the `a`
-//! answer of `run`'s prompt).
+//! The narrowest allow rules that make one recorded call run without asking,
+//! written into settings.json (`edit`).
 //!
 //! Narrowest means the call's own primary argument as a literal pattern, judged
 //! exactly as the policy judges it: a file tool's normalised path (`workspace/x`),
@@ -16,9 +15,10 @@
 
 use serde_json::Value;
 
-use super::{ToolInput, ToolName, decide};
-use crate::config::{CompiledSettings, Loaded, RememberError, add_allow_rules};
+use super::edit::{RememberError, add_allow_rules};
+use crate::config::{CompiledSettings, Loaded};
 use crate::policy::{Profile, ShellView, Tier, literal_rule, programs};
+use crate::tools::{ToolInput, ToolName, decide};
 
 /// Why a call cannot be remembered.
 #[derive(Debug, thiserror::Error)]

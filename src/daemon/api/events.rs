@@ -8,6 +8,10 @@
 //! does not lose lines: it reads what it missed back from the files, then goes on
 //! live. A line that does not parse is sent as an `unreadable_line` object naming
 //! its file and line number, never skipped.
+//!
+//! When the daemon stops, a follower is sent the lines up to the last one
+//! (`daemon_stopping`) from the files, then its stream ends: the client sees the
+//! end of the response, not a connection cut mid-line.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -22,7 +26,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 
-use super::api::{ApiError, AppState};
+use super::{ApiError, AppState};
 use crate::config::ConfigSource as _;
 use crate::events::query::{self, Found, Query, QueryParams};
 
@@ -99,30 +103,29 @@ async fn send_live(
 ) {
     let path = s.config.current().paths.events.clone();
     let mut pending = VecDeque::new();
+    let stopped = s.shutdown.token().clone();
     loop {
-        let next = match text.as_mut() {
-            // Text first: a text was sent before every event written after it, so
-            // taking what is waiting there first keeps it ahead of those events
-            // however far behind this follower is; text written after events not
-            // yet sent waits for them in `pending`.
-            Some(feed) => tokio::select! {
-                biased;
-                delta = feed.rx.recv() => {
-                    match delta {
-                        Ok(delta) if feed.wants(&delta) => pending.push_back(delta),
-                        // Text is a courtesy: a lagging or closed feed loses
-                        // only text, never an event.
-                        Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
-                        Err(broadcast::error::RecvError::Closed) => text = None,
-                    }
-                    if !send_text(&mut pending, done, tx).await {
-                        return;
-                    }
-                    continue;
+        let next = tokio::select! {
+            biased;
+            () = stopped.cancelled() => {
+                // `daemon_stopping` is on the record: whatever the broadcast has
+                // not brought yet is read from the files, and the stream ends.
+                let mut rest = q.clone();
+                rest.after_seq = done;
+                rest.until_seq = Some(s.scheduler.events().head().0);
+                send_from_files(path, rest, tx.clone()).await;
+                return;
+            }
+            next = next_live(&mut live, &mut text, &mut pending) => next,
+        };
+        let next = match next {
+            Next::Live(ev) => ev,
+            Next::Text => {
+                if !send_text(&mut pending, done, tx).await {
+                    return;
                 }
-                ev = live.recv() => ev,
-            },
-            None => live.recv().await,
+                continue;
+            }
         };
         match next {
             Ok(ev) => {
@@ -156,6 +159,43 @@ async fn send_live(
         if !send_text(&mut pending, done, tx).await {
             return;
         }
+    }
+}
+
+/// What a follower's wait brought.
+enum Next {
+    /// The live broadcast's next event (or why there is none).
+    Live(Result<Value, broadcast::error::RecvError>),
+    /// A text delta was taken into the pending text (or the text feed ended).
+    Text,
+}
+
+/// Waits for the next live event or, for a follower with `text=1`, the next text
+/// delta, which is put in `pending`. Text first: a text was sent before every
+/// event written after it, so taking what is waiting there first keeps it ahead of
+/// those events however far behind this follower is; text written after events not
+/// yet sent waits for them in `pending`. Cancel-safe: both receivers are.
+async fn next_live(
+    live: &mut broadcast::Receiver<Value>,
+    text: &mut Option<TextFeed>,
+    pending: &mut VecDeque<Value>,
+) -> Next {
+    let Some(feed) = text.as_mut() else {
+        return Next::Live(live.recv().await);
+    };
+    tokio::select! {
+        biased;
+        delta = feed.rx.recv() => {
+            match delta {
+                Ok(delta) if feed.wants(&delta) => pending.push_back(delta),
+                // Text is a courtesy: a lagging or closed feed loses only text,
+                // never an event.
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => *text = None,
+            }
+            Next::Text
+        }
+        ev = live.recv() => Next::Live(ev),
     }
 }
 
@@ -230,7 +270,8 @@ pub(super) async fn events(
     let head = s.scheduler.events().head().0;
     let path = s.config.current().paths.events.clone();
     let (tx, mut rx) = mpsc::channel::<Bytes>(CHANNEL_LINES);
-    tokio::spawn(async move {
+    let shutdown = s.shutdown.clone();
+    shutdown.spawn(async move {
         let mut from_files = q.clone();
         if follow {
             from_files.until_seq = Some(head);

@@ -1,0 +1,59 @@
+//! `/v1/approvals`: the calls waiting for a human, and their answers. Who answered
+//! is the connection's uid, never a field of the body.
+
+use axum::Json;
+use axum::extract::connect_info::ConnectInfo;
+use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+
+use super::{ApiError, AppState, Peer};
+use crate::control::{ApprovalList, DecisionRequest, DecisionResponse};
+use crate::daemon::approvals::{Answer, ResolveError};
+
+/// The pending approvals.
+pub(super) async fn list_approvals(State(s): State<AppState>) -> Json<ApprovalList> {
+    Json(ApprovalList {
+        approvals: s.approvals.list(),
+    })
+}
+
+/// Approves or denies one pending call; with `remember`, its allow rules are
+/// written first, and the approval stays pending if they cannot be.
+pub(super) async fn answer_approval(
+    State(s): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    id: Result<Path<String>, PathRejection>,
+    body: Result<Json<DecisionRequest>, JsonRejection>,
+) -> Result<Json<DecisionResponse>, ApiError> {
+    let Path(id) = id?;
+    let Json(body) = body?;
+    let approved = body.approves().ok_or_else(|| {
+        ApiError::bad_request(format!(
+            "decision must be \"approve\" or \"deny\", not {:?}",
+            body.decision
+        ))
+    })?;
+    let by = peer.by();
+    let answer = Answer {
+        approved,
+        by,
+        reason: body.reason,
+        remember: body.remember,
+    };
+    let remembered = s.approvals.resolve(&id, answer).await.map_err(|e| {
+        let (status, kind) = match e {
+            ResolveError::Unknown(_) => (StatusCode::NOT_FOUND, "not_found"),
+            ResolveError::RememberDenial => (StatusCode::BAD_REQUEST, "invalid_request"),
+            ResolveError::Remember(_) | ResolveError::AnsweredMeanwhile(..) => {
+                (StatusCode::CONFLICT, "conflict")
+            }
+        };
+        ApiError::new(status, kind, e.to_string())
+    })?;
+    Ok(Json(DecisionResponse {
+        approval_id: id,
+        decision: body.decision,
+        remembered,
+    }))
+}

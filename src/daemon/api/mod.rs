@@ -1,0 +1,111 @@
+//! The control API: HTTP/1.1 + JSON on the unix socket (docs/api.md). Every error is
+//! `{error: {type, message}}` with a fitting status ([`ApiError`]). Every request is
+//! first authorised by the peer's uid, from SO_PEERCRED ([`super::access`]); who
+//! answered an approval is that uid too. The body is read whole, within bounds,
+//! before any handler runs (`body`); the handlers are grouped by resource.
+
+mod approvals;
+mod body;
+mod error;
+mod events;
+mod health;
+mod tasks;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use serde_json::Value;
+use tokio::sync::broadcast;
+
+pub use body::{BODY_TIMEOUT, MAX_BODY};
+pub use error::ApiError;
+
+use super::approvals::Approvals;
+use super::metrics::Metrics;
+use super::shutdown::Shutdown;
+use super::tasks::Scheduler;
+use crate::config::LiveConfig;
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    /// Runs tasks.
+    pub scheduler: Scheduler,
+    /// Pending approvals.
+    pub approvals: Approvals,
+    /// Counters.
+    pub metrics: Arc<Metrics>,
+    /// Config in force.
+    pub config: Arc<LiveConfig>,
+    /// Every event as it is written (for `follow`).
+    pub live_events: broadcast::Sender<Value>,
+    /// The model's text as it streams (`text_delta` objects, for `follow` with
+    /// `text=1`). A channel of its own: a flood of text that makes a slow follower
+    /// lag must not make it skip audit events.
+    pub live_text: broadcast::Sender<Value>,
+    /// The daemon's shutdown: what a handler spawns (the reader behind a
+    /// `/v1/events` response) is spawned on it and ends when it is cancelled.
+    pub shutdown: Shutdown,
+}
+
+/// The peer of a connection: its credentials, read from SO_PEERCRED when the
+/// connection is accepted (the listener's accept loop) and attached to every
+/// request on it as `ConnectInfo<Peer>`.
+#[derive(Clone, Debug)]
+pub struct Peer {
+    /// The peer's uid, if the kernel told.
+    pub uid: Option<u32>,
+}
+
+impl Peer {
+    /// Who acted, for the audit log's `by`: `uid:N (name)`, the name from the
+    /// user database when it has one (docs/events.md).
+    pub fn by(&self) -> String {
+        let Some(uid) = self.uid else {
+            return "uid:unknown".to_string();
+        };
+        match nix::unistd::User::from_uid(uid.into()) {
+            Ok(Some(user)) => format!("uid:{uid} ({})", user.name),
+            _ => format!("uid:{uid}"),
+        }
+    }
+}
+
+/// The router.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(health::healthz))
+        .route("/metrics", get(health::metrics))
+        .route("/v1/tasks", post(tasks::submit).get(tasks::list_tasks))
+        .route("/v1/tasks/{id}", get(tasks::show_task))
+        .route("/v1/tasks/{id}/cancel", post(tasks::cancel_task))
+        .route("/v1/tasks/{id}/resume", post(tasks::resume_task))
+        .route("/v1/approvals", get(approvals::list_approvals))
+        .route("/v1/approvals/{id}", post(approvals::answer_approval))
+        .route("/v1/events", get(events::events))
+        .fallback(|| async {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "no such endpoint; see docs/api.md",
+            )
+        })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "method not allowed on this endpoint",
+            )
+        })
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(axum::middleware::from_fn(body::bounded_body))
+        // Outermost, so it runs first, for every route and both fallbacks.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            super::access::authorize,
+        ))
+        .with_state(state)
+}

@@ -1,0 +1,217 @@
+//! `/v1/tasks`: submit, list, show, cancel and resume. Each answers only once what
+//! it did is on the record (`task_queued`, `task_cancelled`, `task_resumed`): 507
+//! while the audit log cannot take the line.
+
+use axum::Json;
+use axum::extract::connect_info::ConnectInfo;
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{ApiError, AppState, Peer};
+use crate::agent::{TaskStatus, Transcript};
+use crate::config::ConfigSource;
+use crate::control::{SubmitRequest, SubmitResponse, Task, TaskList};
+use crate::daemon::registry::{ClaimError, Cursor, ListQuery};
+use crate::daemon::tasks::lock_run;
+use crate::events::Event;
+
+/// The task `id`, or a 404.
+fn task(s: &AppState, id: &str) -> Result<Task, ApiError> {
+    s.scheduler
+        .registry
+        .get(id)
+        .ok_or_else(|| ApiError::not_found("task", id))
+}
+
+/// Accepts a task once it is on disk (`task_queued` on the record and its `queued`
+/// transcript saved); 507 while either cannot be written (each attempt is also the
+/// probe that notices space came back).
+pub(super) async fn submit(
+    State(s): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    body: Result<Json<SubmitRequest>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(body) = body?;
+    if body.prompt.trim().is_empty() {
+        return Err(ApiError::bad_request("prompt must not be empty"));
+    }
+    if body.model.as_deref().is_some_and(|m| m.trim().is_empty()) {
+        return Err(ApiError::bad_request("model must not be empty"));
+    }
+    if body.max_turns == Some(0) {
+        return Err(ApiError::bad_request("max_turns must be at least 1"));
+    }
+    let by = peer.by();
+    let id = s
+        .scheduler
+        .submit(body.prompt, body.max_turns, body.model, by)
+        .await
+        .map_err(|e| ApiError::log_failing(e.to_string()))?;
+    Ok((StatusCode::ACCEPTED, Json(SubmitResponse { task_id: id })).into_response())
+}
+
+/// Tasks per page when `limit` is not given, and the most a page holds.
+const DEFAULT_LIMIT: usize = 50;
+const MAX_LIMIT: usize = 500;
+
+/// `GET /v1/tasks` parameters, as text so that the daemon names a bad one.
+#[derive(Deserialize)]
+pub(super) struct ListParams {
+    status: Option<String>,
+    limit: Option<String>,
+    before: Option<String>,
+}
+
+/// The parameters checked: a known status, a limit from 1 (above 500 is taken as
+/// 500), and a cursor that is an RFC 3339 time or else a task id.
+fn list_query(p: ListParams) -> Result<ListQuery, ApiError> {
+    let status = p
+        .status
+        .map(|s| {
+            serde_json::from_value::<TaskStatus>(Value::String(s.clone()))
+                .map_err(|_| ApiError::bad_request(format!("status: unknown status {s:?}")))
+        })
+        .transpose()?;
+    let limit = match p.limit {
+        None => DEFAULT_LIMIT,
+        Some(l) => match l.parse::<usize>() {
+            Ok(n) if n > 0 => n.min(MAX_LIMIT),
+            _ => {
+                return Err(ApiError::bad_request(format!(
+                    "limit: {l:?} is not a number from 1 to {MAX_LIMIT}"
+                )));
+            }
+        },
+    };
+    // Times are compared as text, so a given one is put in the registry's own
+    // form (UTC, milliseconds) first.
+    let before = p
+        .before
+        .map(|b| match chrono::DateTime::parse_from_rfc3339(&b) {
+            Ok(t) => Cursor::Time(
+                t.to_utc()
+                    .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            ),
+            Err(_) => Cursor::Task(b),
+        });
+    Ok(ListQuery {
+        status,
+        limit,
+        before,
+    })
+}
+
+/// A page of tasks, newest first; items carry no answer (docs/api.md).
+pub(super) async fn list_tasks(
+    State(s): State<AppState>,
+    p: Result<Query<ListParams>, QueryRejection>,
+) -> Result<Json<TaskList>, ApiError> {
+    let Query(p) = p?;
+    let page = s
+        .scheduler
+        .registry
+        .page(&list_query(p)?)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    Ok(Json(TaskList {
+        tasks: page.tasks,
+        next: page.next,
+    }))
+}
+
+/// One task; an ended task's answer and whole error are read from its transcript,
+/// since the registry does not keep them.
+pub(super) async fn show_task(
+    State(s): State<AppState>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Json<Task>, ApiError> {
+    let Path(id) = id?;
+    let mut t = task(&s, &id)?;
+    if t.status == TaskStatus::Finished && s.scheduler.registry.ended(&id) {
+        let dir = s.config.current().paths.transcripts.clone();
+        match Transcript::read_async(Transcript::path(&dir, &id)).await {
+            Ok(r) if r.task_id == id => {
+                t.answer = r.answer;
+                t.error = r.error.or(t.error);
+            }
+            Ok(_) => tracing::warn!("transcript of {id} names another task"),
+            // The summary is still right; only the answer is missing.
+            Err(e) => tracing::warn!("cannot read the transcript of {id}: {e}"),
+        }
+    }
+    Ok(Json(t))
+}
+
+/// Cancels a task, once who cancelled it is on the record.
+pub(super) async fn cancel_task(
+    State(s): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let Path(id) = id?;
+    task(&s, &id)?;
+    // Who cancelled is on the log before the cancel takes effect.
+    s.scheduler
+        .events()
+        .record(Some(&id), Event::TaskCancelled { by: peer.by() })
+        .await
+        .map_err(|e| ApiError::log_failing(e.to_string()))?;
+    let t = s
+        .scheduler
+        .registry
+        .cancel(&id)
+        .ok_or_else(|| ApiError::not_found("task", &id))?;
+    Ok((StatusCode::ACCEPTED, Json(t)).into_response())
+}
+
+/// Queues an interrupted or stopped task to continue from its transcript.
+pub(super) async fn resume_task(
+    State(s): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let Path(id) = id?;
+    // The claim is the registry's check-and-set: of racing resumes, one wins and the
+    // rest are answered 409 here, before anything else is read.
+    let claim = s.scheduler.claim(&id).map_err(|e| match e {
+        ClaimError::NotFound(_) => ApiError::not_found("task", &id),
+        e => ApiError::new(StatusCode::CONFLICT, "conflict", e.to_string()),
+    })?;
+    let dir = s.config.current().paths.transcripts.clone();
+    // The run lock keeps other processes off the transcript; taken before the
+    // transcript is read, so what is read is what this run continues. It is held
+    // until the resume is queued on disk, and taken again when the run starts.
+    let lock = match lock_run(dir.clone(), id.clone()).await {
+        Ok(lock) => lock,
+        Err(e) => {
+            s.scheduler.release(claim);
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "conflict",
+                e.to_string(),
+            ));
+        }
+    };
+    let transcript = match Transcript::read_async(Transcript::path(&dir, &id)).await {
+        Ok(t) => t,
+        Err(e) => {
+            s.scheduler.release(claim);
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "conflict",
+                format!("no readable transcript for {id}: {e}"),
+            ));
+        }
+    };
+    // Answered only once `task_resumed` is on the record, like a new task: 507
+    // while the log cannot take it.
+    s.scheduler
+        .resume(claim, transcript, lock, peer.by())
+        .await
+        .map_err(|e| ApiError::log_failing(format!("the task is not resumed: {e}")))?;
+    let t = task(&s, &id)?;
+    Ok((StatusCode::ACCEPTED, Json(t)).into_response())
+}
