@@ -109,7 +109,7 @@ fn transcript(i: usize) -> Transcript {
             turn(2, "end_turn", usage(1100, 180), 1400 + (i % 700) as u64),
         ],
         max_turns: None,
-        source: Some("api".into()),
+        source: Some(harnessd::protocol::Source::Api),
         by: Some("uid:1000".into()),
         resume_queued: false,
     }

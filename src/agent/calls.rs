@@ -11,11 +11,13 @@ use serde_json::Value;
 
 use super::TaskEnv;
 use super::guard::{self, FaultPoint, Ledger};
-use crate::approval::{ApprovalAnswer, ApprovalRequest};
+use crate::approval::ApprovalAnswer;
 use crate::config::Loaded;
 use crate::events::{Event, EventError, SpoolCutReason, SpoolCutRecord};
 use crate::llm::Block;
-use crate::policy::{self, Tier};
+use crate::policy;
+use crate::protocol::Tier;
+use crate::protocol::{ApprovalRequest, Decision};
 use crate::tools::{self, RunContext, ToolInput, ToolName, ToolResult};
 
 /// A `tool_use` block's fields: id, name, input.
@@ -30,7 +32,7 @@ struct Runnable {
     /// What it was judged on; a file tool opens exactly this path.
     judged: tools::Judged,
     /// What it may write: read-only when a pattern `allow` admitted it.
-    profile: policy::Profile,
+    profile: crate::protocol::Profile,
     /// The snapshot that admitted it: its sandbox limits apply to the process.
     loaded: Arc<Loaded>,
 }
@@ -113,7 +115,7 @@ pub async fn answer_unexecuted(
 type Refused = ToolResult;
 
 /// A call that may run: its tool, input, what it was judged on and what it may write.
-type Admitted = (ToolName, ToolInput, tools::Judged, policy::Profile);
+type Admitted = (ToolName, ToolInput, tools::Judged, crate::protocol::Profile);
 
 /// The checks that need no policy: the per-turn call limit, a known and offered
 /// tool, input matching its schema.
@@ -177,13 +179,13 @@ async fn admit(
             Event::PolicyDecision {
                 tool_use_id: id.clone(),
                 tool: name.clone(),
-                tier: decision.tier.as_str().into(),
+                tier: decision.tier,
                 rule: decision.rule_label(),
                 subject: judged.subject.clone(),
                 commands: decision.shell.as_ref().map(|s| s.commands.clone()),
                 provable: decision.shell.as_ref().map(|s| s.provable),
                 not_provable: decision.shell.as_ref().and_then(|s| s.not_provable.clone()),
-                profile: decision.profile.as_str().into(),
+                profile: decision.profile,
                 programs: decision
                     .shell
                     .as_ref()
@@ -205,7 +207,7 @@ async fn admit(
         // What a human approved runs with the write set (docs/policy.md).
         Tier::Ask => ask(env, task_id, (id, name, input), decision.rule_label())
             .await?
-            .map(|()| policy::Profile::Write),
+            .map(|()| crate::protocol::Profile::Write),
     };
     Ok(allowed.map(|profile| (tool, parsed, judged, profile)))
 }
@@ -265,7 +267,7 @@ async fn ask(
         a = env.services.approver.ask(&req) => a,
         () = env.cancel.cancelled() => ApprovalAnswer {
             approved: false,
-            decision: "denied",
+            decision: Decision::Denied,
             by: "cancel".into(),
             reason: Some("the task was cancelled".into()),
             remembered: None,
@@ -276,7 +278,8 @@ async fn ask(
             Some(task_id),
             Event::ApprovalResolved {
                 approval_id: req.approval_id.clone(),
-                decision: answer.decision.into(),
+                tool_use_id: req.tool_use_id.clone(),
+                decision: answer.decision,
                 by: answer.by.clone(),
                 reason: answer.reason.clone(),
                 remembered: answer.remembered.clone(),

@@ -12,12 +12,12 @@ mod calls;
 mod compact;
 mod guard;
 pub mod reconcile;
-mod stop;
 mod transcript;
 
+use crate::protocol::Source;
+pub use crate::protocol::{StopReason, TaskStatus};
 pub use calls::advertised;
 pub use guard::install_panic_hook;
-pub use stop::{StopReason, TaskStatus};
 pub use transcript::{LockError, RunLock, Transcript, TranscriptHead, TurnRecord, Unsaved};
 
 use std::sync::Arc;
@@ -113,7 +113,7 @@ pub struct TaskSpec {
     /// Overrides `loop.max_turns`.
     pub max_turns: Option<u32>,
     /// `cli` or `api`.
-    pub source: String,
+    pub source: Source,
     /// Who asked for this run (submit or resume): `uid:N (name)` or `cli`.
     pub by: String,
     /// Continue this transcript instead of starting from `prompt`; a transcript
@@ -565,7 +565,7 @@ impl TaskRun<'_> {
             Err(SendError::Model(e)) => return Ok(Err(e)),
         };
         let latency_ms = sent.elapsed().as_millis() as u64;
-        let price = crate::usage::price_of(&request.model, &loaded.config.pricing);
+        let price = crate::protocol::price_of(&request.model, &loaded.config.pricing);
         let usd = price.map(|p| p.cost(&response.usage));
         Ok(Ok((response, latency_ms, usd)))
     }
@@ -775,7 +775,7 @@ impl TaskRun<'_> {
             if !self.spec.resume_recorded {
                 self.record(Event::TaskResumed {
                     turns_so_far: self.turn,
-                    source: self.spec.source.clone(),
+                    source: self.spec.source,
                     by: self.spec.by.clone(),
                 })
                 .await?;
@@ -791,7 +791,7 @@ impl TaskRun<'_> {
             self.record(Event::TaskStarted {
                 prompt: self.spec.prompt.clone(),
                 model,
-                source: self.spec.source.clone(),
+                source: self.spec.source,
             })
             .await?;
         }
@@ -850,7 +850,7 @@ impl TaskRun<'_> {
         // of what may be megabytes.
         let answer = self.transcript.answer.take().unwrap_or_default();
         self.record(Event::TaskFinished {
-            stop_reason: stop_reason.as_str().into(),
+            stop_reason,
             turns: self.turn,
             usage: self.transcript.usage,
             usd: self.transcript.usd,
@@ -880,7 +880,7 @@ impl TaskRun<'_> {
         self.transcript.error = None;
         let _ = self.save().await;
         self.record(Event::TaskInterrupted {
-            was: "running".into(),
+            was: TaskStatus::Running,
         })
         .await?;
         Ok(TaskOutcome {
@@ -1013,7 +1013,7 @@ fn fresh_transcript(spec: &TaskSpec) -> Transcript {
         messages: vec![Message::user(vec![Block::text(spec.prompt.clone())])],
         turns: Vec::new(),
         max_turns: spec.max_turns,
-        source: Some(spec.source.clone()),
+        source: Some(spec.source),
         by: None,
         resume_queued: false,
     }
@@ -1027,7 +1027,7 @@ fn initial_transcript(env: &TaskEnv, spec: &TaskSpec) -> Transcript {
         // A transcript from before cost accounting: its cost follows from its usage
         // (prices are linear in each kind of token), so a budget still applies.
         let usd = t.usd.or_else(|| {
-            crate::usage::price_of(&t.model, &loaded.config.pricing).map(|p| p.cost(&t.usage))
+            crate::protocol::price_of(&t.model, &loaded.config.pricing).map(|p| p.cost(&t.usage))
         });
         return Transcript {
             status: TaskStatus::Running,
@@ -1051,7 +1051,7 @@ impl TaskRun<'_> {
     async fn finish_after_late_panic(&mut self, error: String) -> Result<TaskOutcome, EventError> {
         self.env.cancel.cancel();
         self.record(Event::TaskFinished {
-            stop_reason: StopReason::Error.as_str().into(),
+            stop_reason: StopReason::Error,
             turns: self.turn,
             usage: self.transcript.usage,
             usd: self.transcript.usd,

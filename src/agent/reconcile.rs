@@ -7,11 +7,12 @@
 
 use std::path::Path;
 
+use super::Transcript;
 use super::guard::{RESUME_NOT_EXECUTED, RESUME_STATE_UNKNOWN, ran_but_lost};
-use super::{StopReason, TaskStatus, Transcript};
 use crate::events::CallTrail;
 use crate::events::since::Since;
 use crate::llm::{Block, Message, Role};
+use crate::protocol::{StopReason, TaskStatus};
 
 /// Brings `t` in line with what the log says since its last checkpoint; `true`
 /// when it changed (and must be saved). `outputs` is `transcripts/`, where each

@@ -43,7 +43,7 @@ struct Shown {
     status: String,
     stop_reason: Option<String>,
     error: Option<String>,
-    usage: crate::usage::Usage,
+    usage: crate::protocol::Usage,
     /// US dollars, when the model has a price.
     usd: Option<f64>,
     created: String,
@@ -116,10 +116,9 @@ fn build(t: &Transcript, events: &Path) -> anyhow::Result<Shown> {
         created: t.created.clone(),
         duration_ms: None,
         // A `run` is the operator at the terminal (docs/events.md: `cli`).
-        submitted_by: t
-            .by
-            .clone()
-            .or_else(|| (t.source.as_deref() == Some("cli")).then(|| "cli".to_string())),
+        submitted_by: t.by.clone().or_else(|| {
+            (t.source == Some(crate::protocol::Source::Cli)).then(|| "cli".to_string())
+        }),
         calls: Vec::new(),
         answer: t.answer.clone(),
     };

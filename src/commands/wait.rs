@@ -16,9 +16,10 @@ use serde_json::Value;
 
 use super::clients::{enc, print_json, warn_unreadable};
 use super::listing::print_approval;
-use crate::agent::{StopReason, TaskStatus};
+use crate::control::ClientError;
 use crate::control::client::{self, request_empty};
-use crate::control::{ApprovalList, ClientError, Task};
+use crate::protocol::{ApprovalList, Task};
+use crate::protocol::{StopReason, TaskStatus};
 use crate::text::{escape_line, escape_text};
 
 /// How the commands that answer an approval are spelt: `harnessd`, and

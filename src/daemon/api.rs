@@ -25,11 +25,11 @@ use super::metrics::Metrics;
 use super::tasks::{ClaimError, Cursor, ListQuery, Scheduler, TaskStatus, lock_run};
 use crate::agent::Transcript;
 use crate::config::{ConfigSource, LiveConfig};
-use crate::control::{
+use crate::events::Event;
+use crate::protocol::{
     ApprovalList, DecisionRequest, DecisionResponse, ErrorBody, ErrorDetail, SubmitRequest,
     SubmitResponse, Task, TaskList,
 };
-use crate::events::Event;
 
 /// Largest request body accepted.
 pub const MAX_BODY: usize = 256 * 1024;

@@ -103,7 +103,7 @@ fn owed_event(dir: &Path, id: &str) -> Option<Event> {
 
 fn finished(stop_reason: StopReason, turns: u32, usage: Usage, error: Option<String>) -> Event {
     Event::TaskFinished {
-        stop_reason: stop_reason.as_str().into(),
+        stop_reason,
         turns,
         usage,
         duration_ms: 0,

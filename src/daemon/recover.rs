@@ -9,9 +9,9 @@ use super::serve::ServeError;
 use super::tasks::{Registry, TaskStatus};
 use crate::agent::{LockError, RunLock, Transcript, TranscriptHead};
 use crate::config::Loaded;
-use crate::control::Task;
 use crate::events::since::{Since, since_checkpoint};
 use crate::events::{Event, EventLog};
+use crate::protocol::Task;
 
 /// A transcript found at start: its head (all the task index keeps), the whole
 /// transcript only when the task must be queued again, and whether a crashed
@@ -77,7 +77,7 @@ pub(super) async fn recover_tasks(
                 .record(
                     Some(&t.task_id),
                     Event::TaskInterrupted {
-                        was: "running".into(),
+                        was: TaskStatus::Running,
                     },
                 )
                 .await?;

@@ -128,7 +128,7 @@ fn live_usage(registry: &Registry, ev: &Value) {
     }
     if let (Some(id), Ok(usage)) = (
         ev["task_id"].as_str(),
-        serde_json::from_value::<crate::usage::Usage>(ev["usage"].clone()),
+        serde_json::from_value::<crate::protocol::Usage>(ev["usage"].clone()),
     ) {
         registry.add_usage(id, &usage);
     }

@@ -15,7 +15,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::{CallTrail, TrailError};
-use crate::usage::Usage;
+use crate::protocol::Usage;
 
 /// How much of a file is read at a time, backwards, looking for a checkpoint.
 const WINDOW: u64 = 256 * 1024;

@@ -18,7 +18,8 @@ use serde_json::Value;
 
 use super::{ToolInput, ToolName, decide};
 use crate::config::{CompiledSettings, Loaded, RememberError, add_allow_rules};
-use crate::policy::{Profile, ShellView, Tier, literal_rule, programs};
+use crate::policy::{ShellView, literal_rule, programs};
+use crate::protocol::{Profile, Tier};
 
 /// Why a call cannot be remembered.
 #[derive(Debug, thiserror::Error)]
