@@ -37,7 +37,7 @@ use super::recover::recover_tasks;
 use super::socket::{SocketDir, SocketError};
 use super::tasks::{Registry, Scheduler, SchedulerParts, TaskStatus};
 use crate::config::{ConfigSource, LiveConfig, Loaded, resolve};
-use crate::events::{Event, EventError};
+use crate::events::{Event, EventError, Record};
 use crate::services::{Prepared, Services, StartError, StartOptions};
 
 /// Why the daemon could not start or stop cleanly.
@@ -122,15 +122,9 @@ fn operators_gid(group: Option<&str>) -> Result<Option<Gid>, ServeError> {
 }
 
 /// A `model_response` adds its tokens to its task, so listings are live.
-fn live_usage(registry: &Registry, ev: &Value) {
-    if ev["type"] != "model_response" {
-        return;
-    }
-    if let (Some(id), Ok(usage)) = (
-        ev["task_id"].as_str(),
-        serde_json::from_value::<crate::protocol::Usage>(ev["usage"].clone()),
-    ) {
-        registry.add_usage(id, &usage);
+fn live_usage(registry: &Registry, record: &Record) {
+    if let (Some(id), Event::ModelResponse { usage, .. }) = (&record.task_id, &record.event) {
+        registry.add_usage(id, usage);
     }
 }
 
@@ -393,8 +387,10 @@ async fn wire(
         let (live_tx, metrics, registry) = (live_tx.clone(), metrics.clone(), registry.clone());
         tokio::spawn(async move {
             while let Some(ev) = tap_rx.recv().await {
-                metrics.observe(&ev);
-                live_usage(&registry, &ev);
+                if let Some(record) = Record::from_value(ev.clone()) {
+                    metrics.observe(&record.event);
+                    live_usage(&registry, &record);
+                }
                 let _ = live_tx.send(ev);
             }
         });

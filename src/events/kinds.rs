@@ -592,6 +592,61 @@ mod tests {
         assert_eq!(types.len(), 25, "{types:?}");
     }
 
+    /// Lines of older versions read back typed: a remembered rule's sentence as
+    /// its trigger, an `approval_resolved` without `tool_use_id`, a
+    /// `policy_decision` without `profile`; a type of a later version is
+    /// `Unknown`, and a line without its envelope is no record.
+    #[test]
+    fn old_and_later_lines_read_back() {
+        use super::{Event, Record};
+        use crate::protocol::{Decision, Profile, Tier, Trigger};
+        let old = [
+            r#"{"seq":1,"ts":"t","type":"config_loaded","file":"f","sha256":"s","changes":[],"trigger":"approve --remember by uid:0 (root)"}"#,
+            r#"{"seq":2,"ts":"t","prev":null,"task_id":"x","type":"approval_resolved","approval_id":"a","decision":"timeout","by":"timeout","reason":null}"#,
+            r#"{"seq":3,"ts":"t","task_id":"x","type":"policy_decision","tool_use_id":"u","tool":"run_bash","tier":"ask","rule":"default","subject":null}"#,
+            r#"{"seq":4,"ts":"t","type":"hook_fired","hook":"h"}"#,
+        ];
+        let records: Vec<Record> = old
+            .iter()
+            .map(|l| Record::parse(l.as_bytes()).unwrap())
+            .collect();
+        assert!(matches!(
+            records[0].event,
+            Event::ConfigLoaded {
+                trigger: Trigger::Remember,
+                ..
+            }
+        ));
+        assert!(matches!(
+            &records[1].event,
+            Event::ApprovalResolved { decision: Decision::Timeout, tool_use_id, .. }
+                if tool_use_id.is_empty()
+        ));
+        assert_eq!(records[1].task_id.as_deref(), Some("x"));
+        assert!(matches!(
+            records[2].event,
+            Event::PolicyDecision {
+                tier: Tier::Ask,
+                profile: Profile::Write,
+                ..
+            }
+        ));
+        assert_eq!((records[3].seq, &records[3].event), (4, &Event::Unknown));
+        assert_eq!(records[3].kind(), None);
+        assert!(Record::parse(br#"{"type":"checkpoint","reason":"stop"}"#).is_none());
+        assert!(Record::parse(b"not json").is_none());
+    }
+
+    /// A record serialises to the line it was read from: the types hold every
+    /// field, in wire order.
+    #[test]
+    fn a_line_round_trips_through_the_types() {
+        let line = r#"{"seq":7,"ts":"2026-01-01T00:00:00.000Z","prev":null,"task_id":"x","type":"approval_resolved","approval_id":"a","tool_use_id":"u","decision":"approved","by":"uid:0 (root)","reason":null}"#;
+        let record = super::Record::parse(line.as_bytes()).unwrap();
+        assert_eq!(record.kind(), Some("approval_resolved"));
+        assert_eq!(serde_json::to_string(&record).unwrap(), line);
+    }
+
     #[test]
     fn shipped_schema_matches_the_types() {
         // Read at run time: a file outside src/ is never an input of the build.
