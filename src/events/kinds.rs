@@ -76,8 +76,8 @@ pub enum Event {
         sha256: Option<String>,
         /// The error, with line and column.
         error: String,
-        /// `watch`, `sighup`, `remember` or `remember_undone` (as for
-        /// `config_loaded`).
+        /// `watch`, `sighup`, `remember` or `remember_undone`, as for
+        /// `config_loaded` (a bad file at `start` stops the start instead).
         trigger: Trigger,
         /// With `remember` and `remember_undone`: who added the rules.
         #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -314,6 +314,65 @@ fn docs_events_are_generated_from_the_event_types() {
     check_block("docs/events.md", "event types", &event_types());
 }
 
+/// The values of a closed-set field of an event: the consts of the enum its
+/// schema names (`$ref` into `$defs`, or inline).
+fn closed_values(prop: &Value, defs: &Map<String, Value>) -> Option<(String, Vec<String>)> {
+    let name = prop["$ref"].as_str()?.rsplit('/').next()?.to_string();
+    let values = defs.get(&name)?["oneOf"]
+        .as_array()?
+        .iter()
+        .filter_map(|v| v["const"].as_str().map(str::to_string))
+        .collect();
+    Some((name, values))
+}
+
+/// The enums whose every value a field's documentation names: the audit log's
+/// closed sets. (`was` and `stop_reason` are a task's status and stop reason,
+/// documented with the task.)
+const LISTED_IN_FULL: &[&str] = &[
+    "Trigger",
+    "Source",
+    "Decision",
+    "CheckpointReason",
+    "CompactionMethod",
+    "BaseUrlFrom",
+    "Profile",
+    "Tier",
+];
+
+/// docs/events.md cannot drift from what is written: a field typed by one of the
+/// closed sets names each of its values, so a value added to the enum without
+/// its words in the docs fails here.
+#[test]
+fn docs_events_name_every_value_of_each_closed_field() {
+    let schema: Value = serde_json::from_str(&harnessd::events::events_schema()).unwrap();
+    let defs = schema["$defs"].as_object().unwrap();
+    let mut missing = Vec::new();
+    let mut checked = 0;
+    for variant in schema["oneOf"].as_array().unwrap() {
+        let kind = variant["properties"]["type"]["const"]
+            .as_str()
+            .unwrap_or("?");
+        for (field, prop) in variant["properties"].as_object().unwrap() {
+            let Some((name, values)) = closed_values(prop, defs) else {
+                continue;
+            };
+            if !LISTED_IN_FULL.contains(&name.as_str()) {
+                continue;
+            }
+            checked += 1;
+            let doc = prop["description"].as_str().unwrap_or("");
+            for v in values {
+                if !doc.contains(&format!("`{v}`")) {
+                    missing.push(format!("{kind}.{field} does not name `{v}` ({name})"));
+                }
+            }
+        }
+    }
+    assert!(checked >= 10, "{checked} closed fields found");
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
+}
+
 #[test]
 fn docs_commands_are_generated_from_the_cli() {
     check_block("docs/commands.md", "commands", &commands());
