@@ -8,8 +8,9 @@
 //! `BENCH_KEEP=1` keeps the root).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
-use harnessd::agent::{StopReason, TaskStatus, Transcript, TurnRecord};
+use harnessd::agent::{Transcript, TurnRecord};
 use harnessd::llm::{Block, Message, Role, Usage};
+use harnessd::protocol::{StopReason, TaskStatus};
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;

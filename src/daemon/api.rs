@@ -22,13 +22,13 @@ use tokio::sync::broadcast;
 
 use super::approvals::{Answer, Approvals, ResolveError};
 use super::metrics::Metrics;
-use super::tasks::{ClaimError, Cursor, ListQuery, Scheduler, TaskStatus, lock_run};
+use super::tasks::{ClaimError, Cursor, ListQuery, Scheduler, lock_run};
 use crate::agent::Transcript;
 use crate::config::{ConfigSource, LiveConfig};
 use crate::events::Event;
 use crate::protocol::{
     ApprovalList, DecisionRequest, DecisionResponse, ErrorBody, ErrorDetail, SubmitRequest,
-    SubmitResponse, Task, TaskList,
+    SubmitResponse, Task, TaskList, TaskStatus,
 };
 
 /// Largest request body accepted.

@@ -9,11 +9,10 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use super::tasks::{Registry, TaskStatus};
+use super::tasks::Registry;
 use crate::approval::{AnswerFuture, ApprovalAnswer, Approver, Remember};
 use crate::config::ConfigSource;
-use crate::protocol::Approval;
-use crate::protocol::{ApprovalRequest, Decision};
+use crate::protocol::{Approval, ApprovalRequest, Decision, TaskStatus};
 
 struct Waiting {
     info: Approval,

@@ -16,9 +16,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use crate::agent::{LockError, RunLock, StopReason, TaskStatus, Transcript, TranscriptHead};
+use crate::agent::{LockError, RunLock, Transcript, TranscriptHead};
 use crate::events::{Event, EventError, EventLog, TrailError, ended_cleanly, open_tasks};
 use crate::llm::Usage;
+use crate::protocol::{StopReason, TaskStatus};
 
 /// Why the loose ends could not be closed.
 #[derive(Debug, thiserror::Error)]

@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use super::tasks::{Registry, TaskStatus};
+use super::tasks::Registry;
 use crate::events::Event;
-use crate::protocol::Trigger;
+use crate::protocol::{TaskStatus, Trigger};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;

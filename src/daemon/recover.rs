@@ -6,12 +6,12 @@
 use std::path::{Path, PathBuf};
 
 use super::serve::ServeError;
-use super::tasks::{Registry, TaskStatus};
+use super::tasks::Registry;
 use crate::agent::{LockError, RunLock, Transcript, TranscriptHead};
 use crate::config::Loaded;
 use crate::events::since::{Since, since_checkpoint};
 use crate::events::{Event, EventLog};
-use crate::protocol::Task;
+use crate::protocol::{Task, TaskStatus};
 
 /// A transcript found at start: its head (all the task index keeps), the whole
 /// transcript only when the task must be queued again, and whether a crashed

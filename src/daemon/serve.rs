@@ -35,9 +35,10 @@ use super::loose_ends::close_at_start;
 use super::metrics::Metrics;
 use super::recover::recover_tasks;
 use super::socket::{SocketDir, SocketError};
-use super::tasks::{Registry, Scheduler, SchedulerParts, TaskStatus};
+use super::tasks::{Registry, Scheduler, SchedulerParts};
 use crate::config::{ConfigSource, LiveConfig, Loaded, resolve};
 use crate::events::{Event, EventError, Record};
+use crate::protocol::TaskStatus;
 use crate::services::{Prepared, Services, StartError, StartOptions};
 
 /// Why the daemon could not start or stop cleanly.
