@@ -8,8 +8,9 @@
 //! `BENCH_KEEP=1` keeps the root).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
-use harnessd::agent::{StopReason, TaskStatus, Transcript, TurnRecord};
+use harnessd::agent::{Transcript, TurnRecord};
 use harnessd::llm::{Block, Message, Role, Usage};
+use harnessd::protocol::{StopReason, TaskStatus};
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -109,7 +110,7 @@ fn transcript(i: usize) -> Transcript {
             turn(2, "end_turn", usage(1100, 180), 1400 + (i % 700) as u64),
         ],
         max_turns: None,
-        source: Some("api".into()),
+        source: Some(harnessd::protocol::Source::Api),
         by: Some("uid:1000".into()),
         resume_queued: false,
     }

@@ -9,26 +9,8 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::os::fd::AsFd;
 use std::pin::Pin;
 
-use serde_json::Value;
-
+use crate::protocol::{ApprovalRequest, Decision};
 use crate::text::escape_line;
-
-/// One call waiting for a human.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct ApprovalRequest {
-    /// Approval id.
-    pub approval_id: String,
-    /// The task that made the call.
-    pub task_id: String,
-    /// The call.
-    pub tool_use_id: String,
-    /// Tool name.
-    pub tool: String,
-    /// The call's input.
-    pub input: Value,
-    /// The rule that asked.
-    pub rule: String,
-}
 
 /// The answer.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,7 +18,7 @@ pub struct ApprovalAnswer {
     /// Whether the call may run.
     pub approved: bool,
     /// `approved`, `denied` or `timeout`.
-    pub decision: &'static str,
+    pub decision: Decision,
     /// Who answered: `tty`, `flag`, `uid:N`, `timeout`.
     pub by: String,
     /// A reason for the model, if any.
@@ -127,7 +109,7 @@ impl Approver for TerminalApprover {
             if self.yes {
                 return ApprovalAnswer {
                     approved: true,
-                    decision: "approved",
+                    decision: Decision::Approved,
                     by: "flag".into(),
                     reason: None,
                     remembered: None,
@@ -136,7 +118,7 @@ impl Approver for TerminalApprover {
             if !std::io::stdin().is_terminal() {
                 return ApprovalAnswer {
                     approved: false,
-                    decision: "denied",
+                    decision: Decision::Denied,
                     by: "flag".into(),
                     reason: Some(
                         "no terminal to ask on and --yes not given; the operator must approve \
@@ -170,7 +152,11 @@ impl Approver for TerminalApprover {
             let approved = answer != Typed::No;
             ApprovalAnswer {
                 approved,
-                decision: if approved { "approved" } else { "denied" },
+                decision: if approved {
+                    Decision::Approved
+                } else {
+                    Decision::Denied
+                },
                 by: "tty".into(),
                 reason: None,
                 remembered,

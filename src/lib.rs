@@ -20,8 +20,7 @@
 //! - [`reload`]: file watching and SIGHUP into [`config::LiveConfig`].
 //! - [`daemon`]: `harnessd serve` as a library function taking its shutdown
 //!   trigger: control API, scheduler, approvals, metrics.
-//! - [`control`]: the control API's request/response types and its client,
-//!   shared by the server in [`daemon`] and the clients in [`commands`].
+//! - [`control`]: the control API's client, used by the clients in [`commands`].
 //! - [`services`]: the start/stop core `run` and `serve` share (config, audit
 //!   log, sandbox probe, hot reload); signals are handed in, never installed there.
 //! - [`agent`]: the turn loop and the transcript.
@@ -31,16 +30,16 @@
 //! - [`tools`]: tool schemas, validation, results.
 //! - [`remember`]: "always allow this call": the narrowest rules, written into
 //!   settings.json in place, the policy reloaded and the change recorded.
-//! - [`tool_name`]: the built-in tools' names, a leaf that [`config`] and
-//!   [`policy`] use without importing [`tools`].
 //! - [`exec`]: the only place processes are spawned; bounded output, timeouts,
 //!   per-call cgroups.
 //! - [`sandbox`]: the child side, re-executed from this binary; every confinement
 //!   layer.
 //! - [`events`]: the audit log writer.
 //! - [`commands`]: one module per subcommand; [`cli`] holds their clap types.
-//! - [`usage`]: token counts, shared by [`llm`] and [`events`] so neither imports
-//!   the other.
+//! - [`protocol`]: the shared vocabulary, a leaf every layer may use: tool names,
+//!   token counts and prices, task status and stop reason, tier, the approval
+//!   request, the audit log's closed sets of values and the control API's bodies
+//!   (shared by the server in [`daemon`] and the clients in [`commands`]).
 //! - [`disk`]: free space on a filesystem, for the spool budget and the audit
 //!   log's reserve.
 //! - [`text`]: cutting long text in the middle; escaping hostile text before it
@@ -60,11 +59,10 @@ pub mod events;
 pub mod exec;
 pub mod llm;
 pub mod policy;
+pub mod protocol;
 pub mod reload;
 pub mod remember;
 pub mod sandbox;
 pub mod services;
 pub mod text;
-pub mod tool_name;
 pub mod tools;
-pub mod usage;

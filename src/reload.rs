@@ -29,6 +29,8 @@ use notify::{RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::protocol::Trigger;
+
 use crate::config::{ConfigSource, Debouncer, FileOutcome, LiveConfig, ReloadOutcome, Verdict};
 use crate::events::{Event, EventError, EventLog};
 use crate::text::escape_text;
@@ -153,9 +155,6 @@ async fn reload_off_runtime(live: &Arc<LiveConfig>) -> ReloadOutcome {
     }
 }
 
-/// The trigger of a reload asked for by SIGHUP.
-const SIGHUP: &str = "sighup";
-
 /// Reloads once and records the outcome, file by file: `config_loaded` for a
 /// file whose new version is in force, `config_rejected` for one whose new
 /// version was refused. A rejection is recorded once per content (the reload
@@ -167,7 +166,8 @@ const SIGHUP: &str = "sighup";
 pub async fn reload_and_record(
     live: &Arc<LiveConfig>,
     events: &EventLog,
-    trigger: &str,
+    trigger: Trigger,
+    by: Option<&str>,
 ) -> Result<ReloadOutcome, EventError> {
     let outcome = reload_off_runtime(live).await;
     // `audit.sync` applies from the next line on, like any other live setting.
@@ -175,7 +175,7 @@ pub async fn reload_and_record(
     events.set_rotate_mb(live.current().config.audit.rotate_mb);
     // A SIGHUP that changed nothing is told as such, file by file; one that
     // loaded or rejected something is told by that.
-    let sighup = trigger == SIGHUP
+    let sighup = trigger == Trigger::Sighup
         && outcome
             .iter()
             .all(|f| matches!(f.verdict, Verdict::Unchanged));
@@ -188,7 +188,7 @@ pub async fn reload_and_record(
         };
         match &f.verdict {
             Verdict::Unchanged if sighup || f.after_rejection => {
-                record_unchanged(live, events, trigger, f).await?;
+                record_unchanged(live, events, (trigger, by), f).await?;
                 // "accepted" wins: the line says the bad edit is gone.
                 if unchanged_verb != Some("accepted") {
                     unchanged_verb = Some(verb);
@@ -198,9 +198,11 @@ pub async fn reload_and_record(
             Verdict::Loaded {
                 changes,
                 restart_needed,
-            } => record_loaded(events, trigger, verb, f, changes, restart_needed).await?,
-            Verdict::Rejected { repeated, .. } if *repeated && trigger != SIGHUP => {}
-            Verdict::Rejected { error, .. } => record_rejected(events, trigger, f, error).await?,
+            } => record_loaded(events, (trigger, by), verb, f, changes, restart_needed).await?,
+            Verdict::Rejected { repeated, .. } if *repeated && trigger != Trigger::Sighup => {}
+            Verdict::Rejected { error, .. } => {
+                record_rejected(events, (trigger, by), f, error).await?
+            }
         }
     }
     if let Some(verb) = unchanged_verb {
@@ -212,11 +214,14 @@ pub async fn reload_and_record(
     Ok(outcome)
 }
 
+/// What asked for a reload, and who when a person did (`approve --remember`).
+type Cause<'a> = (Trigger, Option<&'a str>);
+
 /// Records `config_rejected` and says on the daemon's log (stderr, journald)
 /// that the old version stays.
 async fn record_rejected(
     events: &EventLog,
-    trigger: &str,
+    (trigger, by): Cause<'_>,
     f: &FileOutcome,
     error: &str,
 ) -> Result<(), EventError> {
@@ -227,7 +232,8 @@ async fn record_rejected(
                 file: f.file.clone(),
                 sha256: f.sha256.clone(),
                 error: error.to_string(),
-                trigger: trigger.into(),
+                trigger,
+                by: by.map(str::to_string),
             },
         )
         .await?;
@@ -243,7 +249,7 @@ async fn record_rejected(
 async fn record_unchanged(
     live: &Arc<LiveConfig>,
     events: &EventLog,
-    trigger: &str,
+    (trigger, by): Cause<'_>,
     f: &FileOutcome,
 ) -> Result<(), EventError> {
     let current = live.current();
@@ -259,7 +265,8 @@ async fn record_unchanged(
                 sha256,
                 changes: Vec::new(),
                 restart_needed: Vec::new(),
-                trigger: trigger.into(),
+                trigger,
+                by: by.map(str::to_string),
             },
         )
         .await?;
@@ -269,7 +276,7 @@ async fn record_unchanged(
 /// Records `config_loaded` for a changed file and says on stderr what changed.
 async fn record_loaded(
     events: &EventLog,
-    trigger: &str,
+    (trigger, by): Cause<'_>,
     verb: &str,
     f: &FileOutcome,
     changes: &[String],
@@ -283,7 +290,8 @@ async fn record_loaded(
                 sha256: f.sha256.clone().unwrap_or_default(),
                 changes: changes.to_vec(),
                 restart_needed: restart_needed.to_vec(),
-                trigger: trigger.into(),
+                trigger,
+                by: by.map(str::to_string),
             },
         )
         .await?;
@@ -357,7 +365,7 @@ pub async fn watch(
                 }
             }
             Some(()) = hangups.next() => {
-                reload_and_record(&live, &events, SIGHUP).await?;
+                reload_and_record(&live, &events, Trigger::Sighup, None).await?;
             }
             () = async { match deadline { Some(d) => tokio::time::sleep_until(d.into()).await, None => std::future::pending().await } } => {
                 if debounce.take_due(Instant::now()) {
@@ -367,7 +375,7 @@ pub async fn watch(
                         rewatch(w, &in_view, &now);
                         in_view = now;
                     }
-                    reload_and_record(&live, &events, "watch").await?;
+                    reload_and_record(&live, &events, Trigger::Watch, None).await?;
                 }
             }
         }

@@ -26,6 +26,7 @@ use crate::config::{
 use crate::events::{Event, EventError, EventLog};
 use crate::exec::{Executor, WorkspaceError, prepare_workspace, verdict};
 use crate::llm::{AnthropicClient, LlmError, ResponseBudget};
+use crate::protocol::Trigger;
 use crate::sandbox::{Confinement, Report};
 
 /// Why start-up failed.
@@ -221,7 +222,7 @@ fn daemon_started(probe: &Result<Report, String>, loaded: &Loaded) -> Event {
         landlock_abi: abi,
         enforced: layers,
         base_url: crate::config::shown_url(&loaded.config.api.base_url),
-        base_url_from: loaded.base_url_from.into(),
+        base_url_from: loaded.base_url_from,
     }
 }
 
@@ -267,7 +268,8 @@ async fn open_audit_log(
             sha256: sha256.clone(),
             changes: Vec::new(),
             restart_needed: Vec::new(),
-            trigger: "start".into(),
+            trigger: Trigger::Start,
+            by: None,
         };
         events.record(None, event).await?;
     }

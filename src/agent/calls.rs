@@ -11,11 +11,12 @@ use serde_json::Value;
 
 use super::TaskEnv;
 use super::guard::{self, FaultPoint, Ledger};
-use crate::approval::{ApprovalAnswer, ApprovalRequest};
+use crate::approval::ApprovalAnswer;
 use crate::config::Loaded;
 use crate::events::{Event, EventError, SpoolCutReason, SpoolCutRecord};
 use crate::llm::{Block, ToolUse};
-use crate::policy::{self, Tier};
+use crate::policy;
+use crate::protocol::{ApprovalRequest, Decision, Tier};
 use crate::tools::{self, RunContext, ToolInput, ToolName, ToolResult};
 
 /// A call that passed every check and will run.
@@ -27,7 +28,7 @@ struct Runnable {
     /// What it was judged on; a file tool opens exactly this path.
     judged: tools::Judged,
     /// What it may write: read-only when a pattern `allow` admitted it.
-    profile: policy::Profile,
+    profile: crate::protocol::Profile,
     /// The snapshot that admitted it: its sandbox limits apply to the process.
     loaded: Arc<Loaded>,
 }
@@ -122,7 +123,7 @@ impl From<EventError> for NotRun {
 }
 
 /// A call that may run: its tool, input, what it was judged on and what it may write.
-type Admitted = (ToolName, ToolInput, tools::Judged, policy::Profile);
+type Admitted = (ToolName, ToolInput, tools::Judged, crate::protocol::Profile);
 
 /// The checks that need no policy: the per-turn call limit, a known and offered
 /// tool, input matching its schema. `Err` is the call's answer.
@@ -184,13 +185,13 @@ async fn admit(
             Event::PolicyDecision {
                 tool_use_id: id.clone(),
                 tool: name.clone(),
-                tier: decision.tier.as_str().into(),
+                tier: decision.tier,
                 rule: decision.rule_label(),
                 subject: judged.subject.clone(),
                 commands: decision.shell.as_ref().map(|s| s.commands.clone()),
                 provable: decision.shell.as_ref().map(|s| s.provable),
                 not_provable: decision.shell.as_ref().and_then(|s| s.not_provable.clone()),
-                profile: decision.profile.as_str().into(),
+                profile: decision.profile,
                 programs: decision
                     .shell
                     .as_ref()
@@ -215,7 +216,7 @@ async fn admit(
         // What a human approved runs with the write set (docs/policy.md).
         Tier::Ask => {
             ask(env, task_id, call, decision.rule_label()).await?;
-            policy::Profile::Write
+            crate::protocol::Profile::Write
         }
     };
     Ok((tool, parsed, judged, profile))
@@ -272,7 +273,7 @@ async fn ask(env: &TaskEnv, task_id: &str, call: &ToolUse, rule: String) -> Resu
         a = env.services.approver.ask(&req) => a,
         () = env.cancel.cancelled() => ApprovalAnswer {
             approved: false,
-            decision: "denied",
+            decision: Decision::Denied,
             by: "cancel".into(),
             reason: Some("the task was cancelled".into()),
             remembered: None,
@@ -283,7 +284,8 @@ async fn ask(env: &TaskEnv, task_id: &str, call: &ToolUse, rule: String) -> Resu
             Some(task_id),
             Event::ApprovalResolved {
                 approval_id: req.approval_id.clone(),
-                decision: answer.decision.into(),
+                tool_use_id: req.tool_use_id.clone(),
+                decision: answer.decision,
                 by: answer.by.clone(),
                 reason: answer.reason.clone(),
                 remembered: answer.remembered.clone(),

@@ -27,6 +27,7 @@ use super::request::{build_request, model_error};
 use crate::config::Loaded;
 use crate::events::{Event, EventError};
 use crate::llm::{Block, FailedAttempt, Message, Role, Usage};
+use crate::protocol::CompactionMethod;
 
 /// Opens the summary block in the first user message; a later compaction
 /// replaces the block it finds there.
@@ -160,11 +161,10 @@ impl TaskRun<'_> {
             tokens_after: estimate(&self.transcript.messages),
             history_file,
             method: if summary_usage.is_some() {
-                "summary"
+                CompactionMethod::Summary
             } else {
-                "placeholders"
-            }
-            .into(),
+                CompactionMethod::Placeholders
+            },
             summary_usage,
             duration_ms: started.elapsed().as_millis() as u64,
         })
@@ -254,7 +254,7 @@ impl TaskRun<'_> {
             Err(crate::llm::SendError::Model(e)) => return Ok(none(&e.to_string())),
         };
         self.transcript.usage.add(&response.usage);
-        let price = crate::usage::price_of(&request.model, &loaded.config.pricing);
+        let price = crate::protocol::price_of(&request.model, &loaded.config.pricing);
         let usd = price.map(|p| p.cost(&response.usage));
         self.transcript.usd = self.transcript.usd.zip(usd).map(|(a, b)| a + b);
         let message = Message {

@@ -57,7 +57,7 @@ impl TaskRun<'_> {
         // of what may be megabytes.
         let answer = self.transcript.answer.take().unwrap_or_default();
         self.record(Event::TaskFinished {
-            stop_reason: stop_reason.as_str().into(),
+            stop_reason,
             turns: self.turn,
             usage: self.transcript.usage,
             usd: self.transcript.usd,
@@ -87,7 +87,7 @@ impl TaskRun<'_> {
         self.transcript.error = None;
         let _ = self.save().await;
         self.record(Event::TaskInterrupted {
-            was: "running".into(),
+            was: TaskStatus::Running,
         })
         .await?;
         Ok(TaskOutcome {
@@ -128,7 +128,7 @@ impl TaskRun<'_> {
     ) -> Result<TaskOutcome, EventError> {
         self.env.cancel.cancel();
         self.record(Event::TaskFinished {
-            stop_reason: StopReason::Error.as_str().into(),
+            stop_reason: StopReason::Error,
             turns: self.turn,
             usage: self.transcript.usage,
             usd: self.transcript.usd,

@@ -23,14 +23,14 @@ mod limits;
 pub mod reconcile;
 mod request;
 mod resume;
-mod stop;
 mod transcript;
 mod turn;
 
+use crate::protocol::Source;
+pub use crate::protocol::{StopReason, TaskStatus};
 pub use calls::advertised;
 pub use guard::install_panic_hook;
 pub use resume::queued_transcript;
-pub use stop::{StopReason, TaskStatus};
 pub use transcript::{LockError, RunLock, Transcript, TranscriptHead, TurnRecord, Unsaved};
 pub use turn::SUMMARY_REQUEST;
 
@@ -116,7 +116,7 @@ pub struct TaskSpec {
     /// Overrides `loop.max_turns`.
     pub max_turns: Option<u32>,
     /// `cli` or `api`.
-    pub source: String,
+    pub source: Source,
     /// Who asked for this run (submit or resume): `uid:N (name)` or `cli`.
     pub by: String,
     /// Continue this transcript instead of starting from `prompt`; a transcript

@@ -7,11 +7,12 @@
 
 use std::path::Path;
 
+use super::Transcript;
 use super::guard::{RESUME_NOT_EXECUTED, RESUME_STATE_UNKNOWN, ran_but_lost};
-use super::{StopReason, TaskStatus, Transcript};
 use crate::events::CallTrail;
 use crate::events::since::Since;
 use crate::llm::{Block, Message, Role};
+use crate::protocol::TaskStatus;
 
 /// Brings `t` in line with what the log says since its last checkpoint; `true`
 /// when it changed (and must be saved). `outputs` is `transcripts/`, where each
@@ -25,17 +26,11 @@ pub fn in_line(t: &mut Transcript, since: &Since, outputs: &Path, max_chars: usi
     if t.status == TaskStatus::Finished {
         return false;
     }
-    let finished = since
-        .tasks
-        .get(&t.task_id)
-        .and_then(|s| s.finished.clone())
-        // `interrupted` (SIGTERM past the grace) leaves the task resumable.
-        .filter(|f| f.stop_reason != "interrupted");
+    let finished = since.tasks.get(&t.task_id).and_then(|s| s.finished.clone());
     let mut changed = answer_open_calls(t, since, outputs, max_chars, finished.is_some());
     if let Some(f) = finished {
-        let reason = serde_json::from_value(serde_json::Value::String(f.stop_reason));
         t.status = TaskStatus::Finished;
-        t.stop_reason = Some(reason.unwrap_or(StopReason::Error));
+        t.stop_reason = Some(f.stop_reason);
         t.error = f.error;
         t.usage = f.usage;
         t.usd = f.usd.or(t.usd);

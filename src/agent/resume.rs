@@ -15,7 +15,7 @@ impl TaskRun<'_> {
             if !self.spec.resume_recorded {
                 self.record(Event::TaskResumed {
                     turns_so_far: self.turn,
-                    source: self.spec.source.clone(),
+                    source: self.spec.source,
                     by: self.spec.by.clone(),
                 })
                 .await?;
@@ -30,7 +30,7 @@ impl TaskRun<'_> {
             self.record(Event::TaskStarted {
                 prompt: self.spec.prompt.clone(),
                 model,
-                source: self.spec.source.clone(),
+                source: self.spec.source,
             })
             .await?;
         }
@@ -113,7 +113,7 @@ fn fresh_transcript(spec: &TaskSpec) -> Transcript {
         messages: vec![Message::user(vec![Block::text(spec.prompt.clone())])],
         turns: Vec::new(),
         max_turns: spec.max_turns,
-        source: Some(spec.source.clone()),
+        source: Some(spec.source),
         by: None,
         resume_queued: false,
     }
@@ -126,7 +126,7 @@ pub(super) fn initial_transcript(loaded: &Loaded, spec: &TaskSpec) -> Transcript
         // A transcript from before cost accounting: its cost follows from its usage
         // (prices are linear in each kind of token), so a budget still applies.
         let usd = t.usd.or_else(|| {
-            crate::usage::price_of(&t.model, &loaded.config.pricing).map(|p| p.cost(&t.usage))
+            crate::protocol::price_of(&t.model, &loaded.config.pricing).map(|p| p.cost(&t.usage))
         });
         return Transcript {
             status: TaskStatus::Running,

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use super::{StopReason, TaskStatus};
 use crate::llm::{Message, Usage};
+use crate::protocol::{Source, StopReason, TaskStatus};
 
 /// The largest transcript file read back (a refused one is named, never read).
 pub const MAX_TRANSCRIPT_BYTES: u64 = 512 * 1024 * 1024;
@@ -92,7 +92,7 @@ pub struct Transcript {
     pub max_turns: Option<u32>,
     /// Where the task came from (`cli` or `api`); absent in older transcripts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub source: Option<String>,
+    pub source: Option<Source>,
     /// Who submitted it through the API (`uid:N`); absent for `run` and in older
     /// transcripts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -364,10 +364,7 @@ mod tests {
             "messages": [], "turns": []
         });
         let t: Transcript = serde_json::from_value(old.clone()).unwrap();
-        assert_eq!(
-            (t.max_turns, t.source.as_deref(), t.by.as_deref()),
-            (None, None, None)
-        );
+        assert_eq!((t.max_turns, t.source, t.by.as_deref()), (None, None, None));
         assert_eq!(serde_json::to_value(&t).unwrap(), old);
     }
 }

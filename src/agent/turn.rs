@@ -187,7 +187,7 @@ impl TaskRun<'_> {
             .send_live(&request, &self.env.cancel, on_failure, &on_text)
             .await?;
         let latency_ms = sent.elapsed().as_millis() as u64;
-        let price = crate::usage::price_of(&request.model, &loaded.config.pricing);
+        let price = crate::protocol::price_of(&request.model, &loaded.config.pricing);
         let usd = price.map(|p| p.cost(&response.usage));
         Ok((response, latency_ms, usd))
     }

@@ -176,7 +176,7 @@ fn print_config(out: &mut impl Write, loaded: &Loaded, report: &Value) -> std::i
         "model      {} at {}{}",
         escape_line(&loaded.config.api.model),
         escape_line(&crate::config::shown_url(&loaded.config.api.base_url)),
-        if loaded.base_url_from == crate::config::BASE_URL_ENV {
+        if loaded.base_url_from == crate::protocol::BaseUrlFrom::Environment {
             " (from ANTHROPIC_BASE_URL, over api.base_url)"
         } else {
             ""

@@ -15,12 +15,12 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::EXIT_CONFIG;
-use crate::agent::TaskStatus;
 use crate::config::resolve;
+use crate::control::ClientError;
 use crate::control::client::{request, request_empty};
-use crate::control::{
-    ApprovalList, ClientError, DecisionRequest, DecisionResponse, SubmitRequest, SubmitResponse,
-    Task, TaskList,
+use crate::protocol::TaskStatus;
+use crate::protocol::{
+    ApprovalList, DecisionRequest, DecisionResponse, SubmitRequest, SubmitResponse, Task, TaskList,
 };
 use crate::text::{escape_json, escape_line, escape_text};
 

@@ -7,8 +7,8 @@
 use std::io::Write;
 
 use super::table::print_aligned;
-use crate::agent::StopReason;
-use crate::control::{Approval, Task};
+use crate::protocol::StopReason;
+use crate::protocol::{Approval, Task};
 use crate::text::{escape_line, escape_text};
 
 /// How many characters of a prompt the `tasks` table shows.

@@ -7,16 +7,26 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::events::{Event, Record};
+use crate::protocol::{Decision, Tier};
 use crate::text::{Mode, escape};
 
 /// A field of an event for one line of the trail: cut to `max` characters, then
 /// escaped (text as a one-line field, other values as JSON), so model text in it
 /// never reaches the terminal raw.
 fn short(v: &Value, max: usize) -> String {
-    let (s, mode) = match v {
-        Value::String(s) => (s.clone(), Mode::Line),
-        other => (other.to_string(), Mode::Json),
-    };
+    match v {
+        Value::String(s) => short_text(s, max),
+        other => cut_and_escape(other.to_string(), max, Mode::Json),
+    }
+}
+
+/// [`short`] of a text field.
+fn short_text(s: &str, max: usize) -> String {
+    cut_and_escape(s.to_string(), max, Mode::Line)
+}
+
+fn cut_and_escape(s: String, max: usize, mode: Mode) -> String {
     let cut = if s.chars().count() <= max {
         s
     } else {
@@ -27,53 +37,63 @@ fn short(v: &Value, max: usize) -> String {
 }
 
 /// One line for an event, or `None` for events not worth a line.
-pub fn line(ev: &Value, total_tokens: &mut u64) -> Option<String> {
-    let turn = ev["turn"].as_u64().unwrap_or(0);
-    Some(match ev["type"].as_str()? {
-        "model_request" => {
-            let note = if ev["tools_disabled"] == true {
+pub fn line(ev: &Event, total_tokens: &mut u64) -> Option<String> {
+    Some(match ev {
+        Event::ModelRequest {
+            turn,
+            tools_disabled,
+            ..
+        } => {
+            let note = if *tools_disabled {
                 " (tools disabled: summary)"
             } else {
                 ""
             };
             format!("[turn {turn}] asking the model{note}")
         }
-        "model_response" => model_response(ev, turn, total_tokens),
-        "model_error" => model_error(ev, turn),
-        "tool_requested" => format!(
-            "  → {} {}",
-            short(&ev["tool"], 40),
-            short(&ev["input"], 120)
-        ),
-        "policy_decision" => format!(
+        Event::ModelResponse { .. } => model_response(ev, total_tokens)?,
+        Event::ModelError { .. } => model_error(ev)?,
+        Event::ToolRequested { tool, input, .. } => {
+            format!("  → {} {}", short_text(tool, 40), short(input, 120))
+        }
+        Event::PolicyDecision { tier, rule, .. } => format!(
             "    policy: {} by {}",
-            short(&ev["tier"], 10),
-            short(&ev["rule"], 80)
+            short_text(tier.as_str(), 10),
+            short_text(rule, 80)
         ),
-        "approval_resolved" => format!(
+        Event::ApprovalResolved { decision, by, .. } => format!(
             "    approval: {} by {}",
-            short(&ev["decision"], 10),
-            short(&ev["by"], 20)
+            short_text(decision.as_str(), 10),
+            short_text(by, 20)
         ),
-        "tool_finished" => tool_finished(ev),
-        "task_finished" => format!(
-            "[done] {} after {} turns · {} tokens · {} · {} ms",
-            short(&ev["stop_reason"], 20),
-            ev["turns"],
-            total_tokens,
-            usd(&ev["usd"]),
-            ev["duration_ms"]
+        Event::ToolFinished { .. } => tool_finished(ev)?,
+        Event::TaskFinished {
+            stop_reason,
+            turns,
+            usd: cost,
+            duration_ms,
+            ..
+        } => format!(
+            "[done] {} after {turns} turns · {total_tokens} tokens · {} · {duration_ms} ms",
+            short_text(stop_reason.as_str(), 20),
+            usd(*cost),
         ),
-        "context_compacted" => format!(
-            "[turn {turn}] context compacted ({}): ~{} → ~{} tokens; earlier history in {}",
-            short(&ev["method"], 20),
-            ev["tokens_before"],
-            ev["tokens_after"],
-            short(&ev["history_file"], 200)
+        Event::ContextCompacted {
+            turn,
+            method,
+            tokens_before,
+            tokens_after,
+            history_file,
+            ..
+        } => format!(
+            "[turn {turn}] context compacted ({}): ~{tokens_before} → ~{tokens_after} tokens; \
+             earlier history in {}",
+            short_text(method.as_str(), 20),
+            short_text(history_file, 200)
         ),
-        "events_repaired" => format!(
+        Event::EventsRepaired { torn_file, .. } => format!(
             "[log] a torn last line of events.jsonl was moved to {}",
-            short(&ev["torn_file"], 200)
+            short_text(torn_file, 200)
         ),
         _ => return None,
     })
@@ -81,83 +101,99 @@ pub fn line(ev: &Value, total_tokens: &mut u64) -> Option<String> {
 
 /// The line of a `model_response`; adds its tokens to `total_tokens`, which the
 /// line shows so far.
-fn model_response(ev: &Value, turn: u64, total_tokens: &mut u64) -> String {
-    let u = &ev["usage"];
-    let n = |k: &str| u[k].as_u64().unwrap_or(0);
-    let this = n("input_tokens")
-        + n("output_tokens")
-        + n("cache_read_input_tokens")
-        + n("cache_creation_input_tokens");
-    *total_tokens += this;
-    format!(
-        "[turn {turn}] {} in {} ms · in {} out {} cache read {} write {} · {} tokens so far",
-        short(&ev["stop_reason"], 20),
-        ev["latency_ms"],
-        n("input_tokens"),
-        n("output_tokens"),
-        n("cache_read_input_tokens"),
-        n("cache_creation_input_tokens"),
+fn model_response(ev: &Event, total_tokens: &mut u64) -> Option<String> {
+    let Event::ModelResponse {
+        turn,
+        stop_reason,
+        usage: u,
+        latency_ms,
+        ..
+    } = ev
+    else {
+        return None;
+    };
+    *total_tokens += u.total();
+    Some(format!(
+        "[turn {turn}] {} in {latency_ms} ms · in {} out {} cache read {} write {} · {} tokens so far",
+        short_text(stop_reason, 20),
+        u.input_tokens,
+        u.output_tokens,
+        u.cache_read_input_tokens,
+        u.cache_creation_input_tokens,
         total_tokens
-    )
+    ))
 }
 
 /// A cost as shown: dollars, or "cost unknown" for a model without a price.
-pub fn usd(v: &Value) -> String {
-    match v.as_f64() {
+pub fn usd(v: Option<f64>) -> String {
+    match v {
         Some(d) => format!("${d:.4}"),
         None => "cost unknown".to_string(),
     }
 }
 
 /// The line of a `model_error`, saying when it is retried.
-fn model_error(ev: &Value, turn: u64) -> String {
-    match ev["retry_in_ms"].as_u64() {
-        Some(ms) => format!(
-            "[turn {turn}] model error (attempt {}): {}; retrying in {ms} ms",
-            ev["attempt"],
-            short(&ev["message"], 200)
-        ),
-        None => format!(
-            "[turn {turn}] model error (attempt {}): {}",
-            ev["attempt"],
-            short(&ev["message"], 200)
-        ),
-    }
+fn model_error(ev: &Event) -> Option<String> {
+    let Event::ModelError {
+        turn,
+        attempt,
+        retry_in_ms,
+        message,
+        ..
+    } = ev
+    else {
+        return None;
+    };
+    let message = short_text(message, 200);
+    Some(match retry_in_ms {
+        Some(ms) => {
+            format!("[turn {turn}] model error (attempt {attempt}): {message}; retrying in {ms} ms")
+        }
+        None => format!("[turn {turn}] model error (attempt {attempt}): {message}"),
+    })
 }
 
 /// The line of a `tool_finished`: status, exit code, duration and size.
-fn tool_finished(ev: &Value) -> String {
-    let status = if ev["is_error"] == true {
-        "error"
-    } else {
-        "ok"
+fn tool_finished(ev: &Event) -> Option<String> {
+    let Event::ToolFinished {
+        tool,
+        exit_code,
+        duration_ms,
+        output_bytes,
+        truncated,
+        is_error,
+        ..
+    } = ev
+    else {
+        return None;
     };
-    let exit = ev["exit_code"]
-        .as_i64()
-        .map(|c| format!(" exit {c}"))
-        .unwrap_or_default();
-    let cut = if ev["truncated"] == true {
+    let status = if *is_error { "error" } else { "ok" };
+    let exit = exit_code.map(|c| format!(" exit {c}")).unwrap_or_default();
+    let cut = if *truncated {
         " (truncated for the model)"
     } else {
         ""
     };
-    format!(
-        "    ← {} {status}{exit} in {} ms, {} bytes{cut}",
-        short(&ev["tool"], 40),
-        ev["duration_ms"],
-        ev["output_bytes"]
-    )
+    Some(format!(
+        "    ← {} {status}{exit} in {duration_ms} ms, {output_bytes} bytes{cut}",
+        short_text(tool, 40),
+    ))
 }
 
 /// What the task waits on after `ev`, for the elapsed-time notes: the model after
 /// a request, a tool once it may run; `None` when nothing is awaited, or when the
 /// terminal is about to ask a question (an approval), which a note must not
 /// interrupt.
-fn waiting_on(ev: &Value) -> Option<String> {
-    match ev["type"].as_str()? {
-        "model_request" => Some("waiting for the model".into()),
-        "policy_decision" if ev["tier"] == "allow" => Some("running the tool".into()),
-        "approval_resolved" if ev["decision"] == "approved" => Some("running the tool".into()),
+fn waiting_on(ev: &Event) -> Option<String> {
+    match ev {
+        Event::ModelRequest { .. } => Some("waiting for the model".into()),
+        Event::PolicyDecision {
+            tier: Tier::Allow, ..
+        } => Some("running the tool".into()),
+        Event::ApprovalResolved {
+            decision: Decision::Approved,
+            ..
+        } => Some("running the tool".into()),
         _ => None,
     }
 }
@@ -207,14 +243,15 @@ pub async fn print(mut rx: tokio::sync::mpsc::UnboundedReceiver<Value>, live: bo
                     stream_text(&ev, &mut mid_text);
                     continue;
                 }
-                if let Some(l) = line(&ev, &mut total) {
+                let Some(record) = Record::from_value(ev) else { continue };
+                if let Some(l) = line(&record.event, &mut total) {
                     let mut err = std::io::stderr().lock();
                     if std::mem::take(&mut mid_text) {
                         let _ = writeln!(err);
                     }
                     let _ = writeln!(err, "{l}");
                 }
-                waiting = waiting_on(&ev).map(|what| Waiting {
+                waiting = waiting_on(&record.event).map(|what| Waiting {
                     what,
                     since: Instant::now(),
                     next: FIRST_NOTES[0],
@@ -269,18 +306,26 @@ mod tests {
 
     #[test]
     fn elapsed_notes_name_what_is_awaited_and_space_out() {
-        let wait = |v: Value| waiting_on(&v);
-        assert_eq!(
-            wait(json!({"type": "model_request"})).as_deref(),
-            Some("waiting for the model")
-        );
-        assert!(wait(json!({"type": "policy_decision", "tier": "allow"})).is_some());
+        let wait = |v: Value| {
+            let mut line = json!({"seq": 1, "ts": "t"});
+            line.as_object_mut()
+                .unwrap()
+                .extend(v.as_object().unwrap().clone());
+            waiting_on(&Record::from_value(line).unwrap().event)
+        };
+        let decision = |tier: &str| {
+            json!({"type": "policy_decision", "tool_use_id": "u", "tool": "t", "tier": tier,
+                   "rule": "r", "subject": null, "profile": "write"})
+        };
+        let request = json!({"type": "model_request", "turn": 1, "messages": 1,
+                             "tools_disabled": false});
+        assert_eq!(wait(request).as_deref(), Some("waiting for the model"));
+        assert!(wait(decision("allow")).is_some());
         // An approval is a question on the terminal: no status line over it.
-        assert_eq!(wait(json!({"type": "approval_requested"})), None);
-        assert_eq!(
-            wait(json!({"type": "policy_decision", "tier": "ask"})),
-            None
-        );
+        let asked = json!({"type": "approval_requested", "approval_id": "a",
+                           "tool_use_id": "u", "tool": "t", "rule": "r"});
+        assert_eq!(wait(asked), None);
+        assert_eq!(wait(decision("ask")), None);
         assert_eq!(wait(json!({"type": "tool_finished"})), None);
         assert_eq!(elapsed(Duration::from_secs(7)), "7s");
         assert_eq!(elapsed(Duration::from_secs(125)), "2m05s");

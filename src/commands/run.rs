@@ -88,7 +88,7 @@ async fn run_async(
         task_id: new_task_id(),
         prompt: opts.task,
         max_turns: opts.max_turns,
-        source: "cli".into(),
+        source: crate::protocol::Source::Cli,
         by: "cli".into(),
         resume: None,
         resume_recorded: false,

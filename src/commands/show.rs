@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use crate::agent::Transcript;
 use crate::events::query::{self, Found, Query, QueryParams};
+use crate::events::{Event, Record};
 use crate::llm::Role;
 use crate::text::{escape_json, escape_line, escape_text};
 
@@ -43,7 +44,7 @@ struct Shown {
     status: String,
     stop_reason: Option<String>,
     error: Option<String>,
-    usage: crate::usage::Usage,
+    usage: crate::protocol::Usage,
     /// US dollars, when the model has a price.
     usd: Option<f64>,
     created: String,
@@ -121,10 +122,9 @@ fn build(t: &Transcript, events: &Path) -> anyhow::Result<Shown> {
         created: t.created.clone(),
         duration_ms: None,
         // A `run` is the operator at the terminal (docs/events.md: `cli`).
-        submitted_by: t
-            .by
-            .clone()
-            .or_else(|| (t.source.as_deref() == Some("cli")).then(|| "cli".to_string())),
+        submitted_by: t.by.clone().or_else(|| {
+            (t.source == Some(crate::protocol::Source::Cli)).then(|| "cli".to_string())
+        }),
         calls: Vec::new(),
         answer: t.answer.clone(),
     };
@@ -140,7 +140,17 @@ fn build(t: &Transcript, events: &Path) -> anyhow::Result<Shown> {
     let mut approvals: HashMap<String, usize> = HashMap::new();
     for found in query::run(events, query)? {
         match found {
-            Found::Line(_, ev) => apply(&ev, &index, &mut approvals, &mut calls, &mut shown),
+            Found::Line(_, ev) => {
+                if let Some(record) = Record::from_value(ev) {
+                    apply(
+                        &record.event,
+                        &index,
+                        &mut approvals,
+                        &mut calls,
+                        &mut shown,
+                    );
+                }
+            }
             Found::Unreadable { path, line, error } => {
                 let at = format!("{}:{line}: unreadable line: {error}", path.display());
                 eprintln!("warning: {}", escape_text(&at));
@@ -151,40 +161,77 @@ fn build(t: &Transcript, events: &Path) -> anyhow::Result<Shown> {
     Ok(shown)
 }
 
+/// The call a line is about: by its `tool_use_id`, or for an approval's lines
+/// written before they carried one, by its approval id.
+fn call_of(
+    event: &Event,
+    index: &HashMap<String, usize>,
+    approvals: &HashMap<String, usize>,
+) -> Option<usize> {
+    let (call, approval) = match event {
+        Event::PolicyDecision { tool_use_id, .. } | Event::ToolFinished { tool_use_id, .. } => {
+            (Some(tool_use_id), None)
+        }
+        Event::ApprovalRequested {
+            tool_use_id,
+            approval_id,
+            ..
+        }
+        | Event::ApprovalResolved {
+            tool_use_id,
+            approval_id,
+            ..
+        } => (Some(tool_use_id), Some(approval_id)),
+        _ => (None, None),
+    };
+    call.and_then(|id| index.get(id).copied())
+        .or_else(|| approval.and_then(|id| approvals.get(id).copied()))
+}
+
 /// Adds one of the task's log lines to the view.
 fn apply(
-    ev: &Value,
+    event: &Event,
     index: &HashMap<String, usize>,
     approvals: &mut HashMap<String, usize>,
     calls: &mut [Call],
     shown: &mut Shown,
 ) {
-    let s = |k: &str| ev.get(k).and_then(Value::as_str).map(str::to_string);
-    let by_call = s("tool_use_id").and_then(|id| index.get(&id).copied());
-    let by_approval = s("approval_id").and_then(|id| approvals.get(&id).copied());
-    match (s("type").as_deref(), by_call.or(by_approval)) {
-        (Some("policy_decision"), Some(i)) => {
-            calls[i].tier = s("tier");
-            calls[i].rule = s("rule");
-            calls[i].commands = ev.get("commands").cloned();
+    if let Event::TaskFinished { duration_ms, .. } = event {
+        shown.duration_ms = Some(*duration_ms);
+        return;
+    }
+    let Some(i) = call_of(event, index, approvals) else {
+        return;
+    };
+    match event {
+        Event::PolicyDecision {
+            tier,
+            rule,
+            commands,
+            ..
+        } => {
+            calls[i].tier = Some(tier.as_str().to_string());
+            calls[i].rule = Some(rule.clone());
+            calls[i].commands = commands.as_ref().map(|c| Value::from(c.clone()));
         }
-        (Some("approval_requested"), Some(i)) => {
-            if let Some(a) = s("approval_id") {
-                approvals.insert(a, i);
-            }
+        Event::ApprovalRequested { approval_id, .. } => {
+            approvals.insert(approval_id.clone(), i);
         }
-        (Some("approval_resolved"), Some(i)) => {
-            calls[i].approval = s("decision");
-            calls[i].approved_by = s("by");
+        Event::ApprovalResolved { decision, by, .. } => {
+            calls[i].approval = Some(decision.as_str().to_string());
+            calls[i].approved_by = Some(by.clone());
         }
-        (Some("tool_finished"), Some(i)) => {
-            calls[i].exit_code = ev.get("exit_code").cloned();
-            calls[i].duration_ms = ev.get("duration_ms").and_then(Value::as_u64);
-            calls[i].is_error = ev.get("is_error").and_then(Value::as_bool);
-            calls[i].output_file = s("output_file");
-        }
-        (Some("task_finished"), _) => {
-            shown.duration_ms = ev.get("duration_ms").and_then(Value::as_u64);
+        Event::ToolFinished {
+            exit_code,
+            duration_ms,
+            is_error,
+            output_file,
+            ..
+        } => {
+            calls[i].exit_code = Some(Value::from(*exit_code));
+            calls[i].duration_ms = Some(*duration_ms);
+            calls[i].is_error = Some(*is_error);
+            calls[i].output_file = output_file.clone();
         }
         _ => {}
     }

@@ -7,7 +7,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::agent::TranscriptHead;
-use crate::control::Task;
+use crate::protocol::Task;
 use crate::text::escape_text;
 
 /// How many tasks are listed, newest first, like the daemon's first page.
@@ -36,7 +36,7 @@ pub fn run(root: &Path, json_out: bool) -> anyhow::Result<i32> {
         tasks.push(t);
     }
     if json_out {
-        let list = crate::control::TaskList { tasks, next: None };
+        let list = crate::protocol::TaskList { tasks, next: None };
         super::clients::print_json(&list)?;
     } else {
         eprintln!("(no daemon answers: listed from the transcripts)");

@@ -16,9 +16,11 @@ use serde_json::Value;
 
 use super::clients::{enc, print_json, warn_unreadable};
 use super::listing::print_approval;
-use crate::agent::{StopReason, TaskStatus};
+use crate::control::ClientError;
 use crate::control::client::{self, request_empty};
-use crate::control::{ApprovalList, ClientError, Task};
+use crate::events::{Event, Record};
+use crate::protocol::{ApprovalList, Decision, Task};
+use crate::protocol::{StopReason, TaskStatus};
 use crate::text::{escape_line, escape_text};
 
 /// How the commands that answer an approval are spelt: `harnessd`, and
@@ -155,17 +157,27 @@ async fn follow_until_finished(
         if std::mem::take(&mut mid_text) {
             eprintln!();
         }
-        match event["type"].as_str() {
-            Some("unreadable_line") => warn_unreadable(&event),
-            Some("approval_requested") => {
-                let approval = event["approval_id"].as_str().unwrap_or("");
-                if !shown.contains(approval) {
-                    show_approval(socket, &event, prefix).await?;
-                    shown.insert(approval.to_string());
-                }
+        // Not an event: the stream's own notice of a line it could not read.
+        if event["type"] == "unreadable_line" {
+            warn_unreadable(&event);
+            continue;
+        }
+        let Some(record) = Record::from_value(event) else {
+            continue;
+        };
+        match &record.event {
+            Event::ApprovalRequested { approval_id, .. } if !shown.contains(approval_id) => {
+                show_approval(socket, &record, prefix).await?;
+                shown.insert(approval_id.clone());
             }
-            Some("approval_resolved") => show_resolved(&event),
-            Some("task_finished") => return Ok(true),
+            Event::ApprovalResolved {
+                approval_id,
+                decision,
+                by,
+                remembered,
+                ..
+            } => show_resolved(approval_id, *decision, by, remembered.as_deref()),
+            Event::TaskFinished { .. } => return Ok(true),
             _ => {}
         }
     }
@@ -173,24 +185,18 @@ async fn follow_until_finished(
 }
 
 /// One line saying how an approval was answered, and by whom.
-fn show_resolved(event: &Value) {
-    let field = |k: &str| escape_line(event[k].as_str().unwrap_or("?")).into_owned();
-    let remembered = event["remembered"]
-        .as_array()
+fn show_resolved(approval_id: &str, decision: Decision, by: &str, remembered: Option<&[String]>) {
+    let remembered = remembered
         .map(|rules| {
-            let rules: Vec<String> = rules
-                .iter()
-                .map(|r| escape_line(r.as_str().unwrap_or("")).into_owned())
-                .collect();
+            let rules: Vec<String> = rules.iter().map(|r| escape_line(r).into_owned()).collect();
             format!("; remembered: {}", rules.join(", "))
         })
         .unwrap_or_default();
     let _ = writeln!(
         std::io::stderr().lock(),
-        "approval {} {} by {}{remembered}",
-        field("approval_id"),
-        field("decision"),
-        field("by")
+        "approval {} {decision} by {}{remembered}",
+        escape_line(approval_id),
+        escape_line(by)
     );
 }
 
@@ -203,8 +209,20 @@ const LISTED_WITHIN: Duration = Duration::from_secs(3);
 /// every character of its input, from the daemon's list, and the commands that
 /// answer it. If the list never shows it (answered already, or the daemon
 /// refuses the list), what the event says is printed instead, commands included.
-async fn show_approval(socket: &Path, event: &Value, prefix: &CommandPrefix) -> anyhow::Result<()> {
-    let approval = event["approval_id"].as_str().unwrap_or("");
+async fn show_approval(
+    socket: &Path,
+    record: &Record,
+    prefix: &CommandPrefix,
+) -> anyhow::Result<()> {
+    let Event::ApprovalRequested {
+        approval_id: approval,
+        tool,
+        rule,
+        ..
+    } = &record.event
+    else {
+        return Ok(());
+    };
     let deadline = Instant::now() + LISTED_WITHIN;
     let listed = loop {
         let list = match request_empty::<ApprovalList>(socket, "GET", "/v1/approvals").await {
@@ -215,7 +233,7 @@ async fn show_approval(socket: &Path, event: &Value, prefix: &CommandPrefix) -> 
         if let Some(a) = list
             .approvals
             .into_iter()
-            .find(|a| a.request.approval_id == approval)
+            .find(|a| &a.request.approval_id == approval)
         {
             break Some(a);
         }
@@ -231,14 +249,13 @@ async fn show_approval(socket: &Path, event: &Value, prefix: &CommandPrefix) -> 
     match &listed {
         Some(a) => print_approval(&mut err, a, width)?,
         None => {
-            let field = |k: &str| escape_line(event[k].as_str().unwrap_or("?")).into_owned();
             writeln!(
                 err,
                 "{}  {}  {}  rule {}  (input: see `harnessd approvals`)",
-                field("approval_id"),
-                field("task_id"),
-                field("tool"),
-                field("rule")
+                escape_line(approval),
+                escape_line(record.task_id.as_deref().unwrap_or("?")),
+                escape_line(tool),
+                escape_line(rule)
             )?;
         }
     }

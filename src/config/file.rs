@@ -32,7 +32,7 @@ pub struct Config {
     pub context: ContextConfig,
     /// Prices in US dollars per million tokens, by model id, adding to or replacing
     /// the built-in ones for current Claude models.
-    pub pricing: std::collections::BTreeMap<String, crate::usage::Price>,
+    pub pricing: std::collections::BTreeMap<String, crate::protocol::Price>,
 }
 
 /// `[context]`.
@@ -446,7 +446,7 @@ impl Config {
             );
         }
         let model = &self.api.model;
-        if crate::usage::price_of(model, &self.pricing).is_none() {
+        if crate::protocol::price_of(model, &self.pricing).is_none() {
             return Bad::at(
                 "loop.usd_budget",
                 format!(
@@ -497,12 +497,12 @@ fn validate_operators_group(group: Option<&str>) -> Result<(), Bad> {
 /// Every name in `tools.enabled` is a tool harnessd has.
 fn validate_enabled_tools(enabled: Option<&[String]>) -> Result<(), Bad> {
     for (i, name) in enabled.into_iter().flatten().enumerate() {
-        if crate::tool_name::ToolName::parse(name).is_none() {
+        if crate::protocol::ToolName::parse(name).is_none() {
             return Bad::at(
                 &format!("tools.enabled[{i}]"),
                 format!(
                     "unknown tool {name:?}; known tools: {}",
-                    crate::tool_name::ToolName::ALL_NAMES.join(", ")
+                    crate::protocol::ToolName::ALL_NAMES.join(", ")
                 ),
             );
         }

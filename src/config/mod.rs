@@ -33,7 +33,7 @@ pub use tool_user::{
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use sha2::{Digest, Sha256};
+use crate::protocol::{BaseUrlFrom, sha256_hex};
 
 /// Path of the config file inside a root.
 pub const CONFIG_FILE: &str = "config/config.toml";
@@ -93,7 +93,7 @@ pub struct Loaded {
     pub(crate) settings_text: Arc<str>,
     /// Where `config.api.base_url` came from: the file, or the environment
     /// variable [`BASE_URL_ENV`] that overrides it.
-    pub base_url_from: &'static str,
+    pub base_url_from: BaseUrlFrom,
 }
 
 /// The environment variable that, when set, overrides `api.base_url` (the
@@ -102,13 +102,13 @@ pub const BASE_URL_ENV: &str = "ANTHROPIC_BASE_URL";
 
 /// Applies [`BASE_URL_ENV`] over `api.base_url`; says which one is in force. A
 /// value that is not an http(s) URL is an error naming the variable.
-fn base_url_override(config: &mut Config) -> Result<&'static str, ConfigError> {
+fn base_url_override(config: &mut Config) -> Result<BaseUrlFrom, ConfigError> {
     let Some(url) = std::env::var_os(BASE_URL_ENV) else {
-        return Ok("api.base_url");
+        return Ok(BaseUrlFrom::Config);
     };
     let url = url.to_string_lossy();
     if url.is_empty() {
-        return Ok("api.base_url");
+        return Ok(BaseUrlFrom::Config);
     }
     if let Err(why) = file::http_url(&url) {
         return Err(ConfigError::invalid(
@@ -121,7 +121,7 @@ fn base_url_override(config: &mut Config) -> Result<&'static str, ConfigError> {
         ));
     }
     config.api.base_url = url.into_owned();
-    Ok(BASE_URL_ENV)
+    Ok(BaseUrlFrom::Environment)
 }
 
 /// The built-in system prompt.
@@ -153,14 +153,6 @@ pub fn resolve(root: &Path, p: &str) -> PathBuf {
     } else {
         root.join(p)
     }
-}
-
-/// Lowercase hex sha256 of `bytes`.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 /// Largest config, settings or system prompt file read: far past any real one, so

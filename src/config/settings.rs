@@ -13,7 +13,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::error::{ConfigError, find_key};
-use crate::policy::{self, RuleError, RuleLists, Tier};
+use crate::policy::{self, RuleError, RuleLists};
+use crate::protocol::Tier;
 
 /// The whole of `policies/settings.json`.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, JsonSchema)]

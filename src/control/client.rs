@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::net::UnixStream;
 
-use super::message::ErrorBody;
+use crate::protocol::ErrorBody;
 
 /// Why a request failed.
 #[derive(Debug, thiserror::Error)]

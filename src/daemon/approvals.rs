@@ -10,10 +10,9 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::registry::Registry;
-use crate::agent::TaskStatus;
-use crate::approval::{AnswerFuture, ApprovalAnswer, ApprovalRequest, Approver, Remember};
+use crate::approval::{AnswerFuture, ApprovalAnswer, Approver, Remember};
 use crate::config::ConfigSource;
-use crate::control::Approval;
+use crate::protocol::{Approval, ApprovalRequest, Decision, TaskStatus};
 
 struct Waiting {
     info: Approval,
@@ -124,9 +123,9 @@ impl Approvals {
         let _ = waiting.answer.send(ApprovalAnswer {
             approved: answer.approved,
             decision: if answer.approved {
-                "approved"
+                Decision::Approved
             } else {
-                "denied"
+                Decision::Denied
             },
             by: answer.by,
             reason: answer.reason,
@@ -160,7 +159,7 @@ impl Approver for Approvals {
                     }
                     ApprovalAnswer {
                         approved: false,
-                        decision: "timeout",
+                        decision: Decision::Timeout,
                         by: "timeout".into(),
                         reason: Some(format!(
                             "nobody answered within {} s (daemon.approval_timeout_secs)",

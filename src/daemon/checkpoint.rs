@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::shutdown::Shutdown;
 use crate::agent::Unsaved;
 use crate::events::{Event, EventLog};
+use crate::protocol::CheckpointReason;
 
 /// How often the owed saves are tried again while there are any.
 const RETRY_EVERY: Duration = Duration::from_secs(1);
@@ -43,8 +44,13 @@ pub fn spawn(
             }
             if since_checkpoint >= CHECKPOINT_EVERY {
                 since_checkpoint = Duration::ZERO;
-                if let Some(seq) =
-                    checkpoint(&events, &unsaved, &mut checkpointed, "periodic").await
+                if let Some(seq) = checkpoint(
+                    &events,
+                    &unsaved,
+                    &mut checkpointed,
+                    CheckpointReason::Periodic,
+                )
+                .await
                 {
                     checkpointed = seq;
                 }
@@ -59,14 +65,12 @@ pub async fn checkpoint(
     events: &EventLog,
     unsaved: &Unsaved,
     checkpointed: &mut u64,
-    reason: &str,
+    reason: CheckpointReason,
 ) -> Option<u64> {
     if !unsaved.is_empty() || events.head().0 == *checkpointed {
         return None;
     }
-    let event = Event::Checkpoint {
-        reason: reason.into(),
-    };
+    let event = Event::Checkpoint { reason };
     let seq = events.record(None, event).await.ok()?;
     *checkpointed = seq;
     Some(seq)
@@ -79,5 +83,5 @@ pub async fn at_stop(events: &EventLog, unsaved: &Unsaved, dir: &std::path::Path
         unsaved.retry(dir).await;
     }
     let mut none = 0;
-    let _ = checkpoint(events, unsaved, &mut none, "stop").await;
+    let _ = checkpoint(events, unsaved, &mut none, CheckpointReason::Stop).await;
 }

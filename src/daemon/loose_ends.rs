@@ -16,9 +16,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use crate::agent::{LockError, RunLock, StopReason, TaskStatus, Transcript, TranscriptHead};
+use crate::agent::{LockError, RunLock, Transcript, TranscriptHead};
 use crate::events::{Event, EventError, EventLog, TrailError, ended_cleanly, open_tasks};
 use crate::llm::Usage;
+use crate::protocol::{StopReason, TaskStatus};
 
 /// Why the loose ends could not be closed.
 #[derive(Debug, thiserror::Error)]
@@ -103,7 +104,7 @@ fn owed_event(dir: &Path, id: &str) -> Option<Event> {
 
 fn finished(stop_reason: StopReason, turns: u32, usage: Usage, error: Option<String>) -> Event {
     Event::TaskFinished {
-        stop_reason: stop_reason.as_str().into(),
+        stop_reason,
         turns,
         usage,
         duration_ms: 0,

@@ -4,16 +4,15 @@
 
 use std::sync::Arc;
 
+use super::registry::Registry;
+use crate::events::Event;
+use crate::protocol::{TaskStatus, Trigger};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry as PromRegistry;
-use serde_json::Value;
-
-use super::registry::Registry;
-use crate::agent::TaskStatus;
 
 type Labels = Vec<(String, String)>;
 
@@ -103,72 +102,64 @@ impl Metrics {
     }
 
     /// Counts one event.
-    pub fn observe(&self, ev: &Value) {
-        let s = |k: &str| ev[k].as_str().unwrap_or("").to_string();
-        match ev["type"].as_str().unwrap_or("") {
-            "model_request" => {
+    pub fn observe(&self, event: &Event) {
+        match event {
+            Event::ModelRequest { .. } => {
                 self.model_requests.inc();
             }
-            "model_error" => {
-                let status = ev["status"]
-                    .as_u64()
-                    .map_or("none".to_string(), |v| v.to_string());
+            Event::ModelError { status, .. } => {
+                let status = status.map_or("none".to_string(), |v| v.to_string());
                 self.model_errors
                     .get_or_create(&labels(&[("status", &status)]))
                     .inc();
             }
-            "model_response" => {
-                let u = &ev["usage"];
-                for (kind, key) in [
-                    ("input", "input_tokens"),
-                    ("output", "output_tokens"),
-                    ("cache_read", "cache_read_input_tokens"),
-                    ("cache_write", "cache_creation_input_tokens"),
+            Event::ModelResponse { usage, usd, .. } => {
+                for (kind, n) in [
+                    ("input", usage.input_tokens),
+                    ("output", usage.output_tokens),
+                    ("cache_read", usage.cache_read_input_tokens),
+                    ("cache_write", usage.cache_creation_input_tokens),
                 ] {
                     self.tokens
                         .get_or_create(&labels(&[("kind", kind)]))
-                        .inc_by(u[key].as_u64().unwrap_or(0));
+                        .inc_by(n);
                 }
-                if let Some(usd) = ev["usd"].as_f64().filter(|v| v.is_finite() && *v >= 0.0) {
+                if let Some(usd) = usd.filter(|v| v.is_finite() && *v >= 0.0) {
                     self.cost_usd.inc_by(usd);
                 }
             }
-            "tool_finished" => {
-                let outcome = if ev["is_error"] == true {
-                    "error"
-                } else {
-                    "ok"
-                };
+            Event::ToolFinished { tool, is_error, .. } => {
+                let outcome = if *is_error { "error" } else { "ok" };
                 self.tool_runs
-                    .get_or_create(&labels(&[("tool", &s("tool")), ("outcome", outcome)]))
+                    .get_or_create(&labels(&[("tool", tool), ("outcome", outcome)]))
                     .inc();
             }
-            "policy_decision" => {
+            Event::PolicyDecision { tier, .. } => {
                 self.policy_decisions
-                    .get_or_create(&labels(&[("tier", &s("tier"))]))
+                    .get_or_create(&labels(&[("tier", tier.as_str())]))
                     .inc();
             }
-            "approval_requested" => {
+            Event::ApprovalRequested { approval_id, .. } => {
                 if let Ok(mut a) = self.asked.lock() {
-                    a.insert(s("approval_id"), std::time::Instant::now());
+                    a.insert(approval_id.clone(), std::time::Instant::now());
                 }
             }
-            "approval_resolved" => {
+            Event::ApprovalResolved { approval_id, .. } => {
                 let started = self
                     .asked
                     .lock()
                     .ok()
-                    .and_then(|mut a| a.remove(&s("approval_id")));
+                    .and_then(|mut a| a.remove(approval_id));
                 if let Some(t) = started {
                     self.approval_wait.observe(t.elapsed().as_secs_f64());
                 }
             }
-            "config_loaded" if ev["trigger"] != "start" => {
+            Event::ConfigLoaded { trigger, .. } if *trigger != Trigger::Start => {
                 self.config_reloads
                     .get_or_create(&labels(&[("outcome", "loaded")]))
                     .inc();
             }
-            "config_rejected" => {
+            Event::ConfigRejected { .. } => {
                 self.config_reloads
                     .get_or_create(&labels(&[("outcome", "rejected")]))
                     .inc();
@@ -201,15 +192,21 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::Usage;
 
     #[test]
     fn priced_responses_add_to_the_cost_and_unpriced_ones_do_not() {
         let m = Metrics::new();
-        let response =
-            |usd: Value| serde_json::json!({"type": "model_response", "usage": {}, "usd": usd});
-        m.observe(&response(serde_json::json!(0.25)));
-        m.observe(&response(Value::Null));
-        m.observe(&response(serde_json::json!(0.5)));
+        let response = |usd: Option<f64>| Event::ModelResponse {
+            turn: 1,
+            stop_reason: "end_turn".into(),
+            usage: Usage::default(),
+            usd,
+            latency_ms: 1,
+        };
+        m.observe(&response(Some(0.25)));
+        m.observe(&response(None));
+        m.observe(&response(Some(0.5)));
         assert!((m.cost_usd() - 0.75).abs() < 1e-12);
         let mut out = String::new();
         let _ = encode(&mut out, &m.registry);

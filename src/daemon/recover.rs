@@ -10,11 +10,11 @@ use std::path::{Path, PathBuf};
 use super::loose_ends::{LooseEndsError, close_at_start};
 use super::registry::Registry;
 use super::tasks::Scheduler;
-use crate::agent::{LockError, RunLock, TaskStatus, Transcript, TranscriptHead};
+use crate::agent::{LockError, RunLock, Transcript, TranscriptHead};
 use crate::config::Loaded;
-use crate::control::Task;
 use crate::events::since::{Since, since_checkpoint};
 use crate::events::{Event, EventError, EventLog};
+use crate::protocol::{Task, TaskStatus};
 
 /// Why what the last daemon left could not be taken up.
 #[derive(Debug, thiserror::Error)]
@@ -131,7 +131,7 @@ pub(super) async fn recover_tasks(
                 .record(
                     Some(&t.task_id),
                     Event::TaskInterrupted {
-                        was: "running".into(),
+                        was: TaskStatus::Running,
                     },
                 )
                 .await?;

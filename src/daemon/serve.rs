@@ -36,7 +36,7 @@ use super::shutdown::Shutdown;
 use super::socket::{SocketDir, SocketError};
 use super::tasks::{Scheduler, SchedulerParts};
 use crate::config::{ConfigSource, Loaded, resolve};
-use crate::events::{Event, EventError, EventLog};
+use crate::events::{Event, EventError, EventLog, Record};
 use crate::services::{Prepared, Services, StartError, StartOptions};
 
 /// Why the daemon could not start or stop cleanly.
@@ -110,15 +110,9 @@ fn operators_gid(group: Option<&str>) -> Result<Option<Gid>, ServeError> {
 }
 
 /// A `model_response` adds its tokens to its task, so listings are live.
-fn live_usage(registry: &Registry, ev: &Value) {
-    if ev["type"] != "model_response" {
-        return;
-    }
-    if let (Some(id), Ok(usage)) = (
-        ev["task_id"].as_str(),
-        serde_json::from_value::<crate::usage::Usage>(ev["usage"].clone()),
-    ) {
-        registry.add_usage(id, &usage);
+fn live_usage(registry: &Registry, record: &Record) {
+    if let (Some(id), Event::ModelResponse { usage, .. }) = (&record.task_id, &record.event) {
+        registry.add_usage(id, usage);
     }
 }
 
@@ -234,8 +228,10 @@ async fn wire(
     let observe = {
         let (metrics, registry) = (metrics.clone(), registry.clone());
         move |ev: &Value| {
-            metrics.observe(ev);
-            live_usage(&registry, ev);
+            if let Some(record) = Record::from_value(ev.clone()) {
+                metrics.observe(&record.event);
+                live_usage(&registry, &record);
+            }
         }
     };
     daemon.spawn(relay(tap_rx, live_tx.clone(), observe, daemon.child()));

@@ -26,9 +26,9 @@ use crate::agent::{
     LockError, RunLock, StopReason, TaskOutcome, TaskServices, TaskSpec, TaskStatus, Transcript,
     new_task_id, queued_transcript, run_task,
 };
-use crate::control::Task;
 use crate::events::{Event, EventError, EventLog};
 use crate::llm::Usage;
+use crate::protocol::{Source, Task};
 
 /// Why a task was not accepted; nothing was queued.
 #[derive(Debug, thiserror::Error)]
@@ -170,7 +170,7 @@ impl Scheduler {
             task_id: new_task_id(),
             prompt,
             max_turns,
-            source: "api".into(),
+            source: Source::Api,
             by: by.clone(),
             resume: None,
             resume_recorded: false,
@@ -179,7 +179,7 @@ impl Scheduler {
         // cannot hold is refused, never accepted and lost.
         let queued = Event::TaskQueued {
             prompt: spec.prompt.clone(),
-            source: spec.source.clone(),
+            source: spec.source,
             by: by.clone(),
         };
         if let Err(e) = self
@@ -229,7 +229,7 @@ impl Scheduler {
     async fn not_accepted(&self, task_id: &str, why: String) {
         let error = format!("not accepted: {why}");
         let event = Event::TaskFinished {
-            stop_reason: StopReason::Error.as_str().into(),
+            stop_reason: StopReason::Error,
             turns: 0,
             usage: Usage::default(),
             usd: Some(0.0),
@@ -271,7 +271,7 @@ impl Scheduler {
                 // The prompt is the first user message (see `queued_transcript`).
                 prompt: t.messages.first().map(|m| m.text()).unwrap_or_default(),
                 max_turns: t.max_turns,
-                source: t.source.clone().unwrap_or_else(|| "api".into()),
+                source: t.source.unwrap_or(Source::Api),
                 by: t.by.clone().unwrap_or_else(|| "unknown".into()),
                 // A queued resume's `task_resumed` is on the record already.
                 resume_recorded: t.resume_queued,
@@ -329,7 +329,7 @@ impl Scheduler {
     ) -> Result<String, SubmitError> {
         let event = Event::TaskResumed {
             turns_so_far: transcript.turns.len() as u32,
-            source: "api".into(),
+            source: Source::Api,
             by: by.clone(),
         };
         if let Err(e) = self
@@ -363,7 +363,7 @@ impl Scheduler {
             task_id: transcript.task_id.clone(),
             prompt: String::new(),
             max_turns: None,
-            source: "api".into(),
+            source: Source::Api,
             by,
             resume: Some(transcript),
             resume_recorded: true,

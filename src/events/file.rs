@@ -437,7 +437,7 @@ fn write_line(
             None,
         )
     })?;
-    let hash = crate::config::sha256_hex(&bytes);
+    let hash = crate::protocol::sha256_hex(&bytes);
     bytes.push(b'\n');
     let written = match super::failpoint::check("events.append") {
         Ok(()) => append_line(file, len, &bytes),
@@ -524,7 +524,7 @@ fn last_line_state(file: &mut File, path: &Path) -> Result<Option<(u64, String)>
         .rev()
         .filter_map(|l| serde_json::from_slice::<Value>(l).ok())
         .find_map(|v| v.get("seq").and_then(Value::as_u64));
-    Ok(seq.map(|seq| (seq, crate::config::sha256_hex(last))))
+    Ok(seq.map(|seq| (seq, crate::protocol::sha256_hex(last))))
 }
 
 /// The seq of the first line of the file at `path`.
@@ -692,7 +692,7 @@ mod tests {
         assert_eq!(log.append("t".into(), Map::new()).unwrap(), 2);
         let text = std::fs::read_to_string(&path).unwrap();
         let second: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
-        assert_eq!(second["prev"], crate::config::sha256_hex(last.as_bytes()));
+        assert_eq!(second["prev"], crate::protocol::sha256_hex(last.as_bytes()));
         let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 

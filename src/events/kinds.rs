@@ -4,13 +4,20 @@
 //! `--type` values is read from it, so neither can drift from what is written.
 
 use schemars::JsonSchema;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::usage::Usage;
+use crate::protocol::{
+    BaseUrlFrom, CheckpointReason, CompactionMethod, Decision, Profile, Source, StopReason,
+    TaskStatus, Tier, Trigger, Usage,
+};
 
 /// One auditable event.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+///
+/// Fields added after the first release read as their default from older lines
+/// (`#[serde(default)]`), and stay required in the schema of what is written. A
+/// line of a type this version does not know reads as [`Event::Unknown`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Event {
     /// The daemon started.
@@ -24,10 +31,12 @@ pub enum Event {
         /// What the sandbox enforces, item by item.
         enforced: Value,
         /// The model endpoint in force.
+        #[serde(default)]
         base_url: String,
         /// Where it came from: `api.base_url` or the `ANTHROPIC_BASE_URL`
         /// environment variable, which overrides it.
-        base_url_from: String,
+        #[serde(default)]
+        base_url_from: BaseUrlFrom,
     },
     /// The daemon is stopping.
     DaemonStopping {
@@ -43,12 +52,19 @@ pub enum Event {
         sha256: String,
         /// What changed, key by key (rules added and removed, limits); empty at
         /// start and on a reload that changed nothing (a SIGHUP, an undone edit).
+        #[serde(default)]
         changes: Vec<String>,
         /// On a reload: changed keys that only take effect after a restart.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         restart_needed: Vec<String>,
-        /// `start`, `watch` or `sighup`.
-        trigger: String,
+        /// `start`, `watch`, `sighup`, `remember` (`approve --remember` added
+        /// rules) or `remember_undone` (they were taken out again because their
+        /// record failed).
+        trigger: Trigger,
+        /// With `remember` and `remember_undone`: who added the rules,
+        /// `uid:N (name)` or `tty`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
     },
     /// A config file was rejected; the previous version stays in force.
     ConfigRejected {
@@ -60,8 +76,12 @@ pub enum Event {
         sha256: Option<String>,
         /// The error, with line and column.
         error: String,
-        /// `watch` or `sighup`.
-        trigger: String,
+        /// `watch`, `sighup`, `remember` or `remember_undone`, as for
+        /// `config_loaded` (a bad file at `start` stops the start instead).
+        trigger: Trigger,
+        /// With `remember` and `remember_undone`: who added the rules.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
     },
     /// A partial last line of events.jsonl was moved aside at start.
     EventsRepaired {
@@ -106,7 +126,7 @@ pub enum Event {
     /// every minute while the log grows, and before `daemon_stopping`.
     Checkpoint {
         /// `periodic` or `stop`.
-        reason: String,
+        reason: CheckpointReason,
     },
     /// A task was accepted (the control API answers 202 only after this line is
     /// written and, with `audit.sync = "before_action"`, synced).
@@ -114,7 +134,7 @@ pub enum Event {
         /// The prompt.
         prompt: String,
         /// `cli` or `api`.
-        source: String,
+        source: Source,
         /// Who submitted it: `uid:N (name)` from the socket's peer credentials,
         /// or `cli`.
         by: String,
@@ -133,14 +153,14 @@ pub enum Event {
         /// The model.
         model: String,
         /// `cli` or `api`.
-        source: String,
+        source: Source,
     },
     /// A task continues from its transcript.
     TaskResumed {
         /// Model requests made before.
         turns_so_far: u32,
         /// `cli` or `api`.
-        source: String,
+        source: Source,
         /// Who resumed it: `uid:N (name)` or `cli`.
         by: String,
     },
@@ -153,8 +173,8 @@ pub enum Event {
     /// died), or was still running when a stopping daemon's
     /// `daemon.shutdown_grace_secs` ran out. `resume` continues it.
     TaskInterrupted {
-        /// The status it had.
-        was: String,
+        /// The status it had: `running` or `awaiting_approval`.
+        was: TaskStatus,
     },
     /// A model request is about to be sent.
     ModelRequest {
@@ -169,7 +189,8 @@ pub enum Event {
     ModelResponse {
         /// Request number.
         turn: u32,
-        /// The model's stop reason.
+        /// The model's stop reason, as the model API gave it (an open set: the
+        /// API may add values).
         stop_reason: String,
         /// Tokens of this request.
         usage: Usage,
@@ -193,7 +214,7 @@ pub enum Event {
         history_file: String,
         /// `placeholders` (old tool results replaced) or `summary` (older turns
         /// summarised too).
-        method: String,
+        method: CompactionMethod,
         /// Tokens of the summarisation request, when there was one.
         #[serde(skip_serializing_if = "Option::is_none")]
         summary_usage: Option<Usage>,
@@ -223,6 +244,7 @@ pub enum Event {
         input: Value,
         /// Hex SHA-256 of the whole input as the transcript holds it (see
         /// [`input_sha256`](super::input_sha256)): ties a cut `input` to the full one.
+        #[serde(default)]
         input_sha256: String,
     },
     /// Policy decided a call.
@@ -232,7 +254,7 @@ pub enum Event {
         /// Tool name.
         tool: String,
         /// `allow`, `ask` or `deny`.
-        tier: String,
+        tier: Tier,
         /// The rule that decided, or `default`.
         rule: String,
         /// The argument matched (normalised path or command).
@@ -249,7 +271,8 @@ pub enum Event {
         not_provable: Option<String>,
         /// What the call may write if it runs: `read_only` (a pattern `allow` of a
         /// command tool) or `write`.
-        profile: String,
+        #[serde(default)]
+        profile: Profile,
         /// For `run_bash`: the entries of the program table the command met
         /// (`sed e: runs`, `find -delete: writes`).
         #[serde(skip_serializing_if = "Vec::is_empty", default)]
@@ -274,9 +297,13 @@ pub enum Event {
     ApprovalResolved {
         /// Approval id.
         approval_id: String,
+        /// The call's id, as in its `approval_requested`.
+        #[serde(default)]
+        tool_use_id: String,
         /// `approved`, `denied` or `timeout`.
-        decision: String,
-        /// `tty`, `flag`, `uid:N (name)` or `timeout`.
+        decision: Decision,
+        /// `tty`, `flag`, `uid:N (name)`, `timeout` or `cancel` (the task was
+        /// cancelled while the call waited).
         by: String,
         /// Reason given, if any.
         reason: Option<String>,
@@ -316,7 +343,7 @@ pub enum Event {
     /// A task ended.
     TaskFinished {
         /// The task's stop reason.
-        stop_reason: String,
+        stop_reason: StopReason,
         /// Model requests made.
         turns: u32,
         /// Tokens summed over the task.
@@ -329,10 +356,15 @@ pub enum Event {
         /// The error, when stop_reason is `error`.
         error: Option<String>,
     },
+    /// A line this version does not know: an event type a later harnessd writes.
+    /// Never written.
+    #[serde(other, skip_serializing)]
+    #[schemars(skip)]
+    Unknown,
 }
 
 /// What of a call's output its `.out` file does not hold (`tool_finished.spool_cut`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct SpoolCutRecord {
     /// Output bytes the file holds.
     pub kept_bytes: u64,
@@ -343,7 +375,7 @@ pub struct SpoolCutRecord {
 }
 
 /// Why output was not kept.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SpoolCutReason {
     /// The task used up `output.max_spool_mb`.
@@ -365,13 +397,14 @@ impl Event {
     }
 }
 
-/// One line of events.jsonl as written: the fields the writer adds, then the event.
-/// Only its schema is used; the writer builds lines itself (`super::body`).
-#[derive(Serialize, JsonSchema)]
+/// One line of events.jsonl: the fields the writer adds (the envelope), then the
+/// event. The writer builds lines itself (`super::body`); readers get this back
+/// ([`Record::parse`]), and the line's schema is generated from it.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[schemars(title = "harnessd events.jsonl line")]
 // No field beyond the event's own: a misspelled or stray field fails validation.
 #[serde(deny_unknown_fields)]
-pub struct EventLine {
+pub struct Record {
     /// Strictly increasing across files and restarts.
     pub seq: u64,
     /// RFC 3339 UTC with milliseconds.
@@ -387,10 +420,128 @@ pub struct EventLine {
     pub event: Event,
 }
 
+/// The envelope as read: every other field is the event's.
+#[derive(Deserialize)]
+struct Envelope {
+    seq: u64,
+    #[serde(default)]
+    ts: String,
+    #[serde(default)]
+    prev: Option<String>,
+    #[serde(default)]
+    task_id: Option<String>,
+    #[serde(flatten)]
+    event: serde_json::Map<String, Value>,
+}
+
+impl Record {
+    /// The record a line holds; `None` when it is not a line of the log at all
+    /// (not JSON, no `seq`). An event this version cannot read (a type or a value
+    /// of a later version) is [`Event::Unknown`], so a reader skips it and goes on.
+    pub fn parse(line: &[u8]) -> Option<Record> {
+        let envelope: Envelope = serde_json::from_slice(line).ok()?;
+        Some(Record::from_envelope(envelope))
+    }
+
+    /// [`Record::parse`] of a line already parsed as JSON (the live tap).
+    pub fn from_value(value: Value) -> Option<Record> {
+        let envelope: Envelope = serde_json::from_value(value).ok()?;
+        Some(Record::from_envelope(envelope))
+    }
+
+    fn from_envelope(envelope: Envelope) -> Record {
+        let event = Event::deserialize(Value::Object(envelope.event)).unwrap_or(Event::Unknown);
+        Record {
+            seq: envelope.seq,
+            ts: envelope.ts,
+            prev: envelope.prev,
+            task_id: envelope.task_id,
+            event,
+        }
+    }
+
+    /// The event's `type`, as written; `None` for [`Event::Unknown`].
+    pub fn kind(&self) -> Option<&'static str> {
+        self.event.kind()
+    }
+}
+
+impl Event {
+    /// The event's `type` tag; `None` for [`Event::Unknown`].
+    pub fn kind(&self) -> Option<&'static str> {
+        let kind = match self {
+            Event::DaemonStarted { .. } => "daemon_started",
+            Event::DaemonStopping { .. } => "daemon_stopping",
+            Event::ConfigLoaded { .. } => "config_loaded",
+            Event::ConfigRejected { .. } => "config_rejected",
+            Event::EventsRepaired { .. } => "events_repaired",
+            Event::TranscriptRefused { .. } => "transcript_refused",
+            Event::LogRotated { .. } => "log_rotated",
+            Event::EventsGap { .. } => "events_gap",
+            Event::Checkpoint { .. } => "checkpoint",
+            Event::TaskQueued { .. } => "task_queued",
+            Event::TaskRequeued { .. } => "task_requeued",
+            Event::TaskStarted { .. } => "task_started",
+            Event::TaskResumed { .. } => "task_resumed",
+            Event::TaskCancelled { .. } => "task_cancelled",
+            Event::TaskInterrupted { .. } => "task_interrupted",
+            Event::ModelRequest { .. } => "model_request",
+            Event::ModelResponse { .. } => "model_response",
+            Event::ContextCompacted { .. } => "context_compacted",
+            Event::ModelError { .. } => "model_error",
+            Event::ToolRequested { .. } => "tool_requested",
+            Event::PolicyDecision { .. } => "policy_decision",
+            Event::ApprovalRequested { .. } => "approval_requested",
+            Event::ApprovalResolved { .. } => "approval_resolved",
+            Event::ToolFinished { .. } => "tool_finished",
+            Event::TaskFinished { .. } => "task_finished",
+            Event::Unknown => return None,
+        };
+        Some(kind)
+    }
+}
+
+/// A field that reads as its default from older lines (`#[serde(default)]`) is
+/// still one every line written now has: required in the schema, with no default.
+fn require_defaulted_fields(schema: &mut Value) {
+    let Some(variants) = schema.get_mut("oneOf").and_then(Value::as_array_mut) else {
+        return;
+    };
+    for variant in variants {
+        let Some(props) = variant.get_mut("properties").and_then(Value::as_object_mut) else {
+            continue;
+        };
+        let defaulted: Vec<String> = props
+            .iter_mut()
+            .filter_map(|(name, prop)| {
+                let prop = prop.as_object_mut()?;
+                prop.remove("default").map(|_| name.clone())
+            })
+            .collect();
+        if defaulted.is_empty() {
+            continue;
+        }
+        let names: Vec<String> = props.keys().cloned().collect();
+        let required: Vec<Value> = variant
+            .get("required")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let required: Vec<Value> = names
+            .into_iter()
+            .filter(|n| defaulted.contains(n) || required.iter().any(|r| r == n.as_str()))
+            .map(Value::String)
+            .collect();
+        variant["required"] = Value::Array(required);
+    }
+}
+
 /// The JSON Schema of a line of events.jsonl, pretty-printed (shipped as
 /// `docs/events.schema.json`).
 pub fn events_schema() -> String {
-    let schema = schemars::schema_for!(EventLine);
+    // Through `Serialize`, which puts `$schema`, `title` and `description` first.
+    let mut schema = serde_json::to_value(schemars::schema_for!(Record)).unwrap_or_default();
+    require_defaulted_fields(&mut schema);
     let mut text = serde_json::to_string_pretty(&schema).unwrap_or_default();
     text.push('\n');
     text
@@ -439,6 +590,61 @@ mod tests {
             assert!(types.iter().any(|x| x == t), "{t} missing from {types:?}");
         }
         assert_eq!(types.len(), 25, "{types:?}");
+    }
+
+    /// Lines of older versions read back typed: a remembered rule's sentence as
+    /// its trigger, an `approval_resolved` without `tool_use_id`, a
+    /// `policy_decision` without `profile`; a type of a later version is
+    /// `Unknown`, and a line without its envelope is no record.
+    #[test]
+    fn old_and_later_lines_read_back() {
+        use super::{Event, Record};
+        use crate::protocol::{Decision, Profile, Tier, Trigger};
+        let old = [
+            r#"{"seq":1,"ts":"t","type":"config_loaded","file":"f","sha256":"s","changes":[],"trigger":"approve --remember by uid:0 (root)"}"#,
+            r#"{"seq":2,"ts":"t","prev":null,"task_id":"x","type":"approval_resolved","approval_id":"a","decision":"timeout","by":"timeout","reason":null}"#,
+            r#"{"seq":3,"ts":"t","task_id":"x","type":"policy_decision","tool_use_id":"u","tool":"run_bash","tier":"ask","rule":"default","subject":null}"#,
+            r#"{"seq":4,"ts":"t","type":"hook_fired","hook":"h"}"#,
+        ];
+        let records: Vec<Record> = old
+            .iter()
+            .map(|l| Record::parse(l.as_bytes()).unwrap())
+            .collect();
+        assert!(matches!(
+            records[0].event,
+            Event::ConfigLoaded {
+                trigger: Trigger::Remember,
+                ..
+            }
+        ));
+        assert!(matches!(
+            &records[1].event,
+            Event::ApprovalResolved { decision: Decision::Timeout, tool_use_id, .. }
+                if tool_use_id.is_empty()
+        ));
+        assert_eq!(records[1].task_id.as_deref(), Some("x"));
+        assert!(matches!(
+            records[2].event,
+            Event::PolicyDecision {
+                tier: Tier::Ask,
+                profile: Profile::Write,
+                ..
+            }
+        ));
+        assert_eq!((records[3].seq, &records[3].event), (4, &Event::Unknown));
+        assert_eq!(records[3].kind(), None);
+        assert!(Record::parse(br#"{"type":"checkpoint","reason":"stop"}"#).is_none());
+        assert!(Record::parse(b"not json").is_none());
+    }
+
+    /// A record serialises to the line it was read from: the types hold every
+    /// field, in wire order.
+    #[test]
+    fn a_line_round_trips_through_the_types() {
+        let line = r#"{"seq":7,"ts":"2026-01-01T00:00:00.000Z","prev":null,"task_id":"x","type":"approval_resolved","approval_id":"a","tool_use_id":"u","decision":"approved","by":"uid:0 (root)","reason":null}"#;
+        let record = super::Record::parse(line.as_bytes()).unwrap();
+        assert_eq!(record.kind(), Some("approval_resolved"));
+        assert_eq!(serde_json::to_string(&record).unwrap(), line);
     }
 
     #[test]

@@ -29,7 +29,7 @@ mod trail;
 pub mod verify;
 
 pub use file::{EventError, GENESIS, Repair};
-pub use kinds::{Event, EventLine, SpoolCutReason, SpoolCutRecord, event_types, events_schema};
+pub use kinds::{Event, Record, SpoolCutReason, SpoolCutRecord, event_types, events_schema};
 pub use open_tasks::{ended_cleanly, open_tasks};
 pub use trail::{CallTrail, TrailError, call_trails};
 
@@ -633,7 +633,7 @@ fn body(task_id: Option<&str>, event: &Event) -> Map<String, Value> {
 /// to the full input there. A `tool_use` without `input` hashes as `null`.
 pub fn input_sha256(input: &Value) -> String {
     // Serialising a `Value` cannot fail: its map keys are strings.
-    crate::config::sha256_hex(&serde_json::to_vec(input).unwrap_or_default())
+    crate::protocol::sha256_hex(&serde_json::to_vec(input).unwrap_or_default())
 }
 
 /// Cuts every string longer than [`MAX_FIELD_CHARS`], at any depth.
@@ -720,7 +720,7 @@ mod tests {
         let input: Value = serde_json::from_str(r#"{ "b": "é\n", "a": [1, 2.5] }"#).unwrap();
         assert_eq!(
             input_sha256(&input),
-            crate::config::sha256_hex(r#"{"b":"é\n","a":[1,2.5]}"#.as_bytes())
+            crate::protocol::sha256_hex(r#"{"b":"é\n","a":[1,2.5]}"#.as_bytes())
         );
         assert_ne!(
             input_sha256(&input),

@@ -12,10 +12,8 @@ use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
-use serde::Deserialize;
-
-use super::{CallTrail, TrailError};
-use crate::usage::Usage;
+use super::{CallTrail, Event, Record, TrailError};
+use crate::protocol::{Decision, StopReason, Tier, Usage};
 
 /// How much of a file is read at a time, backwards, looking for a checkpoint.
 const WINDOW: u64 = 256 * 1024;
@@ -30,7 +28,7 @@ const CHECKPOINT_LINE_MAX: usize = 64 * 1024;
 #[derive(Debug, Clone, PartialEq)]
 pub struct FinishedLine {
     /// Its stop reason.
-    pub stop_reason: String,
+    pub stop_reason: StopReason,
     /// Its error, if any.
     pub error: Option<String>,
     /// The task's tokens.
@@ -49,7 +47,8 @@ pub struct TaskSince {
     /// Of each call whose `tool_finished` is seen: its `output_bytes` and
     /// `is_error`.
     pub outputs: HashMap<String, (u64, bool)>,
-    /// approval_id → tool_use_id: `approval_resolved` names only the approval.
+    /// approval_id → tool_use_id, for `approval_resolved` lines that name only
+    /// the approval.
     approvals: HashMap<String, String>,
 }
 
@@ -77,26 +76,6 @@ impl Since {
     }
 }
 
-/// The fields of a line this reader looks at.
-#[derive(Deserialize)]
-struct Line {
-    seq: Option<u64>,
-    #[serde(rename = "type")]
-    kind: String,
-    task_id: Option<String>,
-    tool_use_id: Option<String>,
-    tier: Option<String>,
-    exit_code: Option<i32>,
-    stop_reason: Option<String>,
-    error: Option<String>,
-    usage: Option<Usage>,
-    usd: Option<f64>,
-    output_bytes: Option<u64>,
-    is_error: Option<bool>,
-    approval_id: Option<String>,
-    decision: Option<String>,
-}
-
 /// Reads the log whose live file is `log` from its last checkpoint on. A missing
 /// log is an empty one; a line that does not parse says nothing.
 pub fn since_checkpoint(log: &Path) -> Result<Since, TrailError> {
@@ -114,59 +93,80 @@ pub fn since_checkpoint(log: &Path) -> Result<Since, TrailError> {
         let buf = line
             .map_err(|(path, source)| TrailError::Io { path, source })?
             .bytes;
-        let Ok(line) = serde_json::from_slice::<Line>(&buf) else {
+        let Some(record) = Record::parse(&buf) else {
             continue;
         };
-        if line.seq.is_none_or(|s| s <= from_seq) {
+        if record.seq <= from_seq {
             continue;
         }
-        apply(&mut since, line);
+        apply(&mut since, record);
     }
     Ok(since)
 }
 
-fn apply(since: &mut Since, line: Line) {
-    let Some(task) = line.task_id else { return };
+fn apply(since: &mut Since, record: Record) {
+    let Some(task) = record.task_id else { return };
     let entry = since.tasks.entry(task).or_default();
-    match (line.kind.as_str(), line.tool_use_id) {
-        ("task_finished", _) => {
+    match record.event {
+        Event::TaskFinished {
+            stop_reason,
+            error,
+            usage,
+            usd,
+            ..
+        } => {
             entry.finished = Some(FinishedLine {
-                stop_reason: line.stop_reason.unwrap_or_else(|| "error".into()),
-                error: line.error,
-                usage: line.usage.unwrap_or_default(),
-                usd: line.usd,
+                stop_reason,
+                error,
+                usage,
+                usd,
             });
         }
-        ("task_started" | "task_resumed" | "task_requeued", _) => entry.finished = None,
-        ("tool_requested", Some(id)) => {
-            entry.calls.insert(id, CallTrail::Requested);
+        Event::TaskStarted { .. } | Event::TaskResumed { .. } | Event::TaskRequeued { .. } => {
+            entry.finished = None;
         }
-        ("policy_decision", Some(id)) if line.tier.as_deref() == Some("allow") => {
-            entry.calls.insert(id, CallTrail::MayHaveRun);
+        Event::ToolRequested { tool_use_id, .. } => {
+            entry.calls.insert(tool_use_id, CallTrail::Requested);
         }
-        ("tool_finished", Some(id)) => {
+        Event::PolicyDecision {
+            tool_use_id,
+            tier: Tier::Allow,
+            ..
+        } => {
+            entry.calls.insert(tool_use_id, CallTrail::MayHaveRun);
+        }
+        Event::ToolFinished {
+            tool_use_id: id,
+            exit_code,
+            output_bytes,
+            is_error,
+            ..
+        } => {
             // Begun before the checkpoint (not seen since): it may have run.
             let ran = entry
                 .calls
                 .get(&id)
                 .is_none_or(|t| *t == CallTrail::MayHaveRun);
-            let exit_code = line.exit_code;
-            let output = (line.output_bytes.unwrap_or(0), line.is_error == Some(true));
-            entry.outputs.insert(id.clone(), output);
+            entry.outputs.insert(id.clone(), (output_bytes, is_error));
             entry
                 .calls
                 .insert(id, CallTrail::Finished { ran, exit_code });
         }
-        ("approval_requested", Some(id)) => {
-            if let Some(approval) = line.approval_id {
-                entry.approvals.insert(approval, id);
-            }
+        Event::ApprovalRequested {
+            approval_id,
+            tool_use_id,
+            ..
+        } => {
+            entry.approvals.insert(approval_id, tool_use_id);
         }
-        ("approval_resolved", None) if line.decision.as_deref() == Some("approved") => {
-            let call = line
-                .approval_id
-                .and_then(|a| entry.approvals.get(&a).cloned());
-            if let Some(id) = call {
+        Event::ApprovalResolved {
+            approval_id,
+            decision: Decision::Approved,
+            ..
+        } => {
+            // Lines written before `tool_use_id` was recorded name only the
+            // approval: the call is the one its request named.
+            if let Some(id) = entry.approvals.get(&approval_id).cloned() {
                 entry.calls.insert(id, CallTrail::MayHaveRun);
             }
         }
@@ -219,12 +219,13 @@ fn last_checkpoint_in(file: &mut std::fs::File) -> std::io::Result<Option<u64>> 
             if !contains(line, CHECKPOINT) {
                 continue;
             }
-            let seq = serde_json::from_slice::<Line>(line)
-                .ok()
-                .filter(|l| l.kind == "checkpoint")
-                .and_then(|l| l.seq);
-            if seq.is_some() {
-                return Ok(seq);
+            if let Some(Record {
+                seq,
+                event: Event::Checkpoint { .. },
+                ..
+            }) = Record::parse(line)
+            {
+                return Ok(Some(seq));
             }
         }
         carry = buf[..first_nl].to_vec();
@@ -245,7 +246,7 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     #[test]
     fn only_lines_after_the_last_checkpoint_count() {
@@ -253,14 +254,30 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let log = dir.join("events.jsonl");
+        let usage = json!({"input_tokens": 0, "output_tokens": 0,
+                           "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0});
+        let finished = |seq: u64, task: &str, reason: &str, error: Value| {
+            json!({"seq": seq, "ts": "t", "type": "task_finished", "task_id": task,
+                   "stop_reason": reason, "turns": 1, "usage": usage, "usd": null,
+                   "duration_ms": 1, "error": error})
+        };
+        let tool_finished = |seq: u64, id: &str, exit_code: Value| {
+            json!({"seq": seq, "ts": "t", "type": "tool_finished", "task_id": "t",
+                   "tool_use_id": id, "tool": "run_bash", "exit_code": exit_code,
+                   "duration_ms": 1, "output_bytes": 0, "truncated": false,
+                   "is_error": false, "output_file": null})
+        };
         let mut lines = vec![
-            json!({"seq": 1, "type": "task_finished", "task_id": "old", "stop_reason": "end_turn"}),
-            json!({"seq": 2, "type": "checkpoint", "reason": "periodic"}),
-            json!({"seq": 3, "type": "tool_requested", "task_id": "t", "tool_use_id": "a"}),
-            json!({"seq": 4, "type": "policy_decision", "task_id": "t", "tool_use_id": "a", "tier": "allow"}),
-            json!({"seq": 5, "type": "tool_finished", "task_id": "t", "tool_use_id": "a", "exit_code": 0}),
-            json!({"seq": 6, "type": "tool_finished", "task_id": "t", "tool_use_id": "b"}),
-            json!({"seq": 7, "type": "task_finished", "task_id": "t", "stop_reason": "error", "error": "disk"}),
+            finished(1, "old", "end_turn", Value::Null),
+            json!({"seq": 2, "ts": "t", "type": "checkpoint", "reason": "periodic"}),
+            json!({"seq": 3, "ts": "t", "type": "tool_requested", "task_id": "t",
+                   "tool_use_id": "a", "tool": "run_bash", "input": {}, "input_sha256": "h"}),
+            json!({"seq": 4, "ts": "t", "type": "policy_decision", "task_id": "t",
+                   "tool_use_id": "a", "tool": "run_bash", "tier": "allow", "rule": "r",
+                   "subject": null, "profile": "write"}),
+            tool_finished(5, "a", json!(0)),
+            tool_finished(6, "b", Value::Null),
+            finished(7, "t", "error", json!("disk")),
         ];
         // Enough filler that the checkpoint is several windows back.
         for i in 0..3000 {
@@ -293,7 +310,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let log = dir.join("events.jsonl");
-        let checkpoint = json!({"seq": 7, "type": "checkpoint", "reason": "periodic"});
+        let checkpoint = json!({"seq": 7, "ts": "t", "type": "checkpoint", "reason": "periodic"});
         // A 20 MiB line after it, ending with text that looks like a checkpoint
         // once cut, and a torn 3 MiB tail without a newline.
         let long = json!({"seq": 8, "type": "model_response", "text": "y".repeat(20 << 20)});

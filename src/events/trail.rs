@@ -8,7 +8,8 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-use serde::Deserialize;
+use super::{Event, Record};
+use crate::protocol::{Decision, Tier};
 
 /// How far one tool call got, as far as the log shows.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,19 +43,6 @@ pub enum TrailError {
     },
 }
 
-/// The fields of a log line this reader looks at; every other field is skipped.
-#[derive(Deserialize)]
-struct Line {
-    #[serde(rename = "type")]
-    kind: String,
-    task_id: Option<String>,
-    tool_use_id: Option<String>,
-    approval_id: Option<String>,
-    tier: Option<String>,
-    decision: Option<String>,
-    exit_code: Option<i32>,
-}
-
 /// What the log says about each of `calls` (tool_use ids) of task `task_id`. A call
 /// the log never mentions is [`CallTrail::Absent`]. A missing log is an empty one.
 /// When an id occurs more than once, its last `tool_requested` starts it afresh.
@@ -85,31 +73,44 @@ pub fn call_trails(
             continue;
         }
         // A line that does not parse (a torn write) says nothing about any call.
-        let Ok(line) = serde_json::from_slice::<Line>(&buf) else {
+        let Some(record) = Record::parse(&buf) else {
             continue;
         };
-        if line.task_id.as_deref() != Some(task_id) {
+        if record.task_id.as_deref() != Some(task_id) {
             continue;
         }
-        apply(&line, &wanted, &mut approvals, &mut trails);
+        apply(&record.event, &wanted, &mut approvals, &mut trails);
     }
     Ok(trails)
 }
 
 /// Moves a call's trail on by one line of its task.
 fn apply(
-    line: &Line,
+    event: &Event,
     wanted: &HashSet<&str>,
     approvals: &mut HashMap<String, String>,
     trails: &mut HashMap<String, CallTrail>,
 ) {
-    let call = match (&line.tool_use_id, &line.approval_id) {
-        (Some(call), _) => call.clone(),
-        (None, Some(approval)) => match approvals.get(approval) {
-            Some(call) => call.clone(),
-            None => return,
-        },
-        (None, None) => return,
+    let call = match event {
+        Event::ToolRequested { tool_use_id, .. }
+        | Event::PolicyDecision { tool_use_id, .. }
+        | Event::ApprovalRequested { tool_use_id, .. }
+        | Event::ToolFinished { tool_use_id, .. } => tool_use_id.clone(),
+        // Lines written before `tool_use_id` was recorded name only the approval.
+        Event::ApprovalResolved {
+            tool_use_id,
+            approval_id,
+            ..
+        } => {
+            if !tool_use_id.is_empty() {
+                tool_use_id.clone()
+            } else if let Some(call) = approvals.get(approval_id) {
+                call.clone()
+            } else {
+                return;
+            }
+        }
+        _ => return,
     };
     if !wanted.contains(call.as_str()) {
         return;
@@ -121,23 +122,26 @@ fn apply(
         trail,
         CallTrail::MayHaveRun | CallTrail::Finished { ran: true, .. }
     );
-    match line.kind.as_str() {
-        "tool_requested" => *trail = CallTrail::Requested,
-        "policy_decision" if line.tier.as_deref() == Some("allow") => {
+    match event {
+        Event::ToolRequested { .. } => *trail = CallTrail::Requested,
+        Event::PolicyDecision {
+            tier: Tier::Allow, ..
+        } => {
             *trail = CallTrail::MayHaveRun;
         }
-        "approval_requested" => {
-            if let Some(approval) = &line.approval_id {
-                approvals.insert(approval.clone(), call);
-            }
+        Event::ApprovalRequested { approval_id, .. } => {
+            approvals.insert(approval_id.clone(), call);
         }
-        "approval_resolved" if line.decision.as_deref() == Some("approved") => {
+        Event::ApprovalResolved {
+            decision: Decision::Approved,
+            ..
+        } => {
             *trail = CallTrail::MayHaveRun;
         }
-        "tool_finished" => {
+        Event::ToolFinished { exit_code, .. } => {
             *trail = CallTrail::Finished {
                 ran: allowed,
-                exit_code: line.exit_code,
+                exit_code: *exit_code,
             };
         }
         _ => {}
@@ -152,13 +156,39 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 mod tests {
     use super::*;
 
+    /// `line` with every field its type requires, a seq and a ts: the fixtures
+    /// name only what the reader looks at.
+    pub(super) fn full(line: serde_json::Value) -> serde_json::Value {
+        use serde_json::json;
+        let base = match line["type"].as_str().unwrap_or("") {
+            "tool_requested" => json!({"tool": "run_bash", "input": {}, "input_sha256": "h"}),
+            "policy_decision" => {
+                json!({"tool": "run_bash", "rule": "r", "subject": null, "profile": "write"})
+            }
+            "approval_requested" => json!({"tool": "run_bash", "rule": "r"}),
+            "approval_resolved" => json!({"by": "tty", "reason": null}),
+            "tool_finished" => json!({"tool": "run_bash", "exit_code": null, "duration_ms": 1,
+                                      "output_bytes": 0, "truncated": false,
+                                      "is_error": false, "output_file": null}),
+            _ => json!({}),
+        };
+        let mut out = json!({"seq": 1, "ts": "t"});
+        let map = out.as_object_mut().unwrap();
+        map.extend(base.as_object().unwrap().clone());
+        map.extend(line.as_object().unwrap().clone());
+        out
+    }
+
     fn trails_of(lines: &[serde_json::Value], calls: &[&str]) -> HashMap<String, CallTrail> {
         let path = std::env::temp_dir().join(format!(
             "harnessd-trail-{}-{}.jsonl",
             std::process::id(),
             fastrand::u64(..)
         ));
-        let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        let text: String = lines
+            .iter()
+            .map(|l| format!("{}\n", full(l.clone())))
+            .collect();
         std::fs::write(&path, format!("{text}{{\"torn\": ")).unwrap();
         let calls: Vec<String> = calls.iter().map(|c| c.to_string()).collect();
         let out = call_trails(&path, "t1", &calls).unwrap();
@@ -220,9 +250,14 @@ mod tests {
             json!({"seq": 1, "type": "tool_requested", "task_id": "t1", "tool_use_id": "c"}),
             json!({"seq": 2, "type": "policy_decision", "task_id": "t1", "tool_use_id": "c", "tier": "allow"}),
         ];
-        let text: String = old.iter().map(|l| format!("{l}\n")).collect();
+        let text: String = old
+            .iter()
+            .map(|l| format!("{}\n", full(l.clone())))
+            .collect();
         std::fs::write(dir.join("events-1-2.jsonl"), text).unwrap();
-        let live = json!({"seq": 4, "type": "tool_finished", "task_id": "t1", "tool_use_id": "c", "exit_code": 0});
+        let live = full(
+            json!({"seq": 4, "type": "tool_finished", "task_id": "t1", "tool_use_id": "c", "exit_code": 0}),
+        );
         std::fs::write(dir.join("events.jsonl"), format!("{live}\n")).unwrap();
         let got = call_trails(&dir.join("events.jsonl"), "t1", &["c".into()]).unwrap();
         assert_eq!(

@@ -101,7 +101,7 @@ struct Checked {
 
 impl Checked {
     fn from_line(line: LogLine) -> Checked {
-        let hash = crate::config::sha256_hex(&line.bytes);
+        let hash = crate::protocol::sha256_hex(&line.bytes);
         let parsed = serde_json::from_slice::<Chained>(&line.bytes);
         let unreadable = match (&parsed, line.complete) {
             _ if line.overlong => Some(format!(

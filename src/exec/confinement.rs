@@ -17,11 +17,11 @@ impl From<SandboxRequire> for Require {
     }
 }
 
-impl From<crate::policy::Profile> for Profile {
-    fn from(p: crate::policy::Profile) -> Profile {
+impl From<crate::protocol::Profile> for Profile {
+    fn from(p: crate::protocol::Profile) -> Profile {
         match p {
-            crate::policy::Profile::ReadOnly => Profile::ReadOnly,
-            crate::policy::Profile::Write => Profile::Write,
+            crate::protocol::Profile::ReadOnly => Profile::ReadOnly,
+            crate::protocol::Profile::Write => Profile::Write,
         }
     }
 }

@@ -13,7 +13,7 @@ mod wire;
 
 /// Re-exported: responses carry it, and callers sum it (it lives in its own leaf
 /// module so the audit log can record it without importing this one).
-pub use crate::usage::Usage;
+pub use crate::protocol::Usage;
 pub use anthropic::{AnthropicClient, FailedAttempt, LlmError, OnText, SendError};
 pub use assemble::{Assembler, StreamError};
 pub use budget::{BudgetError, Lease, ResponseBudget};

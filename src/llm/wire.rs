@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::usage::Usage;
+use crate::protocol::Usage;
 
 /// One content block, exactly as received or built.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

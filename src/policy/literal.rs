@@ -2,7 +2,7 @@
 //! call's primary argument and nothing else. `approve --remember` writes these, so
 //! a remembered approval can never grant more than the call that was approved.
 
-use crate::tool_name::ToolName;
+use crate::protocol::ToolName;
 
 /// `text` as a glob that matches exactly `text`: every glob metacharacter and the
 /// escape character itself are backslash-escaped (rules are compiled with

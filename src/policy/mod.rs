@@ -15,8 +15,7 @@
 //! `allow: run_bash(ls *)` beside `ask: run_bash` lets `ls` run while every other
 //! command asks; within each level, ask beats allow.
 
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 mod literal;
 pub mod programs;
@@ -26,30 +25,8 @@ pub mod shell;
 pub use literal::{literal_pattern, literal_rule};
 pub use rules::{Rule, RuleSet};
 
-use crate::tool_name::ToolName;
-
-/// What happens to a call.
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Tier {
-    /// Runs without asking.
-    Allow,
-    /// Runs only after a human approves.
-    Ask,
-    /// Refused.
-    Deny,
-}
-
-impl Tier {
-    /// The tier's name as written in settings.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Tier::Allow => "allow",
-            Tier::Ask => "ask",
-            Tier::Deny => "deny",
-        }
-    }
-}
+use crate::protocol::audit::Profile;
+use crate::protocol::{Tier, ToolName};
 
 /// The rule lists of the `tools` section as plain data: what [`Policy::compile`]
 /// takes. Each list is one tier's rules in file order.
@@ -126,27 +103,6 @@ impl Policy {
             allow: compile(Tier::Allow, lists.allow)?,
             allow_write: compile(Tier::Allow, lists.allow_write)?,
         })
-    }
-}
-
-/// What a call that runs may write (docs/policy.md): the kernel enforces it.
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Profile {
-    /// Nothing but `/dev/null` and a private temporary directory: a `run_bash` or
-    /// `run_python` call allowed by an `allow` pattern.
-    ReadOnly,
-    /// `allowed_paths.write`: everything else that runs.
-    Write,
-}
-
-impl Profile {
-    /// The profile's name as recorded.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Profile::ReadOnly => "read_only",
-            Profile::Write => "write",
-        }
     }
 }
 

@@ -4,7 +4,7 @@
 
 use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 
-use crate::tool_name::ToolName;
+use crate::protocol::ToolName;
 
 /// One rule: `tool` or `tool(pattern)`.
 #[derive(Debug, Clone)]

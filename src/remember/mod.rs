@@ -16,9 +16,10 @@ use std::sync::Arc;
 pub use edit::{RememberError, add_allow_rules, restore_settings};
 pub use rules::{RememberCallError, narrowest_rules, remember_call};
 
-use crate::approval::{ApprovalRequest, Remember, RememberFuture};
+use crate::approval::{Remember, RememberFuture};
 use crate::config::{ConfigSource, LiveConfig};
 use crate::events::EventLog;
+use crate::protocol::{ApprovalRequest, Trigger};
 
 /// Remembers calls into the live root's settings file.
 #[derive(Clone)]
@@ -39,7 +40,7 @@ impl LiveRemember {
     /// Takes a remembered rule whose record failed back out: the file as it was
     /// (unless edited since), and the policy loaded from it again. The reload's
     /// own record is attempted and may fail too; the policy is what matters.
-    async fn undo(&self, path: std::path::PathBuf, previous: Vec<u8>, written: Vec<u8>) {
+    async fn undo(&self, path: std::path::PathBuf, previous: Vec<u8>, written: Vec<u8>, by: &str) {
         if previous == written {
             return;
         }
@@ -48,8 +49,8 @@ impl LiveRemember {
         if let Ok(Err(e)) = &restored {
             tracing::warn!("cannot take the unrecorded remembered rule out again: {e}");
         }
-        let trigger = "approve --remember undone: its record failed";
-        let _ = crate::reload::reload_and_record(&self.live, &self.events, trigger).await;
+        let (trigger, by) = (Trigger::RememberUndone, Some(by));
+        let _ = crate::reload::reload_and_record(&self.live, &self.events, trigger, by).await;
     }
 }
 
@@ -72,11 +73,15 @@ impl Remember for LiveRemember {
             .await
             .map_err(|e| format!("internal error while remembering: {e}"))?
             .map_err(|e| e.to_string())?;
-            let trigger = format!("approve --remember by {by}");
-            let recorded =
-                crate::reload::reload_and_record(&self.live, &self.events, &trigger).await;
+            let recorded = crate::reload::reload_and_record(
+                &self.live,
+                &self.events,
+                Trigger::Remember,
+                Some(by),
+            )
+            .await;
             if let Err(e) = recorded {
-                self.undo(path, previous, written).await;
+                self.undo(path, previous, written, by).await;
                 return Err(format!(
                     "not remembered: the audit log cannot be written ({e}); the rule was \
                      taken out of the settings file again"

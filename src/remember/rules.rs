@@ -17,7 +17,8 @@ use serde_json::Value;
 
 use super::edit::{RememberError, add_allow_rules};
 use crate::config::{CompiledSettings, Loaded};
-use crate::policy::{Profile, ShellView, Tier, literal_rule, programs};
+use crate::policy::{ShellView, literal_rule, programs};
+use crate::protocol::{Profile, Tier};
 use crate::tools::{ToolInput, ToolName, decide};
 
 /// Why a call cannot be remembered.

@@ -15,7 +15,7 @@ mod props;
 mod run;
 
 /// Re-exported so that the tool runner's users name tools from one place.
-pub use crate::tool_name::ToolName;
+pub use crate::protocol::ToolName;
 pub use input::{
     EditFileInput, GetTimeInput, ListDirInput, ReadFileInput, RunBashInput, RunPythonInput,
     ToolInput, WriteFileInput,
@@ -30,7 +30,7 @@ pub use run::{
 use serde_json::{Value, json};
 
 /// What the model is shown of a tool. A trait rather than inherent methods because
-/// [`ToolName`] lives in the leaf [`crate::tool_name`], below the input types whose
+/// [`ToolName`] lives in the leaf [`crate::protocol`], below the input types whose
 /// schemas a definition carries.
 pub trait ToolDefinition {
     /// The tool definition sent to the model: name, description, input schema.

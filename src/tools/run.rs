@@ -10,7 +10,8 @@ use super::paths::PathError;
 use super::{ToolInput, ToolName, ToolResult, render_result};
 use crate::config::Loaded;
 use crate::exec::{ExecRequest, Executor};
-use crate::policy::{self, Decision, Subject, Tier};
+use crate::policy::{self, Decision, Subject};
+use crate::protocol::Tier;
 use crate::sandbox::{Confinement, Job};
 
 /// What a call needs from its surroundings.
@@ -98,7 +99,7 @@ pub fn decide(tool: ToolName, input: &ToolInput, loaded: &Loaded) -> Verdict {
             decision: Decision {
                 tier: Tier::Deny,
                 rule: Some(e.rule().into()),
-                profile: policy::Profile::Write,
+                profile: crate::protocol::Profile::Write,
                 raised: None,
                 shell: None,
             },
@@ -187,7 +188,7 @@ pub fn safe_file_name(id: &str) -> String {
         })
         .collect();
     name.push_str(".h");
-    name.push_str(&crate::config::sha256_hex(id.as_bytes()));
+    name.push_str(&crate::protocol::sha256_hex(id.as_bytes()));
     name
 }
 
@@ -220,7 +221,7 @@ pub async fn run(
     tool_use_id: &str,
     input: &ToolInput,
     judged: &Judged,
-    profile: policy::Profile,
+    profile: crate::protocol::Profile,
     ctx: &RunContext,
 ) -> (ToolResult, Option<PathBuf>) {
     let loaded = &ctx.loaded;

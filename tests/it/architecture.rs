@@ -22,7 +22,9 @@ use crate::common::{rust_files, src_dir};
 /// agent loop → policy → exec → sandbox with events on the side, is how data
 /// moves; imports run from the module that acts to the module it uses:
 ///
-/// - `text`, `usage`, `tool_name`, `sandbox`, `disk` (free space): leaves. The sandbox helper is the
+/// - `protocol` (the shared vocabulary: tool names, usage and prices, task status
+///   and stop reason, tier, approval request, the audit log's closed sets, the
+///   control API's bodies), `text`, `sandbox`, `disk` (free space): leaves. The sandbox helper is the
 ///   confined child side and depends on nothing of harnessd, least of all on
 ///   `config`: the parent hands it its own `Confinement`/`Limits` types.
 /// - `policy`: compiles rule lists given as plain data and decides; no files.
@@ -41,7 +43,7 @@ use crate::common::{rust_files, src_dir};
 /// - `daemon` and `cli`: the service and the clap types.
 /// - `commands`: one module per subcommand, the top.
 const LAYERS: &[&[&str]] = &[
-    &["text", "usage", "tool_name", "sandbox", "disk"],
+    &["protocol", "text", "sandbox", "disk"],
     &["policy"],
     &["config"],
     &["events", "llm", "exec", "approval"],
@@ -326,6 +328,57 @@ fn modules_import_only_down_the_layers_and_never_in_a_circle() {
         "module layering violated:\n  {}",
         problems.join("\n  ")
     );
+}
+
+/// The modules every layer may speak, and which therefore must speak nothing of
+/// the crate themselves: an import from one of them would drag its target under
+/// every layer.
+const VOCABULARY_LEAVES: &[&str] = &["protocol"];
+
+/// The edges out of `leaf` in `graph`, as `leaf → target (files)` lines.
+fn imports_of(graph: &Graph, leaf: &str) -> Vec<String> {
+    graph
+        .get(leaf)
+        .into_iter()
+        .flatten()
+        .map(|(to, files)| {
+            let files: Vec<_> = files.iter().cloned().collect();
+            format!("`{leaf}` imports `{to}` in: {}", files.join(", "))
+        })
+        .collect()
+}
+
+#[test]
+fn the_vocabulary_imports_nothing_of_the_crate() {
+    let (modules, graph) = import_graph();
+    let mut problems = Vec::new();
+    for leaf in VOCABULARY_LEAVES {
+        assert!(modules.contains(*leaf), "no module `{leaf}` under src/");
+        problems.extend(imports_of(&graph, leaf));
+    }
+    assert!(
+        problems.is_empty(),
+        "the vocabulary must be a leaf:\n  {}",
+        problems.join("\n  ")
+    );
+}
+
+#[test]
+fn an_import_out_of_the_vocabulary_is_found() {
+    let mut graph = Graph::new();
+    graph
+        .entry("protocol".into())
+        .or_default()
+        .entry("agent".into())
+        .or_default()
+        .insert("protocol/control.rs".into());
+    let found = imports_of(&graph, "protocol");
+    assert_eq!(
+        found,
+        ["`protocol` imports `agent` in: protocol/control.rs"],
+        "{found:?}"
+    );
+    assert!(imports_of(&Graph::new(), "protocol").is_empty());
 }
 
 #[test]

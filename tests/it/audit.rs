@@ -308,6 +308,43 @@ fn the_schema_check_rejects_a_stray_field_a_wrong_type_and_an_unknown_event() {
     }
 }
 
+/// Every line a run writes reads back through the typed `Record` (none is
+/// `Unknown`), while a line of a type this version does not know, or without an
+/// envelope, is reported: the check the whole suite runs on every root's log.
+#[test]
+fn every_line_reads_back_through_the_types_and_an_unknown_event_is_reported() {
+    let api = FakeApi::start(vec![Reply::text("a")]);
+    let root = TestRoot::new(&api.url);
+    assert_eq!(root.run(&["run", "go"]).status.code(), Some(0));
+    let good = all_lines(&root);
+    assert!(
+        crate::common::schema::unreadable_lines(&root.dir.join("transcripts")).is_empty(),
+        "{good:#?}"
+    );
+    for line in &good {
+        let record = harnessd::events::Record::parse(line.as_bytes()).expect(line);
+        let value: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(
+            Some(value["type"].as_str().unwrap()),
+            record.kind(),
+            "{line}"
+        );
+        assert_eq!(value["seq"], json!(record.seq));
+    }
+    let dir = root.dir.join("typed-check");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut later: Value = serde_json::from_str(&good[1]).unwrap();
+    later["type"] = json!("hook_fired");
+    let mut no_seq: Value = serde_json::from_str(&good[2]).unwrap();
+    no_seq.as_object_mut().unwrap().remove("seq");
+    let text = format!("{}\n{later}\n{no_seq}\n", good.join("\n"));
+    std::fs::write(dir.join("events.jsonl"), text).unwrap();
+    let bad = crate::common::schema::unreadable_lines(&dir);
+    assert_eq!(bad.len(), 2, "{bad:#?}");
+    assert!(bad[0].contains("unknown event"), "{}", bad[0]);
+    assert!(bad[1].contains("not a record"), "{}", bad[1]);
+}
+
 /// A log rewritten whole with a recomputed chain, or cut at a line boundary,
 /// verifies on its own; against the head logged to journald it does not.
 #[test]

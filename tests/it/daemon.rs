@@ -173,6 +173,12 @@ fn approve_through_the_cli_records_the_peer_uid() {
     assert!(root.workspace().join("asked.txt").exists());
     let resolved = &root.events_of("approval_resolved")[0];
     assert_eq!(resolved["decision"], "approved");
+    // The answer names its call, as the request did: one step from one to the other.
+    assert_eq!(resolved["tool_use_id"], a["tool_use_id"]);
+    assert_eq!(
+        root.events_of("approval_requested")[0]["tool_use_id"],
+        a["tool_use_id"]
+    );
     // docs/events.md: `uid:N (name)`, the name from the user database.
     let uid = nix::unistd::Uid::effective();
     let name = nix::unistd::User::from_uid(uid).unwrap().unwrap().name;
@@ -214,6 +220,10 @@ fn unanswered_approval_times_out_into_a_denial() {
     let resolved = &root.events_of("approval_resolved")[0];
     assert_eq!(resolved["decision"], "timeout");
     assert_eq!(resolved["by"], "timeout");
+    assert_eq!(
+        resolved["tool_use_id"],
+        root.events_of("tool_requested")[0]["tool_use_id"]
+    );
     let result = &last_results(&api.requests()[1].body)[0];
     assert!(
         result["content"]

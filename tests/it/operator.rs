@@ -210,10 +210,10 @@ fn approve_remember_lets_the_same_call_run_without_asking() {
     assert_eq!(check.status.code(), Some(0), "{}", stderr(&check));
     let reloads = root.events_of("config_loaded");
     assert!(
-        reloads.iter().any(|e| e["trigger"]
-            .as_str()
-            .unwrap_or("")
-            .starts_with("approve --remember by uid:")),
+        reloads
+            .iter()
+            .any(|e| e["trigger"] == "remember"
+                && e["by"].as_str().unwrap_or("").starts_with("uid:")),
         "{reloads:?}"
     );
 

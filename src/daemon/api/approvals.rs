@@ -8,8 +8,8 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 
 use super::{ApiError, AppState, Peer};
-use crate::control::{ApprovalList, DecisionRequest, DecisionResponse};
 use crate::daemon::approvals::{Answer, ResolveError};
+use crate::protocol::{ApprovalList, DecisionRequest, DecisionResponse};
 
 /// The pending approvals.
 pub(super) async fn list_approvals(State(s): State<AppState>) -> Json<ApprovalList> {

@@ -7,7 +7,7 @@ use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use crate::control::{ErrorBody, ErrorDetail};
+use crate::protocol::{ErrorBody, ErrorDetail};
 
 /// An API error.
 pub struct ApiError {

@@ -14,10 +14,10 @@ use serde_json::Value;
 use super::{ApiError, AppState, Peer};
 use crate::agent::{TaskStatus, Transcript};
 use crate::config::ConfigSource;
-use crate::control::{SubmitRequest, SubmitResponse, Task, TaskList};
 use crate::daemon::registry::{ClaimError, Cursor, ListQuery};
 use crate::daemon::tasks::lock_run;
 use crate::events::Event;
+use crate::protocol::{SubmitRequest, SubmitResponse, Task, TaskList};
 
 /// The task `id`, or a 404.
 fn task(s: &AppState, id: &str) -> Result<Task, ApiError> {

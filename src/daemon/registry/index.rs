@@ -9,9 +9,9 @@ use std::cmp::Ordering;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 
-use crate::agent::{StopReason, TaskStatus};
-use crate::control::Task;
 use crate::llm::Usage;
+use crate::protocol::Task;
+use crate::protocol::{StopReason, TaskStatus};
 
 /// Longest error kept in the index of ended tasks; the whole one is in the
 /// transcript.

@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{StopReason, TaskOutcome, TaskStatus};
-use crate::control::Task;
 use crate::llm::Usage;
+use crate::protocol::Task;
 use index::{EndedTask, Stamp, short_error};
 
 struct Entry {

@@ -1,8 +1,7 @@
-//! The names of the built-in tools: plain data, in a leaf so that `config`
-//! (which checks rule tool names) and `policy` (which matches on them) can speak
-//! them without importing the tool runner in [`crate::tools`], which sits above
-//! both. What a tool advertises (description, input schema) stays in `tools`,
-//! which owns the schemas; see [`crate::tools::ToolDefinition`].
+//! The names of the built-in tools: plain data, so that `config` (which checks
+//! rule tool names) and `policy` (which matches on them) can speak them without
+//! importing the tool runner, which sits above both. What a tool advertises
+//! (description, input schema) stays with the tool runner, which owns the schemas.
 
 /// A built-in tool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -3,10 +3,11 @@
 //! the transcript, the control API, the clients and the exit code; nothing re-parses
 //! a string.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The task's stop reason.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum StopReason {
     /// The model answered without tools.
@@ -67,7 +68,7 @@ impl std::fmt::Display for StopReason {
 }
 
 /// Where a task stands (docs/api.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskStatus {
     /// Accepted, waiting for a slot.

@@ -1,9 +1,8 @@
-//! Token counts: what a model response reports and what a task sums.
+//! Token counts: what a model response reports and what a task sums, and the
+//! prices that turn them into US dollars.
 //!
-//! A leaf of its own because two modules that must not know each other speak it:
-//! [`crate::llm`] parses it from responses and [`crate::events`] records it. Keeping
-//! it in either would make the other import it (the audit log must not depend on
-//! the model client, nor the client on the audit log).
+//! Two modules that must not know each other speak it: the model client parses
+//! it from responses and the audit log records it.
 
 use serde::{Deserialize, Serialize};
 

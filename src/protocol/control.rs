@@ -4,9 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::agent::{StopReason, TaskStatus};
-use crate::approval::ApprovalRequest;
-use crate::usage::Usage;
+use super::approval::ApprovalRequest;
+use super::task::{StopReason, TaskStatus};
+use super::usage::Usage;
 
 /// `POST /v1/tasks`: a task to run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
