@@ -2,6 +2,11 @@
 //! exits. `run` and `serve` install their signal handlers here ([`signals`]) and
 //! start through [`crate::services`].
 
+// The edge: these modules are the terminal's side of the program, where answers go
+// to stdout and progress and errors to stderr. Below them, diagnostics go through
+// tracing (`crate::text::NOTICE` for the operator's lines).
+#![allow(clippy::print_stderr)]
+
 pub mod audit;
 pub mod boundary;
 pub mod check;

@@ -7,10 +7,8 @@
 //! stream, so tests run the daemon in-process with triggers of their own; the
 //! `serve` command installs the real signal handlers ([`crate::commands::serve`]).
 
-// Writes to stderr ignore errors: `eprintln!` panics when stderr is on a full disk.
 use std::fs::File;
 use std::future::Future;
-use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -173,8 +171,8 @@ pub async fn serve(
     let listener = socket.dir.bind()?;
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
     watchdog();
-    let _ = writeln!(
-        std::io::stderr(),
+    tracing::info!(
+        target: crate::text::NOTICE,
         "harnessd serving on {} (pid {})",
         crate::text::escape_text(&socket.path.display().to_string()),
         std::process::id()
@@ -428,16 +426,16 @@ async fn wire(
     )
     .await?;
     if closed > 0 {
-        let _ = writeln!(
-            std::io::stderr(),
+        tracing::info!(
+            target: crate::text::NOTICE,
             "harnessd: recorded task_finished for {closed} task(s) the log left open \
              (see their events)"
         );
     }
     let requeued = scheduler.requeue(queued).await?;
     if requeued > 0 {
-        let _ = writeln!(
-            std::io::stderr(),
+        tracing::info!(
+            target: crate::text::NOTICE,
             "harnessd: requeued {requeued} queued task(s) accepted before the last stop, \
              oldest first"
         );
@@ -477,8 +475,8 @@ async fn drain(scheduler: &Scheduler, grace: Duration) {
         .await
         .is_err()
     {
-        let _ = writeln!(
-            std::io::stderr(),
+        tracing::info!(
+            target: crate::text::NOTICE,
             "grace period over: interrupting running tasks (resume continues them)"
         );
         scheduler.shutdown.cancel();
@@ -491,8 +489,8 @@ async fn drain(scheduler: &Scheduler, grace: Duration) {
         .copied()
         .unwrap_or(0);
     if queued > 0 {
-        let _ = writeln!(
-            std::io::stderr(),
+        tracing::info!(
+            target: crate::text::NOTICE,
             "harnessd: {queued} queued task(s) stay queued for the next start"
         );
     }
