@@ -84,6 +84,7 @@ fn dispatch(cli: Cli, helper: std::path::PathBuf) -> anyhow::Result<i32> {
         Command::Run {
             yes,
             max_turns,
+            strict,
             task,
         } => {
             let opts = commands::run::RunOptions {
@@ -91,6 +92,7 @@ fn dispatch(cli: Cli, helper: std::path::PathBuf) -> anyhow::Result<i32> {
                 task,
                 yes,
                 max_turns,
+                strict,
                 helper,
             };
             commands::run::run(opts, env)
@@ -126,6 +128,7 @@ fn dispatch(cli: Cli, helper: std::path::PathBuf) -> anyhow::Result<i32> {
         Command::Submit {
             wait,
             max_turns,
+            strict,
             model,
             file,
             json,
@@ -140,6 +143,7 @@ fn dispatch(cli: Cli, helper: std::path::PathBuf) -> anyhow::Result<i32> {
                 max_turns,
                 model,
                 wait,
+                strict,
             };
             client(&root, submit, json)
         }

@@ -37,6 +37,8 @@ pub enum ClientCommand {
         model: Option<String>,
         /// Follow it to the end and exit like `run`.
         wait: bool,
+        /// With `wait`: exit 5 when a call was denied or refused.
+        strict: bool,
     },
     /// List tasks.
     Tasks,
@@ -173,12 +175,14 @@ async fn run_async(
             max_turns,
             model,
             wait,
+            strict,
         } => {
             let body = SubmitRequest {
                 prompt,
                 max_turns,
                 model,
             };
+            let wait = wait.then_some(strict);
             submit(socket, body, wait, json_out, prefix).await
         }
         ClientCommand::Tasks => tasks(socket, json_out).await,
@@ -213,21 +217,22 @@ async fn run_async(
     }
 }
 
-/// `submit`: prints the new task's id, or with `wait` follows it like `run`.
+/// `submit`: prints the new task's id, or with `wait` (`Some(strict)`) follows it
+/// like `run`.
 async fn submit(
     socket: &Path,
     body: SubmitRequest,
-    wait: bool,
+    wait: Option<bool>,
     json_out: bool,
     prefix: &super::wait::CommandPrefix,
 ) -> anyhow::Result<i32> {
     let SubmitResponse { task_id } = request(socket, "POST", "/v1/tasks", Some(&body)).await?;
-    if wait {
+    if let Some(strict) = wait {
         eprintln!(
             "task {} submitted; waiting (approvals it asks for are shown here)",
             escape_line(&task_id)
         );
-        return super::wait::wait_for(socket, &task_id, json_out, prefix).await;
+        return super::wait::wait_for(socket, &task_id, json_out, strict, prefix).await;
     }
     if json_out {
         print_json(&SubmitResponse { task_id })?;

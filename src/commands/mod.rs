@@ -23,6 +23,7 @@ pub mod serve;
 pub mod show;
 pub mod signals;
 pub mod table;
+pub mod tally;
 pub mod tasks_offline;
 pub mod wait;
 

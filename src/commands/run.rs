@@ -27,6 +27,8 @@ pub struct RunOptions {
     pub yes: bool,
     /// Override loop.max_turns.
     pub max_turns: Option<u32>,
+    /// Exit 5 when the task ended its turn but a call was denied or refused.
+    pub strict: bool,
     /// The helper binary (this executable).
     pub helper: PathBuf,
 }
@@ -100,7 +102,7 @@ async fn run_async(
     services.shutdown().await;
     // The last handles to the audit log: the printer ends once every line is out.
     drop(env);
-    let _ = printer.await;
+    let calls = printer.await.unwrap_or_default();
     let outcome = outcome?;
     let transcript = crate::agent::Transcript::path(&loaded.paths.transcripts, &spec.task_id);
     eprintln!(
@@ -116,5 +118,8 @@ async fn run_async(
         writeln!(out, "{}", escape_text(&outcome.answer))?;
     }
     out.flush()?;
-    Ok(outcome.stop_reason.exit_code())
+    drop(out);
+    // Last, so a cron job's log ends with what its agent was let do.
+    eprintln!("{}", calls.line());
+    Ok(calls.exit_code(outcome.stop_reason.exit_code(), opts.strict))
 }

@@ -67,6 +67,7 @@ mod shell_diff;
 mod stops;
 mod stream_deadline;
 mod streaming;
+mod strict_exit;
 mod systemd;
 mod terminal;
 mod tool_uid;
