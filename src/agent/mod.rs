@@ -18,7 +18,9 @@ mod transcript;
 pub use calls::advertised;
 pub use guard::install_panic_hook;
 pub use stop::{StopReason, TaskStatus};
-pub use transcript::{LockError, RunLock, Transcript, TranscriptHead, TurnRecord, Unsaved};
+pub use transcript::{
+    LockError, RunLock, Transcript, TranscriptHead, TurnRecord, Unsaved, prompt_head_of,
+};
 
 use std::sync::Arc;
 use std::time::Instant;

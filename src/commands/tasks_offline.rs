@@ -85,7 +85,7 @@ fn task_of(h: TranscriptHead) -> Task {
         status: h.status,
         stop_reason: h.stop_reason,
         usage: h.usage,
-        prompt: None,
+        prompt: h.prompt.as_deref().and_then(Task::prompt_start),
         answer: None,
         error: h.error,
         updated: h.created.clone(),

@@ -94,7 +94,7 @@ pub(super) async fn recover_tasks(
             status,
             stop_reason: t.stop_reason,
             usage: t.usage,
-            prompt: None,
+            prompt: t.prompt.as_deref().and_then(Task::prompt_start),
             usd: t.usd,
             answer: None,
             error: t.error,
@@ -256,6 +256,10 @@ fn read_found(
         error: transcript.error.clone(),
         usage: transcript.usage,
         usd: transcript.usd,
+        prompt: transcript
+            .messages
+            .first()
+            .and_then(|m| crate::agent::prompt_head_of(&m.text())),
     };
     let queued = (head.status == TaskStatus::Queued).then_some(transcript);
     Some(Ok(Found {
