@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use harnessd::cli::{AuditCommand, Cli, Command, PolicyCommand};
 use harnessd::commands;
 use harnessd::commands::clients::ClientCommand;
-use harnessd::services::StartError;
+use harnessd::commands::error::{CliError, exit};
 
 fn main() -> ExitCode {
     // The sandbox helper is this binary re-executed; it must start fast and touch
@@ -17,7 +17,7 @@ fn main() -> ExitCode {
     if std::env::args_os().nth(1).as_deref()
         == Some(std::ffi::OsStr::new(harnessd::sandbox::HELPER_ARG))
     {
-        return exit_code(harnessd::sandbox::helper_main());
+        return exit(harnessd::sandbox::helper_main());
     }
     let cli = Cli::parse();
     // Dropped when `main` returns, after the command: the file layer's last lines
@@ -32,52 +32,29 @@ fn main() -> ExitCode {
     } else {
         std::env::current_exe()
     })
-    .map_err(|e| anyhow::anyhow!("cannot find the harnessd executable: {e}"))
+    .map_err(|e| CliError::Failed(format!("cannot find the harnessd executable: {e}")))
     .and_then(|helper| dispatch(cli, helper));
     match result {
-        Ok(code) => exit_code(code),
+        Ok(code) => code,
         // A reader that went away (`| head`) is not an error worth a line: the
         // output it wanted is written, the rest had nowhere to go.
-        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) if e.is_broken_pipe() => ExitCode::SUCCESS,
         Err(e) => {
-            // A config error (either file, the API key) is shown as it is, without
-            // a chain, and is a usage error (docs/commands.md).
-            if let Some(StartError::Config(c)) = e.downcast_ref::<StartError>() {
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "error: {}",
-                    harnessd::text::escape_text(&c.to_string())
-                );
-                return exit_code(commands::EXIT_CONFIG);
-            }
-            // Errors can quote model or file text (a transcript that does not parse).
+            // A config error (either file, the API key) is shown as it is, without a
+            // chain, and is a usage error (docs/commands.md). Errors can quote model
+            // or file text (a transcript that does not parse): escaped.
             let _ = writeln!(
                 std::io::stderr(),
                 "error: {}",
-                harnessd::text::escape_text(&format!("{e:#}"))
+                harnessd::text::escape_text(&e.message())
             );
-            ExitCode::FAILURE
+            e.exit_code()
         }
     }
 }
 
-/// A command's exit code for the process: codes outside 0–255 (none are
-/// documented) become 1.
-fn exit_code(code: i32) -> ExitCode {
-    u8::try_from(code).map_or(ExitCode::FAILURE, ExitCode::from)
-}
-
-/// Whether `e` is, at bottom, a write to a closed pipe.
-fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|cause| {
-        cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-    })
-}
-
 /// Runs the command; returns its exit code.
-fn dispatch(cli: Cli, helper: std::path::PathBuf) -> anyhow::Result<i32> {
+fn dispatch(cli: Cli, helper: std::path::PathBuf) -> Result<ExitCode, CliError> {
     let env = |name: &str| std::env::var(name).ok();
     let root = cli.root;
     match cli.command {
@@ -136,7 +113,7 @@ fn dispatch(cli: Cli, helper: std::path::PathBuf) -> anyhow::Result<i32> {
         } => {
             let prompt = match commands::clients::prompt_from(task, file.as_deref()) {
                 Ok(p) => p,
-                Err(code) => return Ok(code),
+                Err(code) => return Ok(exit(code)),
             };
             let submit = ClientCommand::Submit {
                 prompt,
@@ -169,7 +146,7 @@ fn answer(id: String, approve: bool, reason: Option<String>, remember: bool) -> 
     }
 }
 
-fn client(root: &std::path::Path, cmd: ClientCommand, json: bool) -> anyhow::Result<i32> {
+fn client(root: &std::path::Path, cmd: ClientCommand, json: bool) -> Result<ExitCode, CliError> {
     commands::clients::run(root, cmd, json)
 }
 

@@ -1,5 +1,5 @@
-//! One module per subcommand. Each returns the process exit code; only `main`
-//! exits. `run` and `serve` install their signal handlers here ([`signals`]) and
+//! One module per subcommand. Each returns `Result<ExitCode, CliError>`
+//! ([`error`]); only `main` exits. `run` and `serve` install their signal handlers here ([`signals`]) and
 //! start through [`crate::services`].
 
 // The edge: these modules are the terminal's side of the program, where answers go
@@ -11,6 +11,7 @@ pub mod audit;
 pub mod boundary;
 pub mod check;
 pub mod clients;
+pub mod error;
 pub mod events;
 pub mod init;
 pub mod listing;

@@ -1,9 +1,11 @@
 //! `harnessd run "TASK"`: one task in-process. Answer on stdout, progress on
 //! stderr, exit code from the stop reason (docs/commands.md).
 
+use super::error::{CliError, exit};
 use std::future::Future;
 use std::io::Write;
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::Arc;
 
 use futures::stream::BoxStream;
@@ -35,10 +37,10 @@ pub struct RunOptions {
 
 /// Runs `run` on a fresh tokio runtime; returns the exit code. A config error comes
 /// back as [`crate::services::StartError::Config`] for `main` to show (exit 2).
-pub fn run(opts: RunOptions, env: impl Fn(&str) -> Option<String>) -> anyhow::Result<i32> {
+pub fn run(opts: RunOptions, env: impl Fn(&str) -> Option<String>) -> Result<ExitCode, CliError> {
     if opts.max_turns == Some(0) {
         eprintln!("error: --max-turns must be at least 1");
-        return Ok(EXIT_CONFIG);
+        return Ok(exit(EXIT_CONFIG));
     }
     let runtime = super::runtime()?;
     runtime.block_on(async {
@@ -53,7 +55,7 @@ async fn run_async(
     env: impl Fn(&str) -> Option<String>,
     interrupted: impl Future<Output = ()> + Send + 'static,
     hangups: BoxStream<'static, ()>,
-) -> anyhow::Result<i32> {
+) -> Result<ExitCode, CliError> {
     let (tap_tx, tap_rx) = tokio::sync::mpsc::unbounded_channel();
     // The elapsed-time line only where a person watches: a terminal on stderr.
     let live = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -121,5 +123,7 @@ async fn run_async(
     drop(out);
     // Last, so a cron job's log ends with what its agent was let do.
     eprintln!("{}", calls.line());
-    Ok(calls.exit_code(outcome.stop_reason.exit_code(), opts.strict))
+    Ok(exit(
+        calls.exit_code(outcome.stop_reason.exit_code(), opts.strict),
+    ))
 }

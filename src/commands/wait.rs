@@ -8,9 +8,11 @@
 //! and the exit code of `run` (docs/commands.md). It must not print the task as a success
 //! unless the daemon lists it finished with a stop reason.
 
+use super::error::{CliError, exit};
 use std::collections::HashSet;
 use std::io::Write;
 use std::path::Path;
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -74,7 +76,7 @@ pub async fn wait_for(
     json_out: bool,
     strict: bool,
     prefix: &CommandPrefix,
-) -> anyhow::Result<i32> {
+) -> Result<ExitCode, CliError> {
     let mut calls = CallTally::default();
     let saw_finished = follow_until_finished(socket, id, prefix, &mut calls).await?;
     let Some(t) = finished_task(socket, id, saw_finished).await? else {
@@ -83,7 +85,7 @@ pub async fn wait_for(
             escape_line(id)
         );
         eprintln!("{}", calls.line());
-        return Ok(StopReason::Error.exit_code());
+        return Ok(exit(StopReason::Error.exit_code()));
     };
     if json_out {
         print_json(&t)?;
@@ -103,7 +105,7 @@ pub async fn wait_for(
     }
     // Last, so a cron job's log ends with what its agent was let do.
     eprintln!("{}", calls.line());
-    Ok(calls.exit_code(reason.exit_code(), strict))
+    Ok(exit(calls.exit_code(reason.exit_code(), strict)))
 }
 
 /// How long `submit --wait` lets the daemon's task list catch up with a
@@ -146,7 +148,7 @@ async fn follow_until_finished(
     id: &str,
     prefix: &CommandPrefix,
     calls: &mut CallTally,
-) -> anyhow::Result<bool> {
+) -> Result<bool, CliError> {
     // Only this task's events come: the stream is filtered by task; `text=1` adds
     // the model's text as it streams.
     let path = format!("/v1/events?task={}&follow=1&text=1", enc(id));
@@ -220,7 +222,11 @@ const LISTED_WITHIN: Duration = Duration::from_secs(3);
 /// every character of its input, from the daemon's list, and the commands that
 /// answer it. If the list never shows it (answered already, or the daemon
 /// refuses the list), what the event says is printed instead, commands included.
-async fn show_approval(socket: &Path, event: &Value, prefix: &CommandPrefix) -> anyhow::Result<()> {
+async fn show_approval(
+    socket: &Path,
+    event: &Value,
+    prefix: &CommandPrefix,
+) -> Result<(), CliError> {
     let approval = event["approval_id"].as_str().unwrap_or("");
     let deadline = Instant::now() + LISTED_WITHIN;
     let listed = loop {
