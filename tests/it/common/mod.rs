@@ -25,13 +25,12 @@ pub fn bin() -> &'static str {
 /// the workspace). Kept: a [`TestRoot`] removes its own on drop.
 pub fn fresh_dir(prefix: &str) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::Builder::new()
+    tempfile::Builder::new()
         .prefix(prefix)
         .permissions(std::fs::Permissions::from_mode(0o755))
         .tempdir()
         .unwrap()
-        .keep();
-    dir
+        .keep()
 }
 
 /// A root in a fresh temporary directory, removed on drop.
