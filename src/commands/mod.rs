@@ -26,6 +26,7 @@ pub mod signals;
 pub mod table;
 pub mod tally;
 pub mod tasks_offline;
+pub mod terminal_approver;
 pub mod wait;
 
 /// Exit code of a usage or config error.

@@ -2,6 +2,7 @@
 //! stderr, exit code from the stop reason (docs/commands.md).
 
 use super::error::{CliError, exit};
+use super::terminal_approver::TerminalApprover;
 use std::future::Future;
 use std::io::Write;
 use std::path::PathBuf;
@@ -13,7 +14,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::EXIT_CONFIG;
 use crate::agent::{RunLock, TaskSpec, new_task_id, run_task};
-use crate::approval::TerminalApprover;
 use crate::daemon::remember::LiveRemember;
 use crate::services::{Services, StartOptions};
 use crate::text::{escape_line, escape_text};
