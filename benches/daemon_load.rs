@@ -7,7 +7,14 @@
 //! all of them queued, and its peak RSS (VmHWM) once all have finished.
 //!
 //! Run: `cargo bench --bench daemon_load` (prints the figures; asserts nothing).
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::print_stdout,
+    clippy::print_stderr
+)]
+// A figure run reads top to bottom; the function-length limit is for the crate.
+#![allow(clippy::too_many_lines)]
 
 use harnessd_testkit::fake_api;
 use harnessd_testkit::root::{edit_file, init_root};

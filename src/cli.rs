@@ -28,6 +28,10 @@ pub enum Command {
         /// Override loop.max_turns for this task.
         #[arg(long)]
         max_turns: Option<u32>,
+        /// Exit 5 when the task ended its turn but a call was denied, refused by the
+        /// sandbox, or its approval timed out.
+        #[arg(long)]
+        strict: bool,
         /// The task: the prompt given to the model.
         task: String,
     },
@@ -35,8 +39,8 @@ pub enum Command {
     Serve,
     /// Submit a task to the daemon; prints its id.
     Submit {
-        /// Follow the task to its end, showing each approval it waits for; exit
-        /// like `run`.
+        /// Follow the task to its end, showing each call with its decision and each
+        /// approval it waits for; exit like `run`.
         #[arg(long)]
         wait: bool,
         /// Override loop.max_turns.
@@ -45,6 +49,10 @@ pub enum Command {
         /// Override api.model for this task.
         #[arg(long)]
         model: Option<String>,
+        /// With `--wait`: exit 5 when the task ended its turn but a call was denied,
+        /// refused by the sandbox, or its approval timed out.
+        #[arg(long, requires = "wait")]
+        strict: bool,
         /// Read the prompt from FILE (`-`: standard input) instead of TASK.
         #[arg(
             short = 'f',

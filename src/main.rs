@@ -4,21 +4,24 @@
 // Writes to stderr ignore errors: `eprintln!` panics when stderr is on a full disk.
 use clap::Parser;
 use std::io::Write as _;
+use std::process::ExitCode;
 
 use harnessd::cli::{AuditCommand, Cli, Command, PolicyCommand};
 use harnessd::commands;
 use harnessd::commands::clients::ClientCommand;
-use harnessd::services::StartError;
+use harnessd::commands::error::{CliError, exit};
 
-fn main() {
+fn main() -> ExitCode {
     // The sandbox helper is this binary re-executed; it must start fast and touch
     // nothing else, so it is dispatched before clap, logging or tokio.
     if std::env::args_os().nth(1).as_deref()
         == Some(std::ffi::OsStr::new(harnessd::sandbox::HELPER_ARG))
     {
-        std::process::exit(harnessd::sandbox::helper_main());
+        return exit(harnessd::sandbox::helper_main());
     }
     let cli = Cli::parse();
+    // Dropped when `main` returns, after the command: the file layer's last lines
+    // are written then. (`process::exit` would skip the drop and lose them.)
     let _log_guard = init_logging();
     // Tools run as this executable re-executed (the sandbox helper). Through
     // /proc/self/exe, so a daemon whose binary was replaced by an upgrade still
@@ -29,52 +32,36 @@ fn main() {
     } else {
         std::env::current_exe()
     })
-    .map_err(|e| anyhow::anyhow!("cannot find the harnessd executable: {e}"))
+    .map_err(|e| CliError::Failed(format!("cannot find the harnessd executable: {e}")))
     .and_then(|helper| dispatch(cli, helper));
     match result {
-        Ok(code) => std::process::exit(code),
+        Ok(code) => code,
         // A reader that went away (`| head`) is not an error worth a line: the
         // output it wanted is written, the rest had nowhere to go.
-        Err(e) if is_broken_pipe(&e) => std::process::exit(0),
+        Err(e) if e.is_broken_pipe() => ExitCode::SUCCESS,
         Err(e) => {
-            // A config error (either file, the API key) is shown as it is, without
-            // a chain, and is a usage error (docs/commands.md).
-            if let Some(StartError::Config(c)) = e.downcast_ref::<StartError>() {
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "error: {}",
-                    harnessd::text::escape_text(&c.to_string())
-                );
-                std::process::exit(commands::EXIT_CONFIG);
-            }
-            // Errors can quote model or file text (a transcript that does not parse).
+            // A config error (either file, the API key) is shown as it is, without a
+            // chain, and is a usage error (docs/commands.md). Errors can quote model
+            // or file text (a transcript that does not parse): escaped.
             let _ = writeln!(
                 std::io::stderr(),
                 "error: {}",
-                harnessd::text::escape_text(&format!("{e:#}"))
+                harnessd::text::escape_text(&e.message())
             );
-            std::process::exit(1);
+            e.exit_code()
         }
     }
 }
 
-/// Whether `e` is, at bottom, a write to a closed pipe.
-fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|cause| {
-        cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-    })
-}
-
 /// Runs the command; returns its exit code.
-fn dispatch(cli: Cli, helper: std::path::PathBuf) -> anyhow::Result<i32> {
+fn dispatch(cli: Cli, helper: std::path::PathBuf) -> Result<ExitCode, CliError> {
     let env = |name: &str| std::env::var(name).ok();
     let root = cli.root;
     match cli.command {
         Command::Run {
             yes,
             max_turns,
+            strict,
             task,
         } => {
             let opts = commands::run::RunOptions {
@@ -82,6 +69,7 @@ fn dispatch(cli: Cli, helper: std::path::PathBuf) -> anyhow::Result<i32> {
                 task,
                 yes,
                 max_turns,
+                strict,
                 helper,
             };
             commands::run::run(opts, env)
@@ -117,6 +105,7 @@ fn dispatch(cli: Cli, helper: std::path::PathBuf) -> anyhow::Result<i32> {
         Command::Submit {
             wait,
             max_turns,
+            strict,
             model,
             file,
             json,
@@ -124,13 +113,14 @@ fn dispatch(cli: Cli, helper: std::path::PathBuf) -> anyhow::Result<i32> {
         } => {
             let prompt = match commands::clients::prompt_from(task, file.as_deref()) {
                 Ok(p) => p,
-                Err(code) => return Ok(code),
+                Err(code) => return Ok(exit(code)),
             };
             let submit = ClientCommand::Submit {
                 prompt,
                 max_turns,
                 model,
                 wait,
+                strict,
             };
             client(&root, submit, json)
         }
@@ -156,7 +146,7 @@ fn answer(id: String, approve: bool, reason: Option<String>, remember: bool) -> 
     }
 }
 
-fn client(root: &std::path::Path, cmd: ClientCommand, json: bool) -> anyhow::Result<i32> {
+fn client(root: &std::path::Path, cmd: ClientCommand, json: bool) -> Result<ExitCode, CliError> {
     commands::clients::run(root, cmd, json)
 }
 
@@ -164,30 +154,44 @@ fn client(root: &std::path::Path, cmd: ClientCommand, json: bool) -> anyhow::Res
 /// (default `warn`), and to a daily-rolling file in `HARNESSD_LOG_DIR` when set.
 /// Never into events.jsonl. The guard flushes the file on exit.
 fn init_logging() -> Option<tracing_appender::non_blocking::WorkerGuard> {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::filter::{FilterExt as _, filter_fn};
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     let filter = || {
         tracing_subscriber::EnvFilter::try_from_env("HARNESSD_LOG")
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"))
     };
+    let notice = || filter_fn(|m| m.target() == harnessd::text::NOTICE);
+    // Notices are lines for the operator: bare, as the library wrote them, and
+    // shown whatever `HARNESSD_LOG` filters.
+    let notices = tracing_subscriber::fmt::layer()
+        .with_ansi(false)
+        .without_time()
+        .with_level(false)
+        .with_target(false)
+        .with_writer(std::io::stderr)
+        .with_filter(notice());
     // Colour only for a person at a terminal: journald and log files keep the
     // escape codes as text otherwise.
     let stderr = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_filter(filter().and(notice().not()));
     let (file, guard) = match std::env::var_os("HARNESSD_LOG_DIR") {
         Some(dir) => {
             let appender = tracing_appender::rolling::daily(dir, "harnessd.log");
             let (writer, guard) = tracing_appender::non_blocking(appender);
             let layer = tracing_subscriber::fmt::layer()
                 .with_ansi(false)
-                .with_writer(writer);
+                .with_writer(writer)
+                .with_filter(filter().or(notice()));
             (Some(layer), Some(guard))
         }
         None => (None, None),
     };
     tracing_subscriber::registry()
-        .with(filter())
+        .with(notices)
         .with(stderr)
         .with(file)
         .init();

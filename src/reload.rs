@@ -2,7 +2,7 @@
 //! the command entry, which installs the handler) go through a
 //! [`Debouncer`] into [`LiveConfig::reload`], and every outcome is recorded
 //! (`config_loaded` with what changed, `config_rejected` with the error) and told
-//! on stderr.
+//! to the operator as a notice ([`crate::text::NOTICE`]).
 //!
 //! The watches are on directories, not files, so editors' write-to-temp-and-rename,
 //! truncate-then-write and delete-and-recreate are all seen; the root itself is
@@ -17,8 +17,6 @@
 //! once (`config_rejected` with its sha256) and logged as an error, not again at
 //! every later event.
 
-// Writes to stderr ignore errors: `eprintln!` panics when stderr is on a full disk.
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,7 +31,7 @@ use crate::protocol::Trigger;
 
 use crate::config::{ConfigSource, Debouncer, FileOutcome, LiveConfig, ReloadOutcome, Verdict};
 use crate::events::{Event, EventError, EventLog};
-use crate::text::escape_text;
+use crate::text::{NOTICE, escape_text};
 
 /// Quiet time after the last file event before reloading.
 pub const DEBOUNCE: Duration = Duration::from_millis(50);
@@ -206,8 +204,8 @@ pub async fn reload_and_record(
         }
     }
     if let Some(verb) = unchanged_verb {
-        let _ = writeln!(
-            std::io::stderr(),
+        tracing::info!(
+            target: NOTICE,
             "config {verb} ({trigger}): no change, the version in force stays"
         );
     }
@@ -273,7 +271,7 @@ async fn record_unchanged(
     Ok(())
 }
 
-/// Records `config_loaded` for a changed file and says on stderr what changed.
+/// Records `config_loaded` for a changed file and tells the operator what changed.
 async fn record_loaded(
     events: &EventLog,
     (trigger, by): Cause<'_>,
@@ -296,8 +294,8 @@ async fn record_loaded(
         )
         .await?;
     // Rules can hold model text (`approve --remember`): escaped for the terminal.
-    let _ = writeln!(
-        std::io::stderr(),
+    tracing::info!(
+        target: NOTICE,
         "config {verb} ({trigger}): {}",
         if changes.is_empty() {
             "no effective change".to_string()
@@ -306,8 +304,8 @@ async fn record_loaded(
         }
     );
     if !restart_needed.is_empty() {
-        let _ = writeln!(
-            std::io::stderr(),
+        tracing::info!(
+            target: NOTICE,
             "warning: changed but needs a restart: {}",
             escape_text(&restart_needed.join(", "))
         );
@@ -347,8 +345,8 @@ pub async fn watch(
             Some(w)
         }
         Err(e) => {
-            let _ = writeln!(
-                std::io::stderr(),
+            tracing::info!(
+                target: NOTICE,
                 "warning: cannot watch the config files ({e}); reload with SIGHUP"
             );
             None

@@ -302,10 +302,16 @@ fn probe_sandbox(executor: &mut Executor, loaded: &Loaded) -> Result<Report, Str
         let shown = crate::text::escape_text(&missing);
         match settings.sandbox.require {
             SandboxRequire::Full => {
-                eprintln!("warning: tools will be refused, the sandbox is incomplete here: {shown}")
+                tracing::info!(
+                    target: crate::text::NOTICE,
+                    "warning: tools will be refused, the sandbox is incomplete here: {shown}"
+                )
             }
             SandboxRequire::BestEffort => {
-                eprintln!("warning: tools run in a weakened sandbox (best_effort): {shown}");
+                tracing::info!(
+                    target: crate::text::NOTICE,
+                    "warning: tools run in a weakened sandbox (best_effort): {shown}"
+                );
                 executor.set_weakened(Some(missing));
             }
         }

@@ -31,7 +31,9 @@ pub use crate::protocol::{StopReason, TaskStatus};
 pub use calls::advertised;
 pub use guard::install_panic_hook;
 pub use resume::queued_transcript;
-pub use transcript::{LockError, RunLock, Transcript, TranscriptHead, TurnRecord, Unsaved};
+pub use transcript::{
+    LockError, RunLock, Transcript, TranscriptHead, TurnRecord, Unsaved, prompt_head_of,
+};
 pub use turn::SUMMARY_REQUEST;
 
 use std::sync::Arc;

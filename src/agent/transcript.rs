@@ -55,6 +55,60 @@ pub struct TranscriptHead {
     /// The task's cost in US dollars; `None` when unknown.
     #[serde(default)]
     pub usd: Option<f64>,
+    /// The start of the prompt (the first message's text), at most
+    /// [`PROMPT_HEAD_CHARS`] characters: listings show it after a restart. The
+    /// other messages are skipped unread.
+    #[serde(default, rename = "messages", deserialize_with = "prompt_head")]
+    pub prompt: Option<String>,
+}
+
+/// How much of the prompt a [`TranscriptHead`] keeps: one more character than a
+/// listing shows, so the listing still knows the prompt went on.
+pub const PROMPT_HEAD_CHARS: usize = 101;
+
+/// The start of `text`, at most [`PROMPT_HEAD_CHARS`] characters; `None` if empty.
+pub fn prompt_head_of(text: &str) -> Option<String> {
+    (!text.is_empty()).then(|| text.chars().take(PROMPT_HEAD_CHARS).collect())
+}
+
+/// Reads the `messages` array for [`TranscriptHead::prompt`]: the first message's
+/// text blocks, cut, and every later message skipped without being built.
+fn prompt_head<'de, D: serde::Deserializer<'de>>(de: D) -> Result<Option<String>, D::Error> {
+    /// A content block, as far as the prompt needs it.
+    #[derive(Deserialize)]
+    struct Piece {
+        #[serde(rename = "type")]
+        kind: String,
+        #[serde(default)]
+        text: Option<String>,
+    }
+    /// The first message, as far as the prompt needs it.
+    #[derive(Deserialize)]
+    struct First {
+        content: Vec<Piece>,
+    }
+    struct Visit;
+    impl<'de> serde::de::Visitor<'de> for Visit {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a list of messages")
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> Result<Self::Value, A::Error> {
+            let first = seq.next_element::<First>()?;
+            while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+            let texts: Vec<String> = first
+                .into_iter()
+                .flat_map(|m| m.content)
+                .filter(|p| p.kind == "text")
+                .filter_map(|p| p.text)
+                .collect();
+            Ok(prompt_head_of(&texts.join("\n")))
+        }
+    }
+    de.deserialize_seq(Visit)
 }
 
 /// The whole transcript file.

@@ -2,8 +2,10 @@
 //! file (docs/events.md, docs/commands.md). Reads only `config/config.toml` to find the log, so a
 //! broken policy file does not stop an audit.
 
+use super::error::{CliError, exit};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 use serde_json::json;
 
@@ -27,12 +29,12 @@ pub fn events_path(root: &Path) -> Result<PathBuf, String> {
 /// root cannot be read.
 /// With `head`, the log must still hold that line unchanged (see
 /// [`crate::events::verify::Head`]).
-pub fn verify(root: &Path, head: Option<&Head>, json_out: bool) -> anyhow::Result<i32> {
+pub fn verify(root: &Path, head: Option<&Head>, json_out: bool) -> Result<ExitCode, CliError> {
     let live = match events_path(root) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("error: {}", escape_text(&e));
-            return Ok(EXIT_CONFIG);
+            return Ok(exit(EXIT_CONFIG));
         }
     };
     let mut out = std::io::stdout().lock();
@@ -57,7 +59,11 @@ pub fn verify(root: &Path, head: Option<&Head>, json_out: bool) -> anyhow::Resul
                     "head_seq": head_seq, "head": head, "chain_begins": begins,
                     "unchained": r.unchained, "gaps": gaps});
                 writeln!(out, "{v}")?;
-                return Ok(if r.gaps.is_empty() { 0 } else { 1 });
+                return Ok(if r.gaps.is_empty() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                });
             }
             if !r.gaps.is_empty() {
                 return report_gaps(&r);
@@ -81,7 +87,7 @@ pub fn verify(root: &Path, head: Option<&Head>, json_out: bool) -> anyhow::Resul
                     escape_text(&at)
                 )?;
             }
-            Ok(0)
+            Ok(ExitCode::SUCCESS)
         }
         Err(VerifyError::Broken(b)) => {
             if json_out {
@@ -90,18 +96,18 @@ pub fn verify(root: &Path, head: Option<&Head>, json_out: bool) -> anyhow::Resul
                 writeln!(out, "{v}")?;
             }
             eprintln!("audit log broken: {}", escape_text(&b.to_string()));
-            Ok(1)
+            Ok(ExitCode::FAILURE)
         }
         Err(e) => {
             eprintln!("error: {}", escape_text(&e.to_string()));
-            Ok(1)
+            Ok(ExitCode::FAILURE)
         }
     }
 }
 
 /// A chain intact but for gaps the daemon recorded: each is named, and the exit is
 /// 1, since lines are missing (docs/auditing.md).
-fn report_gaps(r: &crate::events::verify::Report) -> anyhow::Result<i32> {
+fn report_gaps(r: &crate::events::verify::Report) -> Result<ExitCode, CliError> {
     for g in &r.gaps {
         let missing = if g.first_missing == g.last_missing {
             format!("seq {}", g.first_missing)
@@ -125,13 +131,13 @@ fn report_gaps(r: &crate::events::verify::Report) -> anyhow::Result<i32> {
         r.lines,
         r.files
     )?;
-    Ok(1)
+    Ok(ExitCode::FAILURE)
 }
 
 /// `audit schema`: the JSON Schema of a line of events.jsonl.
-pub fn schema() -> anyhow::Result<i32> {
+pub fn schema() -> Result<ExitCode, CliError> {
     std::io::stdout()
         .lock()
         .write_all(crate::events::events_schema().as_bytes())?;
-    Ok(0)
+    Ok(ExitCode::SUCCESS)
 }

@@ -2,8 +2,10 @@
 //! tier of every tool, and what the sandbox enforces here; warn about settings
 //! that weaken the boundary and state the one documented gap (see [`super::boundary`]).
 
+use super::error::{CliError, exit};
 use std::io::Write;
 use std::path::Path;
+use std::process::ExitCode;
 
 use serde_json::{Value, json};
 
@@ -285,10 +287,10 @@ pub fn run(
     json_out: bool,
     helper: &Path,
     env: impl Fn(&str) -> Option<String>,
-) -> anyhow::Result<i32> {
+) -> Result<ExitCode, CliError> {
     let loaded = match crate::commands::load_root(root) {
         Ok(l) => l,
-        Err(code) => return Ok(code),
+        Err(code) => return Ok(exit(code)),
     };
     let findings = Findings::gather(&loaded, helper, env);
     let report = report_json(&loaded, &findings);
@@ -306,7 +308,7 @@ pub fn run(
             "{}",
             escape_json(&serde_json::to_string_pretty(&report)?)
         )?;
-        return Ok(code);
+        return Ok(exit(code));
     }
     if let Some(w) = &findings.key_warning {
         eprintln!(
@@ -320,5 +322,5 @@ pub fn run(
     if let Some(e) = report["error"].as_str() {
         eprintln!("error: {}", escape_text(e));
     }
-    Ok(code)
+    Ok(exit(code))
 }

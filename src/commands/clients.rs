@@ -8,8 +8,10 @@
 //! escapes so it still parses to the same value. Approvals show every character
 //! of a call's input, wrapped ([`crate::text::render_input`]).
 
+use super::error::{CliError, exit};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -37,6 +39,8 @@ pub enum ClientCommand {
         model: Option<String>,
         /// Follow it to the end and exit like `run`.
         wait: bool,
+        /// With `wait`: exit 5 when a call was denied or refused.
+        strict: bool,
     },
     /// List tasks.
     Tasks,
@@ -112,19 +116,19 @@ pub fn enc(s: &str) -> String {
 }
 
 /// `--json`: the daemon's answer, pretty-printed.
-pub(super) fn print_json(value: &impl Serialize) -> anyhow::Result<()> {
+pub(super) fn print_json(value: &impl Serialize) -> Result<(), CliError> {
     let text = serde_json::to_string_pretty(value)?;
     writeln!(std::io::stdout().lock(), "{}", escape_json(&text))?;
     Ok(())
 }
 
 /// Runs a client command.
-pub fn run(root: &Path, cmd: ClientCommand, json_out: bool) -> anyhow::Result<i32> {
+pub fn run(root: &Path, cmd: ClientCommand, json_out: bool) -> Result<ExitCode, CliError> {
     let socket = match socket_of(root) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("error: {}", escape_text(&e));
-            return Ok(EXIT_CONFIG);
+            return Ok(exit(EXIT_CONFIG));
         }
     };
     // `tasks` with no daemon reads the transcripts instead (a permission error is
@@ -166,19 +170,21 @@ async fn run_async(
     cmd: ClientCommand,
     json_out: bool,
     prefix: &super::wait::CommandPrefix,
-) -> anyhow::Result<i32> {
+) -> Result<ExitCode, CliError> {
     let result = match cmd {
         ClientCommand::Submit {
             prompt,
             max_turns,
             model,
             wait,
+            strict,
         } => {
             let body = SubmitRequest {
                 prompt,
                 max_turns,
                 model,
             };
+            let wait = wait.then_some(strict);
             submit(socket, body, wait, json_out, prefix).await
         }
         ClientCommand::Tasks => tasks(socket, json_out).await,
@@ -202,48 +208,46 @@ async fn run_async(
     // An error the daemon answered with is the user's to read (exit 1); only a
     // failure to talk to the daemon at all goes up as an error of the command.
     match result {
-        Err(e) => match e.downcast_ref::<ClientError>() {
-            Some(ClientError::Api { message, .. }) => {
-                eprintln!("error: {}", escape_text(message));
-                Ok(1)
-            }
-            _ => Err(e),
-        },
+        Err(CliError::Client(ClientError::Api { message, .. })) => {
+            eprintln!("error: {}", escape_text(&message));
+            Ok(ExitCode::FAILURE)
+        }
         ok => ok,
     }
 }
 
-/// `submit`: prints the new task's id, or with `wait` follows it like `run`.
+/// `submit`: prints the new task's id, or with `wait` (`Some(strict)`) follows it
+/// like `run`.
 async fn submit(
     socket: &Path,
     body: SubmitRequest,
-    wait: bool,
+    wait: Option<bool>,
     json_out: bool,
     prefix: &super::wait::CommandPrefix,
-) -> anyhow::Result<i32> {
+) -> Result<ExitCode, CliError> {
     let SubmitResponse { task_id } = request(socket, "POST", "/v1/tasks", Some(&body)).await?;
-    if wait {
+    if let Some(strict) = wait {
         eprintln!(
             "task {} submitted; waiting (approvals it asks for are shown here)",
             escape_line(&task_id)
         );
-        return super::wait::wait_for(socket, &task_id, json_out, prefix).await;
+        return super::wait::wait_for(socket, &task_id, json_out, strict, prefix).await;
     }
     if json_out {
         print_json(&SubmitResponse { task_id })?;
     } else {
         writeln!(std::io::stdout().lock(), "{}", escape_line(&task_id))?;
     }
-    Ok(0)
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `tasks`: one line per task of the first page (the newest 50); a following
 /// page is mentioned on stderr, so a script reading stdout still sees tasks only.
-async fn tasks(socket: &Path, json_out: bool) -> anyhow::Result<i32> {
+async fn tasks(socket: &Path, json_out: bool) -> Result<ExitCode, CliError> {
     let list: TaskList = request_empty(socket, "GET", "/v1/tasks").await?;
     if json_out {
         print_json(&list)?;
-        return Ok(0);
+        return Ok(ExitCode::SUCCESS);
     }
     super::listing::print_tasks(&mut std::io::stdout().lock(), &list.tasks)?;
     if let Some(next) = &list.next {
@@ -252,19 +256,24 @@ async fn tasks(socket: &Path, json_out: bool) -> anyhow::Result<i32> {
             escape_line(next)
         );
     }
-    Ok(0)
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `show`, `cancel`, `resume`: each answers with the task, printed with its
 /// answer if it has one.
-async fn one_task(socket: &Path, method: &str, path: &str, json_out: bool) -> anyhow::Result<i32> {
+async fn one_task(
+    socket: &Path,
+    method: &str,
+    path: &str,
+    json_out: bool,
+) -> Result<ExitCode, CliError> {
     let t: Task = request_empty(socket, method, path).await?;
     if json_out {
         print_json(&t)?;
-        return Ok(0);
+        return Ok(ExitCode::SUCCESS);
     }
     super::listing::print_task(&mut std::io::stdout().lock(), &t)?;
-    Ok(0)
+    Ok(ExitCode::SUCCESS)
 }
 
 /// How long `cancel` waits for the task to stop before it shows what it has.
@@ -273,7 +282,7 @@ const CANCEL_SETTLE: std::time::Duration = std::time::Duration::from_secs(10);
 /// `cancel`: asks the daemon to cancel, then shows the task once it has stopped
 /// (its tool's process tree killed, its transcript saved), so what is printed is
 /// the state after the cancel, not the `running` of the moment it was asked.
-async fn cancel(socket: &Path, id: &str, json_out: bool) -> anyhow::Result<i32> {
+async fn cancel(socket: &Path, id: &str, json_out: bool) -> Result<ExitCode, CliError> {
     let mut t: Task =
         request_empty(socket, "POST", &format!("/v1/tasks/{}/cancel", enc(id))).await?;
     let path = format!("/v1/tasks/{}", enc(id));
@@ -289,20 +298,20 @@ async fn cancel(socket: &Path, id: &str, json_out: bool) -> anyhow::Result<i32> 
     } else {
         super::listing::print_task(&mut std::io::stdout().lock(), &t)?;
     }
-    Ok(0)
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `approvals`: a table of every pending approval, then each one's input.
-async fn approvals(socket: &Path, json_out: bool) -> anyhow::Result<i32> {
+async fn approvals(socket: &Path, json_out: bool) -> Result<ExitCode, CliError> {
     let list: ApprovalList = request_empty(socket, "GET", "/v1/approvals").await?;
     if json_out {
         print_json(&list)?;
-        return Ok(0);
+        return Ok(ExitCode::SUCCESS);
     }
     let width = crate::text::terminal_width(std::os::fd::AsFd::as_fd(&std::io::stdout()))
         .unwrap_or(crate::text::DEFAULT_WIDTH);
     super::listing::print_approvals(&mut std::io::stdout().lock(), &list.approvals, width)?;
-    Ok(0)
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `approve` and `deny`.
@@ -311,7 +320,7 @@ async fn answer(
     id: &str,
     body: &DecisionRequest,
     json_out: bool,
-) -> anyhow::Result<i32> {
+) -> Result<ExitCode, CliError> {
     let path = format!("/v1/approvals/{}", enc(id));
     let answered: DecisionResponse = request(socket, "POST", &path, Some(body)).await?;
     if json_out {
@@ -329,5 +338,5 @@ async fn answer(
             writeln!(out, "remembered: {}", escape_line(rule))?;
         }
     }
-    Ok(0)
+    Ok(ExitCode::SUCCESS)
 }

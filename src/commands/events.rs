@@ -5,8 +5,10 @@
 //! time or regex is a usage error (exit 2) before anything is read; a line that
 //! does not parse is named on stderr by file and line, and the exit code is 1.
 
+use super::error::{CliError, exit};
 use std::io::Write;
 use std::path::Path;
+use std::process::ExitCode;
 
 use serde_json::Value;
 
@@ -46,7 +48,7 @@ const DETAIL_FIELDS: &[&str] = &[
 const MAX_VALUE_CHARS: usize = 120;
 
 /// Runs `events`.
-pub fn run(root: &Path, args: EventsArgs) -> anyhow::Result<i32> {
+pub fn run(root: &Path, args: EventsArgs) -> Result<ExitCode, CliError> {
     let params = QueryParams {
         task: args.task,
         kind: args.kind,
@@ -57,13 +59,13 @@ pub fn run(root: &Path, args: EventsArgs) -> anyhow::Result<i32> {
     };
     if let Err(e) = Query::new(params.clone()) {
         eprintln!("error: {}", escape_text(&e.to_string()));
-        return Ok(EXIT_CONFIG);
+        return Ok(exit(EXIT_CONFIG));
     }
     let socket = match socket_of(root) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("error: {}", escape_text(&e));
-            return Ok(EXIT_CONFIG);
+            return Ok(exit(EXIT_CONFIG));
         }
     };
     let mut printer = Printer {
@@ -130,12 +132,16 @@ fn details(ev: &Value) -> String {
 }
 
 /// Without a daemon: the files themselves.
-fn from_files(root: &Path, params: QueryParams, printer: &mut Printer) -> anyhow::Result<i32> {
+fn from_files(
+    root: &Path,
+    params: QueryParams,
+    printer: &mut Printer,
+) -> Result<ExitCode, CliError> {
     let live = match super::audit::events_path(root) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("error: {}", escape_text(&e));
-            return Ok(EXIT_CONFIG);
+            return Ok(exit(EXIT_CONFIG));
         }
     };
     let query = Query::new(params)?;
@@ -155,7 +161,11 @@ fn from_files(root: &Path, params: QueryParams, printer: &mut Printer) -> anyhow
             }
         }
     }
-    Ok(if unreadable { 1 } else { 0 })
+    Ok(if unreadable {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 /// Through the daemon's `/v1/events`, with the same filters as query parameters.
@@ -164,7 +174,7 @@ async fn through_daemon(
     params: &QueryParams,
     follow: bool,
     printer: &mut Printer,
-) -> anyhow::Result<i32> {
+) -> Result<ExitCode, CliError> {
     let mut q = Vec::new();
     for (key, value) in [
         ("task", &params.task),
@@ -188,7 +198,7 @@ async fn through_daemon(
         Ok(lines) => lines,
         Err(e) => {
             eprintln!("error: {}", escape_text(&e.to_string()));
-            return Ok(1);
+            return Ok(ExitCode::FAILURE);
         }
     };
     loop {
@@ -197,7 +207,7 @@ async fn through_daemon(
             Ok(None) => break,
             Err(e) => {
                 eprintln!("error: {}", escape_text(&e.to_string()));
-                return Ok(1);
+                return Ok(ExitCode::FAILURE);
             }
         };
         let Ok(ev) = serde_json::from_str::<Value>(&line) else {
@@ -217,8 +227,8 @@ async fn through_daemon(
         out.flush()?;
     }
     Ok(if lines.status() == 200 && !unreadable {
-        0
+        ExitCode::SUCCESS
     } else {
-        1
+        ExitCode::FAILURE
     })
 }

@@ -1,11 +1,17 @@
-//! One module per subcommand. Each returns the process exit code; only `main`
-//! exits. `run` and `serve` install their signal handlers here ([`signals`]) and
+//! One module per subcommand. Each returns `Result<ExitCode, CliError>`
+//! ([`error`]); only `main` exits. `run` and `serve` install their signal handlers here ([`signals`]) and
 //! start through [`crate::services`].
+
+// The edge: these modules are the terminal's side of the program, where answers go
+// to stdout and progress and errors to stderr. Below them, diagnostics go through
+// tracing (`crate::text::NOTICE` for the operator's lines).
+#![allow(clippy::print_stderr)]
 
 pub mod audit;
 pub mod boundary;
 pub mod check;
 pub mod clients;
+pub mod error;
 pub mod events;
 pub mod init;
 pub mod listing;
@@ -18,7 +24,9 @@ pub mod serve;
 pub mod show;
 pub mod signals;
 pub mod table;
+pub mod tally;
 pub mod tasks_offline;
+pub mod terminal_approver;
 pub mod wait;
 
 /// Exit code of a usage or config error.

@@ -1,8 +1,10 @@
 //! `harnessd policy test TOOL INPUT` (what would policy decide, and why) and
 //! `harnessd policy schema` (the JSON Schema of settings.json).
 
+use super::error::{CliError, exit};
 use std::io::Write;
 use std::path::Path;
+use std::process::ExitCode;
 
 use serde_json::{Value, json};
 
@@ -123,16 +125,16 @@ fn exit_code(report: &Value) -> i32 {
 /// (deny); 2 when the call cannot be judged. The exit code is the decision even
 /// when stdout is a closed pipe (`| head`): the report is a courtesy, the code is
 /// the answer.
-pub fn test(root: &Path, tool: &str, arg: &str, json_out: bool) -> anyhow::Result<i32> {
+pub fn test(root: &Path, tool: &str, arg: &str, json_out: bool) -> Result<ExitCode, CliError> {
     let loaded = match crate::commands::load_root(root) {
         Ok(l) => l,
-        Err(code) => return Ok(code),
+        Err(code) => return Ok(exit(code)),
     };
     let report = match evaluate(&loaded, tool, &input_from_arg(tool, arg)) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: {}", escape_text(&e));
-            return Ok(EXIT_CONFIG);
+            return Ok(exit(EXIT_CONFIG));
         }
     };
     let mut out = std::io::stdout().lock();
@@ -145,7 +147,7 @@ pub fn test(root: &Path, tool: &str, arg: &str, json_out: bool) -> anyhow::Resul
     };
     match written {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
-        _ => Ok(exit_code(&report)),
+        _ => Ok(exit(exit_code(&report))),
     }
 }
 
@@ -214,9 +216,9 @@ pub fn settings_schema() -> String {
 }
 
 /// Runs `policy schema`.
-pub fn schema() -> anyhow::Result<i32> {
+pub fn schema() -> Result<ExitCode, CliError> {
     std::io::stdout()
         .lock()
         .write_all(settings_schema().as_bytes())?;
-    Ok(0)
+    Ok(ExitCode::SUCCESS)
 }

@@ -226,8 +226,12 @@ struct Waiting {
 /// newline before the next line. With `live` (stderr is a terminal), a long wait
 /// on the model or a tool is said with how long it has lasted (`… waiting for the
 /// model: 20s`), as new lines: nothing is redrawn, so no control sequence reaches
-/// the terminal, not even our own.
-pub async fn print(mut rx: tokio::sync::mpsc::UnboundedReceiver<Value>, live: bool) {
+/// the terminal, not even our own. Returns what became of the task's calls.
+pub async fn print(
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Value>,
+    live: bool,
+) -> super::tally::CallTally {
+    let mut calls = super::tally::CallTally::default();
     let mut total = 0u64;
     let mut waiting: Option<Waiting> = None;
     let mut mid_text = false;
@@ -244,6 +248,7 @@ pub async fn print(mut rx: tokio::sync::mpsc::UnboundedReceiver<Value>, live: bo
                     continue;
                 }
                 let Some(record) = Record::from_value(ev) else { continue };
+                calls.observe(&record.event);
                 if let Some(l) = line(&record.event, &mut total) {
                     let mut err = std::io::stderr().lock();
                     if std::mem::take(&mut mid_text) {
@@ -274,6 +279,7 @@ pub async fn print(mut rx: tokio::sync::mpsc::UnboundedReceiver<Value>, live: bo
             }
         }
     }
+    calls
 }
 
 /// Writes a streamed piece of the model's text, escaped; `mid_text` says whether

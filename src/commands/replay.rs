@@ -3,9 +3,11 @@
 //! live policy or a candidate settings file, and prints the calls whose decision
 //! would change. Nothing is executed and the live file is never touched.
 
+use super::error::{CliError, exit};
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 use serde_json::{Value, json};
 
@@ -87,18 +89,21 @@ fn judged_by(root: &Path, candidate: Option<&Path>) -> Result<(Loaded, String), 
 
 /// Every recorded call of the transcripts under `paths`, judged by `loaded`;
 /// returns how many there were and those whose tier would change.
-fn replay_all(loaded: &Loaded, paths: &[PathBuf]) -> anyhow::Result<(usize, Vec<Value>)> {
+fn replay_all(loaded: &Loaded, paths: &[PathBuf]) -> Result<(usize, Vec<Value>), CliError> {
     let recorded = recorded_decisions(&loaded.paths.events);
     let mut changed = Vec::new();
     let mut total = 0;
     for path in paths {
         let files = transcripts(path)
-            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+            .map_err(|e| CliError::Failed(format!("cannot read {}: {e}", path.display())))?;
         for file in files {
             let text = std::fs::read_to_string(&file)
-                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
+                .map_err(|e| CliError::Failed(format!("cannot read {}: {e}", file.display())))?;
             let t: Transcript = serde_json::from_str(&text).map_err(|e| {
-                anyhow::anyhow!("{} is not a harnessd transcript: {e}", file.display())
+                CliError::Failed(format!(
+                    "{} is not a harnessd transcript: {e}",
+                    file.display()
+                ))
             })?;
             for m in t.messages.iter().filter(|m| m.role == Role::Assistant) {
                 for crate::llm::ToolUse { id, name, input } in m.tool_uses() {
@@ -130,10 +135,10 @@ pub fn run(
     candidate: Option<&Path>,
     paths: &[PathBuf],
     json_out: bool,
-) -> anyhow::Result<i32> {
+) -> Result<ExitCode, CliError> {
     let (loaded, judge) = match judged_by(root, candidate) {
         Ok(l) => l,
-        Err(code) => return Ok(code),
+        Err(code) => return Ok(exit(code)),
     };
     let paths = if paths.is_empty() {
         vec![loaded.paths.transcripts.clone()]
@@ -145,7 +150,7 @@ pub fn run(
     if json_out {
         let text = serde_json::to_string_pretty(&json!({"calls": total, "changed": changed}))?;
         writeln!(out, "{}", escape_json(&text))?;
-        return Ok(0);
+        return Ok(ExitCode::SUCCESS);
     }
     writeln!(
         out,
@@ -153,7 +158,7 @@ pub fn run(
         changed.len()
     )?;
     print_table(&mut out, &changed)?;
-    Ok(0)
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The changed calls as a table whose columns line up: each column as wide as

@@ -1,9 +1,12 @@
 //! `harnessd run "TASK"`: one task in-process. Answer on stdout, progress on
 //! stderr, exit code from the stop reason (docs/commands.md).
 
+use super::error::{CliError, exit};
+use super::terminal_approver::TerminalApprover;
 use std::future::Future;
 use std::io::Write;
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::Arc;
 
 use futures::stream::BoxStream;
@@ -11,7 +14,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::EXIT_CONFIG;
 use crate::agent::{RunLock, TaskSpec, new_task_id, run_task};
-use crate::approval::TerminalApprover;
 use crate::remember::LiveRemember;
 use crate::services::{Services, StartOptions};
 use crate::text::{escape_line, escape_text};
@@ -27,16 +29,18 @@ pub struct RunOptions {
     pub yes: bool,
     /// Override loop.max_turns.
     pub max_turns: Option<u32>,
+    /// Exit 5 when the task ended its turn but a call was denied or refused.
+    pub strict: bool,
     /// The helper binary (this executable).
     pub helper: PathBuf,
 }
 
 /// Runs `run` on a fresh tokio runtime; returns the exit code. A config error comes
 /// back as [`crate::services::StartError::Config`] for `main` to show (exit 2).
-pub fn run(opts: RunOptions, env: impl Fn(&str) -> Option<String>) -> anyhow::Result<i32> {
+pub fn run(opts: RunOptions, env: impl Fn(&str) -> Option<String>) -> Result<ExitCode, CliError> {
     if opts.max_turns == Some(0) {
         eprintln!("error: --max-turns must be at least 1");
-        return Ok(EXIT_CONFIG);
+        return Ok(exit(EXIT_CONFIG));
     }
     let runtime = super::runtime()?;
     runtime.block_on(async {
@@ -51,7 +55,7 @@ async fn run_async(
     env: impl Fn(&str) -> Option<String>,
     interrupted: impl Future<Output = ()> + Send + 'static,
     hangups: BoxStream<'static, ()>,
-) -> anyhow::Result<i32> {
+) -> Result<ExitCode, CliError> {
     let (tap_tx, tap_rx) = tokio::sync::mpsc::unbounded_channel();
     // The elapsed-time line only where a person watches: a terminal on stderr.
     let live = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -103,7 +107,7 @@ async fn run_async(
     services.shutdown().await;
     // The last handles to the audit log: the printer ends once every line is out.
     drop(env);
-    let _ = printer.await;
+    let calls = printer.await.unwrap_or_default();
     let outcome = outcome?;
     let transcript = crate::agent::Transcript::path(&loaded.paths.transcripts, &spec.task_id);
     eprintln!(
@@ -119,5 +123,10 @@ async fn run_async(
         writeln!(out, "{}", escape_text(&outcome.answer))?;
     }
     out.flush()?;
-    Ok(outcome.stop_reason.exit_code())
+    drop(out);
+    // Last, so a cron job's log ends with what its agent was let do.
+    eprintln!("{}", calls.line());
+    Ok(exit(
+        calls.exit_code(outcome.stop_reason.exit_code(), opts.strict),
+    ))
 }

@@ -7,7 +7,9 @@
 //! controlling terminal. Its exit code is the command's own (124 on timeout, 125
 //! when the sandbox refused to start it).
 
+use super::error::{CliError, exit};
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -19,10 +21,15 @@ use crate::sandbox::{Confinement, Job, Profile};
 pub const EXIT_TIMEOUT: i32 = 124;
 
 /// Runs `sandbox`.
-pub fn run(root: &Path, argv: Vec<String>, profile: Profile, helper: &Path) -> anyhow::Result<i32> {
+pub fn run(
+    root: &Path,
+    argv: Vec<String>,
+    profile: Profile,
+    helper: &Path,
+) -> Result<ExitCode, CliError> {
     let loaded = match crate::commands::load_root(root) {
         Ok(l) => l,
-        Err(code) => return Ok(code),
+        Err(code) => return Ok(exit(code)),
     };
     let settings = &loaded.policy.settings;
     // Its warnings (a planted `.tmp` moved aside…) are logged where they arise,
@@ -43,7 +50,7 @@ pub fn run(root: &Path, argv: Vec<String>, profile: Profile, helper: &Path) -> a
     });
     // The call's cgroup went back to the pool; nothing else will use it.
     crate::exec::remove_pooled_cgroups();
-    Ok(match outcome.ending {
+    Ok(exit(match outcome.ending {
         Ending::Exited(code) => code,
         Ending::Signaled(sig) => 128 + sig,
         Ending::TimedOut => {
@@ -58,5 +65,5 @@ pub fn run(root: &Path, argv: Vec<String>, profile: Profile, helper: &Path) -> a
             eprintln!("harnessd sandbox: {}", crate::text::escape_text(&e));
             1
         }
-    })
+    }))
 }

@@ -1,7 +1,9 @@
 //! `harnessd serve`: installs the signal handlers (SIGTERM and SIGINT stop, SIGHUP
 //! reloads), prepares the root and hands them to [`crate::daemon::serve::serve`].
 
+use super::error::CliError;
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use crate::daemon::serve::{PreparedSocket, ServeOptions, serve};
 use crate::services::Prepared;
@@ -13,7 +15,7 @@ pub fn run(
     root: PathBuf,
     helper: PathBuf,
     env: impl Fn(&str) -> Option<String>,
-) -> anyhow::Result<i32> {
+) -> Result<ExitCode, CliError> {
     let runtime = super::runtime()?;
     runtime.block_on(async {
         let shutdown = super::signals::terminate()?;
@@ -32,6 +34,6 @@ pub fn run(
         let served = serve(prepared, socket, ServeOptions { helper, hangups }, shutdown).await;
         crate::exec::leave_daemon_cgroup();
         served?;
-        Ok(0)
+        Ok(ExitCode::SUCCESS)
     })
 }

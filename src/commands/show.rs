@@ -5,9 +5,11 @@
 //! the log, read across its rotated files with only this task's lines kept, holds
 //! what happened to each call. Everything printed is escaped.
 
+use super::error::{CliError, exit};
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
+use std::process::ExitCode;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -55,10 +57,10 @@ struct Shown {
 }
 
 /// Runs `show`: exit 0, or 1 when the task has no readable transcript.
-pub fn run(root: &Path, id: &str, json_out: bool) -> anyhow::Result<i32> {
+pub fn run(root: &Path, id: &str, json_out: bool) -> Result<ExitCode, CliError> {
     let loaded = match crate::commands::load_root(root) {
         Ok(l) => l,
-        Err(code) => return Ok(code),
+        Err(code) => return Ok(exit(code)),
     };
     let dir = &loaded.paths.transcripts;
     let valid_id = !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
@@ -69,11 +71,11 @@ pub fn run(root: &Path, id: &str, json_out: bool) -> anyhow::Result<i32> {
                 "error: cannot read the transcript of {}: {e}",
                 escape_line(id)
             );
-            return Ok(1);
+            return Ok(ExitCode::FAILURE);
         }
         _ => {
             eprintln!("error: no task {:?}", escape_line(id).as_ref());
-            return Ok(1);
+            return Ok(ExitCode::FAILURE);
         }
     };
     let shown = build(&transcript, &loaded.paths.events)?;
@@ -84,10 +86,10 @@ pub fn run(root: &Path, id: &str, json_out: bool) -> anyhow::Result<i32> {
     } else {
         print(&mut out, &shown)?;
     }
-    Ok(0)
+    Ok(ExitCode::SUCCESS)
 }
 
-fn build(t: &Transcript, events: &Path) -> anyhow::Result<Shown> {
+fn build(t: &Transcript, events: &Path) -> Result<Shown, CliError> {
     let mut calls: Vec<Call> = Vec::new();
     // A `tool_use` reusing an earlier id never ran (the task stopped on it, see
     // docs/events.md): the call listed, with the log's records of that id, is the first.

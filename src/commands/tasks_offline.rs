@@ -3,8 +3,10 @@
 //! down. Each file's head only is parsed (serde skips the messages), as the
 //! daemon does at start; the whole transcript only for the tasks shown.
 
+use super::error::{CliError, exit};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 use crate::agent::TranscriptHead;
 use crate::protocol::Task;
@@ -15,10 +17,10 @@ const PAGE: usize = 50;
 
 /// Lists the newest tasks of `root`'s transcripts; exit 0, or 1 when a
 /// transcript could not be read (named on stderr, the others still listed).
-pub fn run(root: &Path, json_out: bool) -> anyhow::Result<i32> {
+pub fn run(root: &Path, json_out: bool) -> Result<ExitCode, CliError> {
     let loaded = match crate::commands::load_root(root) {
         Ok(l) => l,
-        Err(code) => return Ok(code),
+        Err(code) => return Ok(exit(code)),
     };
     let (mut found, unreadable) = read_heads(&loaded.paths.transcripts);
     found.sort_by(|(a, _), (b, _)| (&b.created, &b.task_id).cmp(&(&a.created, &a.task_id)));
@@ -45,7 +47,11 @@ pub fn run(root: &Path, json_out: bool) -> anyhow::Result<i32> {
     if older > 0 {
         eprintln!("({older} older task(s) not shown)");
     }
-    Ok(if unreadable { 1 } else { 0 })
+    Ok(if unreadable {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 /// The task of every transcript in `dir` with its file, and whether one could not
@@ -85,7 +91,7 @@ fn task_of(h: TranscriptHead) -> Task {
         status: h.status,
         stop_reason: h.stop_reason,
         usage: h.usage,
-        prompt: None,
+        prompt: h.prompt.as_deref().and_then(Task::prompt_start),
         answer: None,
         error: h.error,
         updated: h.created.clone(),

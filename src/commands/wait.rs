@@ -1,21 +1,25 @@
 //! `harnessd submit --wait`: follows one task to its end like `run` does in-process.
 //!
-//! It reads the task's events as the daemon writes them (never polling) and, the
-//! moment the task asks for an approval, prints on stderr what is asked (id, tool,
-//! rule, every character of the input, escaped) and the exact commands that answer
-//! it. At the end: the answer on stdout, the stop reason and the error on stderr,
+//! It reads the task's events as the daemon writes them (never polling), prints
+//! each call with its decision in `run`'s words and, the moment the task asks for
+//! an approval, what is asked (id, tool, rule, every character of the input,
+//! escaped) and the exact commands that answer it, all on stderr. At the end: the
+//! answer on stdout, the stop reason, the error and the count of calls on stderr,
 //! and the exit code of `run` (docs/commands.md). It must not print the task as a success
 //! unless the daemon lists it finished with a stop reason.
 
+use super::error::{CliError, exit};
 use std::collections::HashSet;
 use std::io::Write;
 use std::path::Path;
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use super::clients::{enc, print_json, warn_unreadable};
 use super::listing::print_approval;
+use super::tally::CallTally;
 use crate::control::ClientError;
 use crate::control::client::{self, request_empty};
 use crate::events::{Event, Record};
@@ -66,20 +70,24 @@ fn shell_quote(s: &str) -> String {
     }
 }
 
-/// Follows task `id` to its end; returns the exit code of `run`.
+/// Follows task `id` to its end; returns the exit code of `run` (with `strict`,
+/// of `run --strict`).
 pub async fn wait_for(
     socket: &Path,
     id: &str,
     json_out: bool,
+    strict: bool,
     prefix: &CommandPrefix,
-) -> anyhow::Result<i32> {
-    let saw_finished = follow_until_finished(socket, id, prefix).await?;
+) -> Result<ExitCode, CliError> {
+    let mut calls = CallTally::default();
+    let saw_finished = follow_until_finished(socket, id, prefix, &mut calls).await?;
     let Some(t) = finished_task(socket, id, saw_finished).await? else {
         eprintln!(
             "error: the daemon stopped before task {} finished",
             escape_line(id)
         );
-        return Ok(StopReason::Error.exit_code());
+        eprintln!("{}", calls.line());
+        return Ok(exit(StopReason::Error.exit_code()));
     };
     if json_out {
         print_json(&t)?;
@@ -97,7 +105,9 @@ pub async fn wait_for(
     if let Some(e) = &t.error {
         eprintln!("error: {}", escape_text(e));
     }
-    Ok(reason.exit_code())
+    // Last, so a cron job's log ends with what its agent was let do.
+    eprintln!("{}", calls.line());
+    Ok(exit(calls.exit_code(reason.exit_code(), strict)))
 }
 
 /// How long `submit --wait` lets the daemon's task list catch up with a
@@ -132,13 +142,15 @@ pub async fn finished_task(
 }
 
 /// Reads task `id`'s events until `task_finished` (or the end of the stream),
-/// showing each approval it waits for as it is requested and what became of it;
-/// whether `task_finished` came.
+/// showing each call with its decision as `run` does, and each approval it waits
+/// for as it is requested and what became of it; counts the calls in `calls`.
+/// Returns whether `task_finished` came.
 async fn follow_until_finished(
     socket: &Path,
     id: &str,
     prefix: &CommandPrefix,
-) -> anyhow::Result<bool> {
+    calls: &mut CallTally,
+) -> Result<bool, CliError> {
     // Only this task's events come: the stream is filtered by task; `text=1` adds
     // the model's text as it streams.
     let path = format!("/v1/events?task={}&follow=1&text=1", enc(id));
@@ -165,6 +177,7 @@ async fn follow_until_finished(
         let Some(record) = Record::from_value(event) else {
             continue;
         };
+        calls.observe(&record.event);
         match &record.event {
             Event::ApprovalRequested { approval_id, .. } if !shown.contains(approval_id) => {
                 show_approval(socket, &record, prefix).await?;
@@ -178,6 +191,14 @@ async fn follow_until_finished(
                 ..
             } => show_resolved(approval_id, *decision, by, remembered.as_deref()),
             Event::TaskFinished { .. } => return Ok(true),
+            // Each call and its decision, in `run`'s words.
+            Event::ToolRequested { .. }
+            | Event::PolicyDecision { .. }
+            | Event::ToolFinished { .. } => {
+                if let Some(l) = super::progress::line(&record.event, &mut 0) {
+                    let _ = writeln!(std::io::stderr().lock(), "{l}");
+                }
+            }
             _ => {}
         }
     }
@@ -213,7 +234,7 @@ async fn show_approval(
     socket: &Path,
     record: &Record,
     prefix: &CommandPrefix,
-) -> anyhow::Result<()> {
+) -> Result<(), CliError> {
     let Event::ApprovalRequested {
         approval_id: approval,
         tool,

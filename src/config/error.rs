@@ -169,6 +169,47 @@ pub fn find_key(text: &str, key_path: &str) -> Option<Location> {
     })
 }
 
+/// Finds where the JSON value at `key_path` (dotted, with `[i]` for an item of an
+/// array: `tools.ask[1]`) starts, through a real parse of `text`: an error about
+/// one rule points at the rule, not at its list. Falls back to [`find_key`] (the
+/// list's key) when the text does not parse or the path is not there.
+pub fn find_json_value(text: &str, key_path: &str) -> Option<Location> {
+    use jsonc_parser::ast::Value;
+    use jsonc_parser::common::Ranged as _;
+    let parsed = jsonc_parser::parse_to_ast(text, &Default::default(), &Default::default());
+    let found = parsed.ok().and_then(|parsed| {
+        let mut value = parsed.value?;
+        for segment in key_path.split('.') {
+            let (name, index) = match segment.split_once('[') {
+                Some((name, i)) => (name, Some(i.strip_suffix(']')?.parse::<usize>().ok()?)),
+                None => (segment, None),
+            };
+            let Value::Object(mut object) = value else {
+                return None;
+            };
+            let at = object
+                .properties
+                .iter()
+                .position(|p| p.name.as_str() == name)?;
+            value = object.properties.swap_remove(at).value;
+            if let Some(i) = index {
+                let Value::Array(mut array) = value else {
+                    return None;
+                };
+                if i >= array.elements.len() {
+                    return None;
+                }
+                value = array.elements.swap_remove(i);
+            }
+        }
+        Some(value.start())
+    });
+    match found {
+        Some(offset) => Some(Location::of_offset(text, offset)),
+        None => find_key(text, key_path),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,5 +261,26 @@ mod tests {
             Some(Location { line: 3, column: 6 })
         );
         assert_eq!(find_key(json, "nope"), None);
+    }
+
+    #[test]
+    fn find_json_value_points_at_an_item_of_an_array() {
+        let json = "{\n  \"tools\": {\n    \"ask\": [\"a\",\n      \"b(\"]\n  }\n}";
+        assert_eq!(
+            find_json_value(json, "tools.ask[1]"),
+            Some(Location { line: 4, column: 7 })
+        );
+        assert_eq!(
+            find_json_value(json, "tools.ask"),
+            Some(Location {
+                line: 3,
+                column: 12
+            })
+        );
+        // Past the end, or not JSON: the key, as find_key finds it.
+        assert_eq!(
+            find_json_value(json, "tools.ask[5]"),
+            Some(Location { line: 3, column: 6 })
+        );
     }
 }

@@ -298,6 +298,17 @@ impl Config {
                 ),
             );
         }
+        // An empty model passes TOML and serde, and the API would refuse every request
+        // with it: a task would fail at its first turn instead of at the edit.
+        if self.api.model.trim().is_empty() {
+            return Bad::at(
+                "api.model",
+                format!(
+                    "{:?} names no model; write one, e.g. model = \"claude-sonnet-4-5\"",
+                    self.api.model
+                ),
+            );
+        }
         if let Err(why) = http_url(&self.api.base_url) {
             return Bad::at(
                 "api.base_url",
@@ -598,6 +609,17 @@ mod tests {
         let s = err.to_string();
         assert!(s.starts_with("c.toml:3:1"), "{s}");
         assert!(s.contains("max_turnz"), "{s}");
+    }
+
+    #[test]
+    fn an_empty_model_is_refused_with_its_line_and_key() {
+        for model in ["\"\"", "\"  \""] {
+            let text = format!("[api]\nmax_tokens = 100\nmodel = {model}\n");
+            let s = Config::parse(&text, "c.toml")
+                .expect_err("empty")
+                .to_string();
+            assert!(s.starts_with("c.toml:3:1: key `api.model`:"), "{s}");
+        }
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::ops::Deref;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::error::{ConfigError, find_key};
+use super::error::{ConfigError, find_json_value};
 use crate::policy::{self, RuleError, RuleLists};
 use crate::protocol::Tier;
 
@@ -215,7 +215,7 @@ impl Settings {
 
     fn compile(self, text: &str, file: &str) -> Result<CompiledSettings, ConfigError> {
         let bad = |key: String, message: String| {
-            ConfigError::invalid(file, find_key(text, &key), key, message)
+            ConfigError::invalid(file, find_json_value(text, &key), key, message)
         };
         let limits = [
             ("output.max_chars", self.output.max_chars as u64),
@@ -302,8 +302,8 @@ mod tests {
             .to_string();
         assert!(s.contains("tools.ask[1]"), "{s}");
         assert!(s.contains("does not end with ')'"), "{s}");
-        // The line of the list's key: find_key locates keys, not array items.
-        assert!(s.starts_with("s.json:2:"), "{s}");
+        // The rule's own line and column, not its list's.
+        assert!(s.starts_with("s.json:3:5: key `tools.ask[1]`"), "{s}");
     }
 
     #[test]

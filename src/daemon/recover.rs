@@ -4,7 +4,6 @@
 //! ones are moved aside; then the tasks the log left open are closed
 //! ([`super::loose_ends`]) and the queued ones queued again, oldest first.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use super::loose_ends::{LooseEndsError, close_at_start};
@@ -50,16 +49,16 @@ pub(super) async fn take_up(
     let paths = &loaded.paths;
     let closed = close_at_start(paths.transcripts.clone(), paths.events.clone(), events).await?;
     if closed > 0 {
-        let _ = writeln!(
-            std::io::stderr(),
+        tracing::info!(
+            target: crate::text::NOTICE,
             "harnessd: recorded task_finished for {closed} task(s) the log left open \
              (see their events)"
         );
     }
     let requeued = scheduler.requeue(queued).await?;
     if requeued > 0 {
-        let _ = writeln!(
-            std::io::stderr(),
+        tracing::info!(
+            target: crate::text::NOTICE,
             "harnessd: requeued {requeued} queued task(s) accepted before the last stop, \
              oldest first"
         );
@@ -148,7 +147,7 @@ pub(super) async fn recover_tasks(
             status,
             stop_reason: t.stop_reason,
             usage: t.usage,
-            prompt: None,
+            prompt: t.prompt.as_deref().and_then(Task::prompt_start),
             usd: t.usd,
             answer: None,
             error: t.error,
@@ -310,6 +309,10 @@ fn read_found(
         error: transcript.error.clone(),
         usage: transcript.usage,
         usd: transcript.usd,
+        prompt: transcript
+            .messages
+            .first()
+            .and_then(|m| crate::agent::prompt_head_of(&m.text())),
     };
     let queued = (head.status == TaskStatus::Queued).then_some(transcript);
     Some(Ok(Found {

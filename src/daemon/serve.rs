@@ -11,10 +11,8 @@
 //! Everything it spawns is spawned on one [`Shutdown`]; it returns only once each
 //! of those tasks has ended, or the grace period for them is over.
 
-// Writes to stderr ignore errors: `eprintln!` panics when stderr is on a full disk.
 use std::fs::File;
 use std::future::Future;
-use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -158,8 +156,8 @@ pub async fn serve(
     let listener = socket.dir.bind()?;
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
     watchdog(&daemon);
-    let _ = writeln!(
-        std::io::stderr(),
+    tracing::info!(
+        target: crate::text::NOTICE,
         "harnessd serving on {} (pid {})",
         crate::text::escape_text(&socket.path.display().to_string()),
         std::process::id()
@@ -191,8 +189,8 @@ pub async fn serve(
     events.log_head("stop");
     // Followers get the lines up to `daemon_stopping`, then their streams end.
     if !daemon.finish(grace).await {
-        let _ = writeln!(
-            std::io::stderr(),
+        tracing::info!(
+            target: crate::text::NOTICE,
             "harnessd: connections still open {} s after the stop were dropped",
             grace.as_secs()
         );

@@ -12,7 +12,6 @@
 //! disk. When the daemon stops, no queued task starts ([`Scheduler::drain`]); they
 //! stay queued, on disk as in the record, for the next start.
 
-use std::io::Write as _;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -133,8 +132,8 @@ impl Scheduler {
             .await
             .is_err()
         {
-            let _ = writeln!(
-                std::io::stderr(),
+            tracing::info!(
+                target: crate::text::NOTICE,
                 "grace period over: interrupting running tasks (resume continues them)"
             );
             self.stop_tasks.cancel();
@@ -147,8 +146,8 @@ impl Scheduler {
             .copied()
             .unwrap_or(0);
         if queued > 0 {
-            let _ = writeln!(
-                std::io::stderr(),
+            tracing::info!(
+                target: crate::text::NOTICE,
                 "harnessd: {queued} queued task(s) stay queued for the next start"
             );
         }

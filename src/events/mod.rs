@@ -262,11 +262,11 @@ impl EventLog {
     /// chain and all, no longer ends in a head logged there (docs/events.md).
     pub fn log_head(&self, when: &str) {
         let (seq, hash) = self.head();
-        // stderr, like the daemon's other start and stop lines: journald keeps it
-        // whatever `HARNESSD_LOG` filters. A failed write is no reason to stop.
-        let _ = std::io::Write::write_all(
-            &mut std::io::stderr(),
-            format!("harnessd: audit log chain head at {when}: seq {seq} {hash}\n").as_bytes(),
+        // A notice, like the daemon's other start and stop lines: journald keeps it
+        // whatever `HARNESSD_LOG` filters.
+        tracing::info!(
+            target: crate::text::NOTICE,
+            "harnessd: audit log chain head at {when}: seq {seq} {hash}"
         );
     }
 
@@ -455,14 +455,12 @@ impl Writer {
             gap.last_seq,
             gap.seq
         );
-        let _ = std::io::Write::write_all(
-            &mut std::io::stderr(),
-            format!(
-                "harnessd: error: the audit log {path} was removed or replaced under the \
-                 daemon; events_gap recorded at seq {} (last seq written before: {})\n",
-                gap.seq, gap.last_seq
-            )
-            .as_bytes(),
+        tracing::info!(
+            target: crate::text::NOTICE,
+            "harnessd: error: the audit log {path} was removed or replaced under the daemon; \
+             events_gap recorded at seq {} (last seq written before: {})",
+            gap.seq,
+            gap.last_seq
         );
         if let Some(tap) = &self.tap {
             let mut line = Map::new();

@@ -89,6 +89,8 @@ fn stdin_from_dev_null() -> std::io::Result<()> {
     Ok(())
 }
 
+// The helper has no logging: its stderr is the tool's, read back as the refusal.
+#[allow(clippy::print_stderr)]
 fn exec(cmd: &mut Command) -> i32 {
     let program = cmd.get_program().to_string_lossy().into_owned();
     let err = cmd.exec();
@@ -97,6 +99,8 @@ fn exec(cmd: &mut Command) -> i32 {
     127
 }
 
+// The helper's stderr is the tool's: the caller shows it as why the sandbox refused.
+#[allow(clippy::print_stderr)]
 fn setup_failed(message: &str) -> i32 {
     eprintln!("harnessd sandbox: {message}");
     SETUP_FAILED

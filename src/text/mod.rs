@@ -10,3 +10,10 @@ pub use escape::{
     render_input, terminal_width, wrap,
 };
 pub use truncate::truncate_middle;
+
+/// The tracing target of lines meant for the operator as they are (`harnessd serving
+/// on …`, `config reloaded (watch): …`, the chain head): code below the command
+/// line writes them as `tracing::info!(target: NOTICE, …)`, never to stderr itself,
+/// and `main` shows them on stderr, bare and whatever `HARNESSD_LOG` filters, and in
+/// the `HARNESSD_LOG_DIR` file like every other diagnostic.
+pub const NOTICE: &str = "harnessd::notice";

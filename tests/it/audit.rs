@@ -281,6 +281,46 @@ fn the_daemon_logs_the_chain_head_at_start_and_stop() {
     assert!(head("start").0 < head("stop").0);
 }
 
+/// The daemon's last diagnostic (the chain head at stop, logged as it exits)
+/// reaches the `HARNESSD_LOG_DIR` file: the file writer's guard is dropped when
+/// `main` returns, where `process::exit` would drop the lines still queued for it.
+#[test]
+fn the_last_log_line_reaches_the_log_dir_at_exit() {
+    let api = FakeApi::start(vec![Reply::text("a")]);
+    let root = TestRoot::new(&api.url);
+    let logs = root.dir.join("logs");
+    let mut d = crate::common::daemon::Daemon::start_with_env(
+        &root,
+        &[("HARNESSD_LOG_DIR", logs.to_str().unwrap())],
+    );
+    let id = d.submit("go");
+    d.wait_finished(&id);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(d.pid()),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(d.child.wait().unwrap().success());
+    let files: Vec<PathBuf> = std::fs::read_dir(&logs)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let text = std::fs::read_to_string(&files[0]).unwrap();
+    let last = text.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("harnessd: audit log chain head at stop: seq "),
+        "the file ends before the stop head:\n{text}"
+    );
+    // The same line on stderr, bare, as before.
+    let diag = std::fs::read_to_string(&d.log).unwrap();
+    assert!(
+        diag.lines()
+            .any(|l| l.starts_with("harnessd: audit log chain head at stop: seq ")),
+        "{diag}"
+    );
+}
+
 #[test]
 fn the_schema_check_rejects_a_stray_field_a_wrong_type_and_an_unknown_event() {
     let api = FakeApi::start(vec![Reply::text("a")]);

@@ -146,6 +146,50 @@ fn unknown_key_and_bad_rule_in_settings_are_named() {
     );
 }
 
+/// An unparseable rule deep in `"allow": [...]` is named at its own line and
+/// column, where the operator's editor can jump, not at the list's key.
+#[test]
+fn a_bad_rule_points_at_its_own_line_and_column() {
+    let r = root();
+    r.edit_settings(|s| {
+        s["tools"]["allow"]
+            .as_array_mut()
+            .unwrap()
+            .push(serde_json::json!("run_bash(ls"))
+    });
+    let text = std::fs::read_to_string(r.dir.join("policies/settings.json")).unwrap();
+    let (line, column) = text
+        .lines()
+        .enumerate()
+        .find_map(|(i, l)| l.find("\"run_bash(ls\"").map(|c| (i + 1, c + 1)))
+        .unwrap();
+    let out = r.run(&["check"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    let at = format!("policies/settings.json:{line}:{column}: key `tools.allow[");
+    assert!(err.contains(&at), "want {at}: {err}");
+}
+
+/// `model = ""` is an error of the file at its line, like any other, not a task
+/// that fails at its first request.
+#[test]
+fn an_empty_model_is_a_config_error_at_its_line() {
+    let r = root();
+    r.set_config("api", "model", "\"\"");
+    let text = std::fs::read_to_string(r.dir.join("config/config.toml")).unwrap();
+    let line = text
+        .lines()
+        .position(|l| l.starts_with("model = \"\""))
+        .unwrap()
+        + 1;
+    for args in [&["check"][..], &["run", "x"]] {
+        let out = r.run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let at = format!("config/config.toml:{line}:1: key `api.model`");
+        assert!(stderr(&out).contains(&at), "want {at}: {}", stderr(&out));
+    }
+}
+
 #[test]
 fn missing_files_are_a_config_error_that_says_so() {
     let r = root();

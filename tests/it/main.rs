@@ -1,6 +1,13 @@
 //! Integration tests: the real `harnessd` binary against a fake Messages API on
 //! 127.0.0.1. All in one test binary.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::print_stdout,
+    clippy::print_stderr
+)]
+// A scenario test reads top to bottom; the function-length limit is for the crate.
+#![allow(clippy::too_many_lines)]
 
 mod common;
 
@@ -28,7 +35,6 @@ mod escape;
 mod failpoints;
 mod forged_log_files;
 mod forged_transcripts;
-mod function_length;
 mod guard;
 mod hostile_commands;
 mod inprocess;
@@ -69,6 +75,7 @@ mod stalled_answers;
 mod stops;
 mod stream_deadline;
 mod streaming;
+mod strict_exit;
 mod systemd;
 mod terminal;
 mod tool_uid;

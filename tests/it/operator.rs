@@ -22,9 +22,7 @@ const CODE: &str = "import csv\nrows = list(csv.DictReader(open('scores.csv')))\
 /// A root that is a copy of the repository's own files (the quick start runs in
 /// the clone itself), with only the model endpoint pointed at the fake.
 fn copy_of_the_repository(api_url: &str) -> TestRoot {
-    let n = fastrand::u64(..);
-    let dir = std::env::temp_dir().join(format!("harnessd-quickstart-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = crate::common::fresh_dir("harnessd-quickstart-");
     std::fs::create_dir_all(dir.join("transcripts")).unwrap();
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
     for sub in ["config", "policies", "workspace", "systemd"] {

@@ -164,3 +164,35 @@ fn a_resume_waiting_for_a_slot_survives_kill_9() {
 fn a_resume_waiting_for_a_slot_survives_sigterm() {
     resume_waiting_for_a_slot_survives(sigterm);
 }
+
+/// After a restart `tasks` shows each older task's prompt (its start, from the
+/// transcript), with the daemon and without it, not `-`.
+#[test]
+fn tasks_after_a_restart_show_each_older_prompt() {
+    let api = FakeApi::start(vec![Reply::text("one"), Reply::text("two")]);
+    let root = TestRoot::new(&api.url);
+    let d = Daemon::start(&root);
+    let long = format!("second task, {}", "x".repeat(200));
+    for prompt in ["first task", long.as_str()] {
+        let id = d.submit(prompt);
+        d.wait_finished(&id);
+    }
+    sigterm(d);
+    let offline = crate::common::stdout(&root.run(&["tasks"]));
+    let d = Daemon::start(&root);
+    let online = crate::common::stdout(&root.run(&["tasks"]));
+    let (_, list) = d.request("GET", "/v1/tasks", None);
+    let prompts: BTreeSet<String> = list["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["prompt"].as_str().unwrap_or("-").to_string())
+        .collect();
+    // The start a listing keeps of a live task: its first 100 characters.
+    let cut = format!("{}…", long.chars().take(100).collect::<String>());
+    assert_eq!(prompts, BTreeSet::from(["first task".to_string(), cut]));
+    for shown in [&offline, &online] {
+        assert!(shown.contains("first task"), "{shown}");
+        assert!(shown.contains("second task, xxx"), "{shown}");
+    }
+}

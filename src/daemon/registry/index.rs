@@ -78,8 +78,8 @@ pub struct EndedTask {
     pub usd: Option<f64>,
     /// The start of its error, if it stopped with one.
     pub error: Option<Box<str>>,
-    /// The start of its prompt, for listings (none for a task found on disk at
-    /// start: start reads each transcript's head only).
+    /// The start of its prompt, for listings (for a task found on disk at start,
+    /// from its transcript's head: the first message's start only).
     pub prompt: Option<Box<str>>,
     /// When it was created.
     pub created: Stamp,

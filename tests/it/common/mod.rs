@@ -20,6 +20,19 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_harnessd")
 }
 
+/// A new empty directory under the system's temporary directory, named `prefix`
+/// and a random part, readable by every uid (the tools' users walk through it to
+/// the workspace). Kept: a [`TestRoot`] removes its own on drop.
+pub fn fresh_dir(prefix: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .permissions(std::fs::Permissions::from_mode(0o755))
+        .tempdir()
+        .unwrap()
+        .keep()
+}
+
 /// A root in a fresh temporary directory, removed on drop.
 pub struct TestRoot {
     pub dir: PathBuf,
@@ -53,14 +66,10 @@ impl Drop for TestRoot {
     }
 }
 
-static COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
 impl TestRoot {
     /// `harnessd init` into a new directory, with config pointed at `api_url`.
     pub fn new(api_url: &str) -> TestRoot {
-        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let dir = std::env::temp_dir().join(format!("harnessd-it-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = fresh_dir("harnessd-it-");
         let out = Command::new(bin()).arg("init").arg(&dir).output().unwrap();
         assert!(
             out.status.success(),
@@ -73,36 +82,25 @@ impl TestRoot {
         root
     }
 
-    /// Sets `key = value` (TOML literal) in `[section]` of config.toml.
+    /// Sets `key = value` (a TOML literal) in `[section]` of config.toml, which may
+    /// be dotted (`pricing."fake-model"`), keeping the rest of the file as it is.
     pub fn set_config(&self, section: &str, key: &str, value: &str) {
         let path = self.dir.join("config/config.toml");
         let text = std::fs::read_to_string(&path).unwrap();
-        let mut out = Vec::new();
-        let mut current = String::new();
-        let mut done = false;
-        for line in text.lines() {
-            let trimmed = line.trim();
-            if trimmed.starts_with('[') {
-                if current == section && !done {
-                    out.push(format!("{key} = {value}"));
-                    done = true;
-                }
-                current = trimmed.trim_matches(|c| c == '[' || c == ']').to_string();
-            }
-            if current == section && trimmed.split('=').next().map(str::trim) == Some(key) {
-                out.push(format!("{key} = {value}"));
-                done = true;
-                continue;
-            }
-            out.push(line.to_string());
+        let mut doc: toml_edit::DocumentMut = text.parse().unwrap();
+        let mut table = doc.as_table_mut();
+        for part in toml_edit::Key::parse(section).unwrap() {
+            let item = table.entry(part.get()).or_insert_with(|| {
+                let mut t = toml_edit::Table::new();
+                t.set_implicit(true);
+                toml_edit::Item::Table(t)
+            });
+            table = item.as_table_mut().unwrap();
         }
-        if !done {
-            if current != section {
-                out.push(format!("[{section}]"));
-            }
-            out.push(format!("{key} = {value}"));
-        }
-        std::fs::write(&path, out.join("\n") + "\n").unwrap();
+        let value: toml_edit::Value = value.parse().unwrap();
+        table.set_implicit(false);
+        table.insert(key, toml_edit::Item::Value(value));
+        std::fs::write(&path, doc.to_string()).unwrap();
     }
 
     /// Edits settings.json through a closure on its JSON value.
