@@ -47,7 +47,7 @@ use file::LogFile;
 pub const MAX_FIELD_CHARS: usize = 4096;
 
 /// What the writer thread is asked to do.
-enum Command {
+enum WriterJob {
     /// Write one line.
     Append {
         body: Map<String, Value>,
@@ -126,7 +126,7 @@ impl Health {
 #[derive(Clone)]
 pub struct EventLog {
     /// Sent to by every handle, received by the writer thread.
-    tx: std_mpsc::Sender<Command>,
+    tx: std_mpsc::Sender<WriterJob>,
     /// Copies of every written line go here (the `run` progress trail); dropping the
     /// receiver just stops the copies.
     tap: Option<mpsc::UnboundedSender<Value>>,
@@ -146,7 +146,7 @@ impl EventLog {
         tap: Option<mpsc::UnboundedSender<Value>>,
     ) -> Result<(EventLog, Option<Repair>), EventError> {
         let (log, repair) = LogFile::open(path)?;
-        let (tx, rx) = std_mpsc::channel::<Command>();
+        let (tx, rx) = std_mpsc::channel::<WriterJob>();
         let (seq, hash) = log.head();
         let health = Arc::new(Health {
             write: Mutex::new(None),
@@ -213,7 +213,7 @@ impl EventLog {
         let (ack, done) = oneshot::channel();
         let sync = gates_action(&event) && self.sync_before_action.load(Ordering::Relaxed);
         self.tx
-            .send(Command::Append {
+            .send(WriterJob::Append {
                 body: body(task_id, &event),
                 ends: records_an_end(&event),
                 sync,
@@ -230,7 +230,7 @@ impl EventLog {
     pub async fn hold_reserve(&self, path: std::path::PathBuf, mb: u64) -> Result<(), String> {
         let (ack, done) = oneshot::channel();
         self.tx
-            .send(Command::HoldReserve { path, mb, ack })
+            .send(WriterJob::HoldReserve { path, mb, ack })
             .map_err(|_| EventError::Closed.to_string())?;
         done.await.map_err(|_| EventError::Closed.to_string())?
     }
@@ -240,7 +240,7 @@ impl EventLog {
     pub async fn sync(&self) -> Result<(), EventError> {
         let (ack, done) = oneshot::channel();
         self.tx
-            .send(Command::Sync { ack })
+            .send(WriterJob::Sync { ack })
             .map_err(|_| EventError::Closed)?;
         done.await.map_err(|_| EventError::Closed)?
     }
@@ -335,7 +335,7 @@ enum Held {
 impl Writer {
     /// Serves commands in batches: everything queued is written, then one sync
     /// covers every line of the batch for all who asked for it (group sync).
-    fn run(mut self, rx: &std_mpsc::Receiver<Command>) {
+    fn run(mut self, rx: &std_mpsc::Receiver<WriterJob>) {
         loop {
             // While nothing comes, the writer still looks after the log: a released
             // reserve is tried again, a failed write probed, the file at the path
@@ -352,7 +352,7 @@ impl Writer {
             let mut next = Some(first);
             while let Some(cmd) = next {
                 match cmd {
-                    Command::Append {
+                    WriterJob::Append {
                         body,
                         ends,
                         sync,
@@ -363,8 +363,8 @@ impl Writer {
                             let _ = ack.send(result);
                         }
                     },
-                    Command::Sync { ack } => held.push(Held::Sync(ack)),
-                    Command::HoldReserve { path, mb, ack } => {
+                    WriterJob::Sync { ack } => held.push(Held::Sync(ack)),
+                    WriterJob::HoldReserve { path, mb, ack } => {
                         let _ = ack.send(self.hold_reserve(path, mb));
                     }
                 }

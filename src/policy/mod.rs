@@ -151,7 +151,7 @@ impl ShellView {
             .commands
             .iter()
             .take(Self::MAX_LISTED)
-            .map(shell::Command::canonical)
+            .map(shell::SeenCommand::canonical)
             .collect();
         if total > Self::MAX_LISTED {
             commands.push(format!("… {} more", total - Self::MAX_LISTED));
@@ -217,7 +217,7 @@ pub fn decide(policy: &Policy, subject: Subject<'_>) -> Decision {
                     analysis
                         .commands
                         .iter()
-                        .map(shell::Command::canonical)
+                        .map(shell::SeenCommand::canonical)
                         .collect(),
                 );
             }

@@ -5,7 +5,7 @@
 //! input can make it panic.
 
 use super::normal::{self, Inner};
-use super::{Analysis, Command, MAX_DEPTH};
+use super::{Analysis, MAX_DEPTH, SeenCommand};
 
 /// Analyses `src` as a script at `depth`, appending to `out`.
 pub(super) fn script(src: &str, depth: usize, out: &mut Analysis) {
@@ -340,7 +340,7 @@ impl Lexer<'_, '_> {
         }
         let inner = normal::inner(&words);
         let programs = crate::policy::programs::met(&normal::effective(&words));
-        self.out.commands.push(Command {
+        self.out.commands.push(SeenCommand {
             words,
             text,
             nested: self.depth > 0,
@@ -887,7 +887,7 @@ fn follow(runs: Vec<Inner>, depth: usize, out: &mut Analysis) {
                     out.refuse(|| reason);
                 }
                 let programs = crate::policy::programs::met(&normal::effective(&words));
-                out.commands.push(Command {
+                out.commands.push(SeenCommand {
                     text: words.join(" "),
                     words,
                     nested: true,

@@ -6,7 +6,7 @@
 //!   find, provable or not — inside `$(…)`, backticks, `<(…)`, subshells, here-document
 //!   bodies that expand, `bash -c '…'`, `eval …`, `find -exec … ;`, and through
 //!   wrappers (`sudo`, `env`, `xargs`, …). Each is matched in several normalised
-//!   forms ([`Command::forms`]) so spelling cannot dodge a deny rule.
+//!   forms ([`SeenCommand::forms`]) so spelling cannot dodge a deny rule.
 //! - **Provable commands**, for allow rules: the argv of each simple command, but only
 //!   when harnessd can prove that bash runs exactly those and nothing else. The
 //!   proof is a strict tokenizer, not a bash grammar: it accepts words made of
@@ -39,7 +39,7 @@ pub const MAX_DEPTH: usize = 24;
 
 /// One simple command harnessd saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Command {
+pub struct SeenCommand {
     /// The words after quote removal (best effort when not provable), assignments
     /// and redirections left out.
     pub words: Vec<String>,
@@ -60,7 +60,7 @@ pub struct Command {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Analysis {
     /// Every simple command seen, in source order (nested ones where they occur).
-    pub commands: Vec<Command>,
+    pub commands: Vec<SeenCommand>,
     /// Why the command is not provable; `None` when it is.
     pub not_provable: Option<String>,
     /// Characters of nested text re-read so far (bounded by `lex::MAX_FOLLOWED`).
@@ -88,7 +88,7 @@ impl Analysis {
     }
 }
 
-impl Command {
+impl SeenCommand {
     /// The command rendered with each word shell-quoted where needed: what allow
     /// patterns are matched against (`ls 'a b'`, never a word boundary moved).
     pub fn canonical(&self) -> String {

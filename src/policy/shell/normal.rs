@@ -6,7 +6,7 @@
 //! quote removal, with wrappers looked through and the program's base name, and with
 //! its short options merged and sorted in every order a pattern might spell them.
 
-use super::Command;
+use super::SeenCommand;
 
 /// Shell builtins (bash 5) and the few of them that are provable: they run nothing
 /// else, read no variable name or arithmetic from their arguments, and do not
@@ -658,7 +658,7 @@ pub(super) fn render(words: &[String]) -> String {
 }
 
 /// Every form of `cmd` deny and ask patterns are tried against.
-pub(super) fn forms(cmd: &Command) -> Vec<String> {
+pub(super) fn forms(cmd: &SeenCommand) -> Vec<String> {
     let mut out = vec![cmd.text.clone(), cmd.words.join(" ")];
     let eff = effective(&cmd.words);
     out.push(eff.join(" "));

@@ -179,7 +179,7 @@ fn deny_forms_see_through_spelling() {
         analyse(cmd)
             .commands
             .iter()
-            .flat_map(Command::forms)
+            .flat_map(SeenCommand::forms)
             .collect()
     };
     for cmd in [
