@@ -254,12 +254,7 @@ fn the_daemon_logs_the_chain_head_at_start_and_stop() {
     let mut d = crate::common::daemon::Daemon::start(&root);
     let id = d.submit("go");
     d.wait_finished(&id);
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(d.pid()),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    assert!(d.child.wait().unwrap().success());
+    assert!(d.terminate(), "the daemon exits 0 on SIGTERM");
     let diag = std::fs::read_to_string(&d.log).unwrap();
     let head = |when: &str| -> (u64, String) {
         let prefix = format!("harnessd: audit log chain head at {when}: seq ");
@@ -295,12 +290,7 @@ fn the_last_log_line_reaches_the_log_dir_at_exit() {
     );
     let id = d.submit("go");
     d.wait_finished(&id);
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(d.pid()),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    assert!(d.child.wait().unwrap().success());
+    assert!(d.terminate(), "the daemon exits 0 on SIGTERM");
     let files: Vec<PathBuf> = std::fs::read_dir(&logs)
         .unwrap()
         .map(|e| e.unwrap().path())

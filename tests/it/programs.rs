@@ -435,9 +435,7 @@ struct Scratch(std::path::PathBuf);
 
 impl Scratch {
     fn new(i: usize) -> Scratch {
-        let dir =
-            std::env::temp_dir().join(format!("harnessd-programs-{}-{i}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = crate::common::fresh_dir(&format!("harnessd-programs-{i}-"));
         std::fs::create_dir_all(dir.join("home")).unwrap();
         Scratch(dir)
     }

@@ -213,11 +213,7 @@ fn invalid_edit_is_rejected_and_the_old_policy_keeps_deciding() {
 
 #[test]
 fn sighup_reloads_an_edit_the_watcher_cannot_see() {
-    let outside = std::env::temp_dir().join(format!(
-        "harnessd-hardlink-{}-{}",
-        std::process::id(),
-        line!()
-    ));
+    let outside = crate::common::fresh_dir("harnessd-hardlink-").join("settings.json");
     let (root, second, _) = edit_during_task(
         |root| {
             let _ = std::fs::remove_file(&outside);
@@ -242,7 +238,7 @@ fn sighup_reloads_an_edit_the_watcher_cannot_see() {
             unsafe { libc::kill(pid as i32, libc::SIGHUP) };
         },
     );
-    let _ = std::fs::remove_file(&outside);
+    let _ = std::fs::remove_dir_all(outside.parent().unwrap());
     assert_denied_by_new_rule(&root, &second);
     assert_eq!(
         root.events_of("config_loaded").last().unwrap()["trigger"],

@@ -331,8 +331,5 @@ fn bash_path() -> std::path::PathBuf {
 }
 
 fn tempdir(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("harnessd-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    crate::common::fresh_dir(&format!("harnessd-{name}-"))
 }

@@ -43,8 +43,7 @@ fn verify(unit: &str, name: &str) -> Vec<String> {
         "systemd-analyze is not installed: install systemd (apt-get install systemd); \
          .ci/run does so"
     );
-    let dir = std::env::temp_dir().join(format!("harnessd-unit-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = crate::common::fresh_dir(&format!("harnessd-unit-{name}-"));
     let path = dir.join("harnessd.service");
     std::fs::write(&path, unit.replace("/usr/local/bin/harnessd", bin())).unwrap();
     let out = Command::new("systemd-analyze")

@@ -10,7 +10,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -32,16 +32,9 @@ pub(crate) fn assert_root() {
 /// A directory outside every test root, removed on drop.
 struct Scratch(PathBuf);
 
-static SCRATCH: AtomicUsize = AtomicUsize::new(0);
-
 impl Scratch {
     fn new(tag: &str) -> Scratch {
-        let n = SCRATCH.fetch_add(1, Ordering::SeqCst);
-        let dir =
-            std::env::temp_dir().join(format!("harnessd-it-{tag}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
+        Scratch(crate::common::fresh_dir(&format!("harnessd-it-{tag}-")))
     }
 }
 

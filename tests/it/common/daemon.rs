@@ -72,6 +72,17 @@ impl Daemon {
         self.child.id() as i32
     }
 
+    /// Stops the daemon as systemd does (SIGTERM) and waits for it; whether it
+    /// exited 0.
+    pub fn terminate(&mut self) -> bool {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.pid()),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        self.child.wait().unwrap().success()
+    }
+
     fn try_request(
         &self,
         method: &str,
