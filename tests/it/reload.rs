@@ -342,8 +342,8 @@ fn continuous_rewrites_do_not_starve_the_reload() {
     );
 }
 
-/// Starts `run` on a task whose only model reply waits `secs`, so reloads happen
-/// while it runs; returns the root and the child.
+/// Starts a `run` whose one model request takes `secs`: the reloads a test makes
+/// happen while it runs, so the run must outlast them even on a loaded machine.
 fn slow_run(secs: u64) -> (TestRoot, std::process::Child, FakeApi) {
     let mut slow = Reply::text("done");
     slow.delay = Duration::from_secs(secs);
@@ -372,7 +372,7 @@ fn loaded_by(root: &TestRoot, trigger: &str) -> Vec<Value> {
 /// and no event, so the operator could not tell it had happened.
 #[test]
 fn sighup_with_unchanged_files_records_config_loaded_with_no_changes_and_logs_a_line() {
-    let (root, child, _api) = slow_run(4);
+    let (root, child, _api) = slow_run(10);
     unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
     wait_until("config_loaded by sighup", || {
         loaded_by(&root, "sighup").len() == 2
@@ -398,7 +398,9 @@ fn sighup_with_unchanged_files_records_config_loaded_with_no_changes_and_logs_a_
 /// the operator was left with the rejection as the last word.
 #[test]
 fn a_valid_file_after_a_rejected_one_is_logged_as_accepted() {
-    let (root, child, _api) = slow_run(6);
+    // Two reloads must happen while the run lasts: 15 s leaves room for a loaded
+    // CI machine (6 s did not, once).
+    let (root, child, _api) = slow_run(15);
     let path = root.dir.join("policies/settings.json");
     let good = std::fs::read_to_string(&path).unwrap();
     std::fs::write(&path, "{\n  \"tools\": {\"deny\": [\"run_bsh\"]}\n}\n").unwrap();
