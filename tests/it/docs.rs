@@ -20,29 +20,14 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Checks (or, blessed, rewrites) the block `name` of `file` against `generated`.
+/// Checks (or, blessed, rewrites) the generated block `name` of `file`.
 fn check_block(file: &str, name: &str, generated: &str) {
-    let path = repo().join(file);
-    let text = std::fs::read_to_string(&path).unwrap_or_default();
-    let begin = format!("<!-- BEGIN GENERATED: {name} -->\n");
-    let end = format!("<!-- END GENERATED: {name} -->");
-    let (Some(b), Some(e)) = (text.find(&begin), text.find(&end)) else {
-        panic!("{file} has no block {begin:?} … {end:?}");
+    let kept = crate::common::blessed::Kept {
+        kind: "GENERATED",
+        stale: "is stale",
+        module: "docs::",
     };
-    let current = &text[b + begin.len()..e];
-    if current == generated {
-        return;
-    }
-    if std::env::var_os("HARNESSD_BLESS_DOCS").is_some() {
-        let new = format!("{}{generated}{}", &text[..b + begin.len()], &text[e..]);
-        std::fs::write(&path, new).unwrap();
-        return;
-    }
-    panic!(
-        "{file}: the generated block {name} is stale; run \
-         `HARNESSD_BLESS_DOCS=1 cargo test --test it docs::` and commit the result.\n\
-         --- generated ---\n{generated}"
-    );
+    kept.check(file, name, generated, |current| current == generated);
 }
 
 /// One paragraph on one line, safe in a table cell.

@@ -418,31 +418,17 @@ fn masked(text: &str) -> String {
     })
 }
 
-/// Checks (or, blessed, rewrites) the sample `name` of `file` — the text between
-/// `<!-- BEGIN SAMPLE: name -->` and `<!-- END SAMPLE: name -->` — against
+/// Checks (or, blessed, rewrites) the sample `name` of `file` against
 /// `generated`, what varies between runs masked.
 fn check_sample(file: &str, name: &str, generated: &str) {
-    let path = repo().join(file);
-    let text = std::fs::read_to_string(&path).unwrap();
-    let begin = format!("<!-- BEGIN SAMPLE: {name} -->\n");
-    let end = format!("<!-- END SAMPLE: {name} -->");
-    let (Some(b), Some(e)) = (text.find(&begin), text.find(&end)) else {
-        panic!("{file} has no block {begin:?} … {end:?}");
+    let kept = crate::common::blessed::Kept {
+        kind: "SAMPLE",
+        stale: "is not what the binary prints",
+        module: "readme::",
     };
-    let current = &text[b + begin.len()..e];
-    if masked(current) == masked(generated) {
-        return;
-    }
-    if std::env::var_os("HARNESSD_BLESS_DOCS").is_some() {
-        let new = format!("{}{generated}{}", &text[..b + begin.len()], &text[e..]);
-        std::fs::write(&path, new).unwrap();
-        return;
-    }
-    panic!(
-        "{file}: the sample {name} is not what the binary prints; run \
-         `HARNESSD_BLESS_DOCS=1 cargo test --test it readme::` and commit the result.\n\
-         --- printed ---\n{generated}"
-    );
+    kept.check(file, name, generated, |current| {
+        masked(current) == masked(generated)
+    });
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! Fixtures: a temporary root wired to a fake API, and a runner for the real binary.
 
+pub mod blessed;
 pub mod daemon;
 pub mod sandbox;
 pub mod schema;
