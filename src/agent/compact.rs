@@ -23,10 +23,10 @@ use std::time::Instant;
 use serde_json::Value;
 
 use super::TaskRun;
-use super::request::{build_request, model_error};
+use super::request::{ModelErrors, build_request};
 use crate::config::Loaded;
 use crate::events::{Event, EventError};
-use crate::llm::{Block, FailedAttempt, Message, Role, Usage};
+use crate::llm::{Block, Message, Role, Usage};
 use crate::protocol::CompactionMethod;
 
 /// Opens the summary block in the first user message; a later compaction
@@ -237,16 +237,14 @@ impl TaskRun<'_> {
         }
         let request = build_request(loaded, &self.transcript.model, &messages, true);
         let services = &self.env.services;
-        let (events, task_id, turn) = (&services.events, self.spec.task_id.as_str(), self.turn);
-        let on_failure = move |f: FailedAttempt| async move {
-            events
-                .record(Some(task_id), model_error(turn, f))
-                .await
-                .map(|_| ())
+        let errors = ModelErrors {
+            events: &services.events,
+            task_id: &self.spec.task_id,
+            turn: self.turn,
         };
         let response = match services
             .client
-            .send(&request, &self.env.cancel, on_failure)
+            .send(&request, &self.env.cancel, |f| errors.record(f))
             .await
         {
             Ok(r) => r,

@@ -6,7 +6,7 @@ use serde_json::json;
 
 use super::{advertised, compact};
 use crate::config::Loaded;
-use crate::events::Event;
+use crate::events::{Event, EventError, EventLog};
 use crate::llm::{FailedAttempt, Message, Request, ToolChoice};
 use crate::tools::{ToolDefinition, ToolName};
 
@@ -46,8 +46,30 @@ pub(super) fn build_request<'a>(
     }
 }
 
+/// Where the failed attempts of one request are recorded: each becomes a
+/// `model_error` event, written before the client waits for the next attempt
+/// (llm reports, the loop records).
+pub(super) struct ModelErrors<'a> {
+    /// The audit log.
+    pub events: &'a EventLog,
+    /// The task whose request it is.
+    pub task_id: &'a str,
+    /// The request's turn.
+    pub turn: u32,
+}
+
+impl ModelErrors<'_> {
+    /// Records one failed attempt; an `Err` abandons the request.
+    pub async fn record(&self, f: FailedAttempt) -> Result<(), EventError> {
+        self.events
+            .record(Some(self.task_id), model_error(self.turn, f))
+            .await
+            .map(|_| ())
+    }
+}
+
 /// The `model_error` event of one failed attempt of request `turn`.
-pub(super) fn model_error(turn: u32, f: FailedAttempt) -> Event {
+fn model_error(turn: u32, f: FailedAttempt) -> Event {
     Event::ModelError {
         turn,
         status: f.status,

@@ -6,13 +6,11 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use super::request::{build_request, model_error};
+use super::request::{ModelErrors, build_request};
 use super::{Halt, StopReason, TaskRun, TurnRecord, calls, compact, limits::Repeats};
 use crate::config::Loaded;
 use crate::events::{Event, EventError};
-use crate::llm::{
-    Block, FailedAttempt, Hold, LlmError, Message, Response, Role, SendError, ToolUse,
-};
+use crate::llm::{Block, Hold, LlmError, Message, Response, Role, SendError, ToolUse};
 
 /// Text appended to the last request when the turn limit is reached.
 pub const SUMMARY_REQUEST: &str = "The turn limit for this task has been reached, so no more \
@@ -161,15 +159,12 @@ impl TaskRun<'_> {
         // Holding a share while waiting for another could deadlock the budget.
         self.hold = Hold::default();
         let sent = Instant::now();
-        // Each failed attempt becomes a `model_error` event, recorded before the
-        // client waits for the next one: llm reports, the loop records.
         let services = &self.env.services;
         let (events, task_id, turn) = (&services.events, self.spec.task_id.as_str(), self.turn);
-        let on_failure = move |f: FailedAttempt| async move {
-            events
-                .record(Some(task_id), model_error(turn, f))
-                .await
-                .map(|_| ())
+        let errors = ModelErrors {
+            events,
+            task_id,
+            turn,
         };
         let live = services.live_text.as_ref();
         let on_text = move |text: &str| {
@@ -184,7 +179,7 @@ impl TaskRun<'_> {
         };
         let response = services
             .client
-            .send_live(&request, &self.env.cancel, on_failure, &on_text)
+            .send_live(&request, &self.env.cancel, |f| errors.record(f), &on_text)
             .await?;
         let latency_ms = sent.elapsed().as_millis() as u64;
         let price = crate::protocol::price_of(&request.model, &loaded.config.pricing);
