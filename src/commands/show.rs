@@ -144,6 +144,13 @@ fn build(t: &Transcript, events: &Path) -> Result<Shown, CliError> {
         match found {
             Found::Line(_, ev) => {
                 if let Some(record) = Record::from_value(ev) {
+                    if let Some(kind) = &record.unread {
+                        let at = format!(
+                            "seq {}: a {kind:?} line this version cannot read",
+                            record.seq
+                        );
+                        eprintln!("warning: {}", escape_text(&at));
+                    }
                     apply(
                         &record.event,
                         &index,

@@ -418,6 +418,13 @@ pub struct Record {
     /// The event, with its `type` tag.
     #[serde(flatten)]
     pub event: Event,
+    /// For an [`Event::Unknown`] read back: the line's `type` as written, when it
+    /// has one. A type this version knows whose fields it cannot read (a value of
+    /// a later version, a hand edit) is not the same as a type it never heard of:
+    /// a reader that acts on the log must not take it for "nothing happened".
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub unread: Option<String>,
 }
 
 /// The envelope as read: every other field is the event's.
@@ -450,12 +457,18 @@ impl Record {
     }
 
     fn from_envelope(envelope: Envelope) -> Record {
+        let kind = envelope
+            .event
+            .get("type")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
         let event = Event::deserialize(Value::Object(envelope.event)).unwrap_or(Event::Unknown);
         Record {
             seq: envelope.seq,
             ts: envelope.ts,
             prev: envelope.prev,
             task_id: envelope.task_id,
+            unread: kind.filter(|_| event == Event::Unknown),
             event,
         }
     }

@@ -104,9 +104,33 @@ pub fn since_checkpoint(log: &Path) -> Result<Since, TrailError> {
     Ok(since)
 }
 
+/// A line of type `kind` this version cannot read (a later version's value, a hand
+/// edit): said, and a `task_finished` still ends its task — taken for nothing, it
+/// would leave a finished task resumable.
+fn unreadable(entry: &mut TaskSince, kind: &str, seq: u64) {
+    tracing::warn!(
+        seq,
+        "events.jsonl: a {kind:?} line that this version cannot read"
+    );
+    if kind == "task_finished" {
+        entry.finished = Some(FinishedLine {
+            stop_reason: StopReason::Error,
+            error: Some(format!(
+                "its task_finished (seq {seq}) cannot be read by this version"
+            )),
+            usage: Usage::default(),
+            usd: None,
+        });
+    }
+}
+
 fn apply(since: &mut Since, record: Record) {
     let Some(task) = record.task_id else { return };
     let entry = since.tasks.entry(task).or_default();
+    if let Some(kind) = &record.unread {
+        unreadable(entry, kind, record.seq);
+        return;
+    }
     match record.event {
         Event::TaskFinished {
             stop_reason,
@@ -301,6 +325,36 @@ mod tests {
         // Requested before the checkpoint: it may have run.
         assert_eq!(since.call("t", "b"), ran(None));
         assert_eq!(since.call("t", "c"), CallTrail::MayHaveRun);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A later version's stop reason (or a value this version cannot read) in a
+    /// `task_finished` still ends the task: read as nothing, it would leave a
+    /// finished task resumable at the next start.
+    #[test]
+    fn an_unreadable_task_finished_still_ends_its_task() {
+        let dir = std::env::temp_dir().join(format!("harnessd-since-later-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("events.jsonl");
+        let lines = [
+            json!({"seq": 1, "ts": "t", "type": "task_started", "task_id": "t",
+                   "prompt": "p", "model": "m", "source": "cli"}),
+            json!({"seq": 2, "ts": "t", "type": "task_finished", "task_id": "t",
+                   "stop_reason": "stopped_by_a_later_version", "turns": 1, "usage": {},
+                   "usd": null, "duration_ms": 1, "error": null}),
+            json!({"seq": 3, "ts": "t", "type": "event_of_a_later_version", "task_id": "u"}),
+        ];
+        let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        std::fs::write(&log, text).unwrap();
+        let since = since_checkpoint(&log).unwrap();
+        let finished = since.tasks["t"].finished.as_ref().expect("t ended");
+        assert_eq!(finished.stop_reason, StopReason::Error);
+        assert!(
+            finished.error.as_deref().unwrap().contains("seq 2"),
+            "{finished:?}"
+        );
+        assert!(since.tasks["u"].finished.is_none());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
