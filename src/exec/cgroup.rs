@@ -43,7 +43,13 @@ enum Layout {
 /// matches `controller` ("" for v2).
 fn own_path(controller: &str) -> Option<String> {
     let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    text.lines().find_map(|l| {
+    path_in(&text, controller)
+}
+
+/// The path (with its leading `/`) that `own`, a `/proc/PID/cgroup` text, names
+/// in the hierarchy of `controller` ("" for the unified one).
+pub fn path_in(own: &str, controller: &str) -> Option<String> {
+    own.lines().find_map(|l| {
         let mut parts = l.splitn(3, ':');
         let (_, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
         let hit = if controller.is_empty() {

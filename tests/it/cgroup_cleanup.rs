@@ -11,16 +11,7 @@ use crate::common::{FakeApi, Reply, TestRoot, stderr, wait_until};
 /// This process's path (no leading `/`) in the hierarchy whose line of
 /// `/proc/self/cgroup` (`own`) names `controller` ("" for the unified one).
 pub(crate) fn own_cgroup_path(own: &str, controller: &str) -> Option<String> {
-    own.lines().find_map(|l| {
-        let mut parts = l.splitn(3, ':');
-        let (_, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
-        let hit = if controller.is_empty() {
-            ctrls.is_empty()
-        } else {
-            ctrls.split(',').any(|c| c == controller)
-        };
-        hit.then(|| path.trim_start_matches('/').to_string())
-    })
+    harnessd::exec::cgroup::path_in(own, controller).map(|p| p.trim_start_matches('/').to_string())
 }
 
 /// The directories call cgroups are made in, found the way `exec/cgroup.rs` finds
