@@ -451,16 +451,10 @@ fn the_run_sample_in_the_operating_page_is_what_the_binary_prints() {
         Reply::text(RUN_ANSWER),
     ]);
     let root = TestRoot::new(&api.url);
-    let (mut reader, writer) = std::io::pipe().unwrap();
-    let mut child = in_root(&root, &["run", PROMPT])
-        .env("ANTHROPIC_API_KEY", crate::common::SECRET_KEY)
-        .stdout(writer.try_clone().unwrap())
-        .stderr(writer)
-        .spawn()
-        .unwrap();
-    let mut out = String::new();
-    std::io::Read::read_to_string(&mut reader, &mut out).unwrap();
-    assert_eq!(child.wait().unwrap().code(), Some(0), "{out}");
+    let mut run = in_root(&root, &["run", PROMPT]);
+    run.env("ANTHROPIC_API_KEY", crate::common::SECRET_KEY);
+    let (out, code) = on_one_pipe(run);
+    assert_eq!(code, 0, "{out}");
     let generated = format!("```text\n$ harnessd run {PROMPT:?}\n{out}```\n");
     check_sample("docs/operating.md", "run", &generated);
 }
@@ -597,21 +591,30 @@ fn checked_blocks(text: &str) -> Vec<(std::ops::Range<usize>, Vec<CheckedCommand
 
 /// Runs `command` on a fresh root, from the root, stdout and stderr on one pipe
 /// as a terminal shows them; its output lines and exit code.
+/// What `cmd` prints with stdout and stderr on one pipe, as a terminal shows them,
+/// and its exit code (-1: killed by a signal).
+fn on_one_pipe(mut cmd: Command) -> (String, i32) {
+    let (mut reader, writer) = std::io::pipe().unwrap();
+    let mut child = cmd
+        .stdout(writer.try_clone().unwrap())
+        .stderr(writer)
+        .spawn()
+        .unwrap();
+    // Dropped, the command closes its copies of the write end: the read ends
+    // when the child's do.
+    drop(cmd);
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut reader, &mut out).unwrap();
+    (out, child.wait().unwrap().code().unwrap_or(-1))
+}
+
 fn printed(command: &str) -> (Vec<String>, i32) {
     let root = TestRoot::new("http://127.0.0.1:9");
     let words = commands_of(command).pop().expect("a harnessd command");
-    let (mut reader, writer) = std::io::pipe().unwrap();
-    let mut child = in_root(
+    let (out, code) = on_one_pipe(in_root(
         &root,
         &words[1..].iter().map(String::as_str).collect::<Vec<_>>(),
-    )
-    .stdout(writer.try_clone().unwrap())
-    .stderr(writer)
-    .spawn()
-    .unwrap();
-    let mut out = String::new();
-    std::io::Read::read_to_string(&mut reader, &mut out).unwrap();
-    let code = child.wait().unwrap().code().unwrap_or(-1);
+    ));
     (out.lines().map(String::from).collect(), code)
 }
 
