@@ -12,8 +12,10 @@
 //! disk. When the daemon stops, no queued task starts ([`Scheduler::drain`]); they
 //! stay queued, on disk as in the record, for the next start.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::RwLock;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -38,6 +40,21 @@ pub enum SubmitError {
     /// The task's `queued` transcript could not be saved.
     #[error("the task's transcript cannot be saved, so no task is accepted: {0}")]
     Transcript(std::io::Error),
+}
+
+/// Why a cancel was not taken; nothing was recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum CancelError {
+    /// `task_cancelled` could not be written.
+    #[error("the audit log cannot be written, so the task is not cancelled: {0}")]
+    Record(#[from] EventError),
+    /// The task is queued and the daemon stops: no run is left to end it, and it
+    /// stays queued, on disk, for the next start.
+    #[error(
+        "task {0} is queued and the daemon is stopping: it stays queued for the next start; \
+         cancel it then"
+    )]
+    Stopping(String),
 }
 
 /// How a queued task's wait ended.
@@ -89,6 +106,10 @@ pub struct Scheduler {
     stop_tasks: CancellationToken,
     /// Tasks whose `task_finished` the log could not take, written once it can.
     owed: Owed,
+    /// Held (shared) by a cancel from its check to its effect, and (exclusively)
+    /// by [`Scheduler::stop_starting`], so a cancel of a queued task either
+    /// reaches its run before the queue closes or is refused.
+    gate: Arc<RwLock<()>>,
 }
 
 /// Everything a scheduler needs.
@@ -119,6 +140,7 @@ impl Scheduler {
             daemon: parts.shutdown,
             running: TaskTracker::new(),
             owed: Owed::default(),
+            gate: Arc::default(),
         }
     }
 
@@ -126,7 +148,7 @@ impl Scheduler {
     /// lets running tasks finish within `grace`, then stops the rest, which are left
     /// `interrupted` (resumable), and waits for them.
     pub async fn drain(&self, grace: Duration) {
-        self.stop_starting();
+        self.stop_starting().await;
         self.running.close();
         if tokio::time::timeout(grace, self.running.wait())
             .await
@@ -375,8 +397,29 @@ impl Scheduler {
     /// Starts no more queued tasks: the daemon stops. Those waiting stay queued,
     /// with nothing recorded and their transcripts `queued`, for the next start to
     /// queue again; the running ones go on (the caller gives them their grace).
-    fn stop_starting(&self) {
+    async fn stop_starting(&self) {
+        let _closing = self.gate.write().await;
         self.slots.close();
+    }
+
+    /// Cancels task `id` once its `task_cancelled` (naming `by`) is on the record;
+    /// the task as it is now (`None`: no such task). A queued task is refused
+    /// once the daemon stops: its run has returned and it stays queued on disk, so
+    /// a cancel answered then would be lost and the task run after the next start.
+    pub async fn cancel(&self, id: &str, by: String) -> Result<Option<Task>, CancelError> {
+        let _open = self.gate.read().await;
+        let queued = self
+            .registry
+            .get(id)
+            .is_some_and(|t| t.status == TaskStatus::Queued);
+        if queued && self.stopping() {
+            return Err(CancelError::Stopping(id.to_string()));
+        }
+        self.services
+            .events
+            .record(Some(id), Event::TaskCancelled { by })
+            .await?;
+        Ok(self.registry.cancel(id))
     }
 
     /// Whether the daemon is stopping ([`Scheduler::stop_starting`]).
@@ -433,13 +476,15 @@ impl Scheduler {
         let permit = tokio::select! {
             // Err: the queue was closed before this task's turn, the daemon stops.
             p = turn => p.ok(),
-            // The daemon's cancellation of every task, past the grace, reaches the
-            // queued ones too (it comes after `stop_starting`), but they are not the
-            // user's to end.
-            () = cancel.cancelled() => {
-                return if self.stopping() { Turn::Stopping } else { Turn::Cancelled };
-            }
+            () = cancel.cancelled() => None,
         };
+        // A user's cancel, taken before the queue closed ([`Scheduler::cancel`]),
+        // ends the task even if the daemon now stops. The daemon's cancellation of
+        // every task, past the grace, reaches the queued ones too, but they are not
+        // the user's to end.
+        if cancel.is_cancelled() && !self.stop_tasks.is_cancelled() {
+            return Turn::Cancelled;
+        }
         match permit {
             // A slot handed out just as the daemon began to stop is not used.
             Some(permit) if !self.stopping() => Turn::Slot(permit),

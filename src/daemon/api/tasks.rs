@@ -15,8 +15,7 @@ use super::{ApiError, AppState, Peer};
 use crate::agent::{TaskStatus, Transcript};
 use crate::config::ConfigSource;
 use crate::daemon::registry::{ClaimError, Cursor, ListQuery};
-use crate::daemon::tasks::lock_run;
-use crate::events::Event;
+use crate::daemon::tasks::{CancelError, lock_run};
 use crate::protocol::{SubmitRequest, SubmitResponse, Task, TaskList};
 
 /// The task `id`, or a 404.
@@ -154,16 +153,17 @@ pub(super) async fn cancel_task(
     let Path(id) = id?;
     task(&s, &id)?;
     // Who cancelled is on the log before the cancel takes effect.
-    s.scheduler
-        .events()
-        .record(Some(&id), Event::TaskCancelled { by: peer.by() })
-        .await
-        .map_err(|e| ApiError::log_failing(e.to_string()))?;
-    let t = s
-        .scheduler
-        .registry
-        .cancel(&id)
-        .ok_or_else(|| ApiError::not_found("task", &id))?;
+    let t = match s.scheduler.cancel(&id, peer.by()).await {
+        Ok(t) => t.ok_or_else(|| ApiError::not_found("task", &id))?,
+        Err(e @ CancelError::Record(_)) => return Err(ApiError::log_failing(e.to_string())),
+        Err(e @ CancelError::Stopping(_)) => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "conflict",
+                e.to_string(),
+            ));
+        }
+    };
     Ok((StatusCode::ACCEPTED, Json(t)).into_response())
 }
 
