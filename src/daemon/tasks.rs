@@ -40,6 +40,9 @@ pub enum SubmitError {
     /// The task's `queued` transcript could not be saved.
     #[error("the task's transcript cannot be saved, so no task is accepted: {0}")]
     Transcript(std::io::Error),
+    /// The daemon is stopping: it takes no task (a resume neither).
+    #[error("the daemon is stopping, so no task is accepted; submit it again once it is back")]
+    Stopping,
 }
 
 /// Why a cancel was not taken; nothing was recorded.
@@ -48,11 +51,11 @@ pub enum CancelError {
     /// `task_cancelled` could not be written.
     #[error("the audit log cannot be written, so the task is not cancelled: {0}")]
     Record(#[from] EventError),
-    /// The task is queued and the daemon stops: no run is left to end it, and it
-    /// stays queued, on disk, for the next start.
+    /// The task is not running and the daemon stops: no run is left to end it
+    /// (a queued one stays queued, on disk, for the next start).
     #[error(
-        "task {0} is queued and the daemon is stopping: it stays queued for the next start; \
-         cancel it then"
+        "task {0} is not running and the daemon is stopping: a queued task stays queued for \
+         the next start; cancel it then"
     )]
     Stopping(String),
 }
@@ -106,10 +109,12 @@ pub struct Scheduler {
     stop_tasks: CancellationToken,
     /// Tasks whose `task_finished` the log could not take, written once it can.
     owed: Owed,
-    /// Held (shared) by a cancel from its check to its effect, and (exclusively)
-    /// by [`Scheduler::stop_starting`], so a cancel of a queued task either
-    /// reaches its run before the queue closes or is refused.
-    gate: Arc<RwLock<()>>,
+    /// Held (shared) by a submit, a resume or a cancel from its check to its
+    /// effect, and (exclusively) by [`Scheduler::stop_starting`] and
+    /// [`Scheduler::seal`]: once the daemon stops no task is accepted and a cancel
+    /// of a queued task is refused rather than lost, and once it is sealed
+    /// (`true`, just before `daemon_stopping`) none of them writes a line.
+    gate: Arc<RwLock<bool>>,
 }
 
 /// Everything a scheduler needs.
@@ -187,6 +192,11 @@ impl Scheduler {
         model: Option<String>,
         by: String,
     ) -> Result<String, SubmitError> {
+        // Held until the task is queued: the queue does not close in between.
+        let _open = self.gate.read().await;
+        if self.stopping() {
+            return Err(SubmitError::Stopping);
+        }
         let mut spec = TaskSpec {
             task_id: new_task_id(),
             prompt,
@@ -348,6 +358,11 @@ impl Scheduler {
         lock: RunLock,
         by: String,
     ) -> Result<String, SubmitError> {
+        let _open = self.gate.read().await;
+        if self.stopping() {
+            self.release(claim);
+            return Err(SubmitError::Stopping);
+        }
         let event = Event::TaskResumed {
             turns_so_far: transcript.turns.len() as u32,
             source: Source::Api,
@@ -402,17 +417,22 @@ impl Scheduler {
         self.slots.close();
     }
 
+    /// Refuses every submit, resume and cancel from now on, once those under way
+    /// are done, so that none writes a line after `daemon_stopping`.
+    pub async fn seal(&self) {
+        *self.gate.write().await = true;
+    }
+
     /// Cancels task `id` once its `task_cancelled` (naming `by`) is on the record;
     /// the task as it is now (`None`: no such task). A queued task is refused
     /// once the daemon stops: its run has returned and it stays queued on disk, so
     /// a cancel answered then would be lost and the task run after the next start.
     pub async fn cancel(&self, id: &str, by: String) -> Result<Option<Task>, CancelError> {
-        let _open = self.gate.read().await;
-        let queued = self
-            .registry
-            .get(id)
-            .is_some_and(|t| t.status == TaskStatus::Queued);
-        if queued && self.stopping() {
+        let sealed = self.gate.read().await;
+        let runs = self.registry.get(id).is_some_and(|t| {
+            matches!(t.status, TaskStatus::Running | TaskStatus::AwaitingApproval)
+        });
+        if *sealed || (self.stopping() && !runs) {
             return Err(CancelError::Stopping(id.to_string()));
         }
         self.services
