@@ -182,3 +182,41 @@ fn a_submission_finished_after_daemon_stopping_is_refused_and_writes_nothing() {
     assert_eq!(root.events().last().unwrap()["type"], "daemon_stopping");
     assert!(root.events_of("task_queued").is_empty());
 }
+
+/// An approval whose task ended without an answer (cancelled, or interrupted by
+/// the stop) is no longer pending: it is not listed, and answering it (with
+/// `remember`, which would edit settings.json) is refused.
+#[test]
+fn an_approval_of_a_cancelled_task_is_no_longer_pending() {
+    use crate::common::{FakeApi, Reply, wait_until};
+    let write = Reply::tool(
+        "w1",
+        "write_file",
+        serde_json::json!({"path": "x.txt", "content": "x"}),
+    );
+    let api = FakeApi::start(vec![write, Reply::text("done")]);
+    let root = TestRoot::new(&api.url);
+    let d = Daemon::start(&root);
+    let id = d.submit("write");
+    let pending = || {
+        d.request("GET", "/v1/approvals", None).1["approvals"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    wait_until("the approval", || !pending().is_empty());
+    let approval = pending()[0]["approval_id"].as_str().unwrap().to_string();
+    let (code, body) = d.request("POST", &format!("/v1/tasks/{id}/cancel"), None);
+    assert_eq!(code, 202, "{body}");
+    assert_eq!(d.wait_finished(&id)["stop_reason"], "cancelled");
+    assert!(pending().is_empty(), "still listed: {:?}", pending());
+    let settings = std::fs::read_to_string(root.dir.join("policies/settings.json")).unwrap();
+    let (code, body) = d.request(
+        "POST",
+        &format!("/v1/approvals/{approval}"),
+        Some(r#"{"decision": "approve", "remember": true}"#),
+    );
+    assert_eq!(code, 404, "{body}");
+    let now = std::fs::read_to_string(root.dir.join("policies/settings.json")).unwrap();
+    assert_eq!(settings, now, "a dead task's approval edited the rules");
+}
