@@ -26,8 +26,17 @@ pub fn in_line(t: &mut Transcript, since: &Since, outputs: &Path, max_chars: usi
     if t.status == TaskStatus::Finished {
         return false;
     }
-    let finished = since.tasks.get(&t.task_id).and_then(|s| s.finished.clone());
+    let seen = since.tasks.get(&t.task_id);
+    let finished = seen.and_then(|s| s.finished.clone());
     let mut changed = answer_open_calls(t, since, outputs, max_chars, finished.is_some());
+    // Saved `queued`, but the log shows its run began (`task_started`): the run was
+    // stopped before it saved the transcript `running`. It is a running task whose
+    // daemon died, to be left interrupted, never one to start a second time.
+    let began = seen.is_some_and(|s| s.started) && !t.resume_queued;
+    if finished.is_none() && began && t.status == TaskStatus::Queued {
+        t.status = TaskStatus::Running;
+        changed = true;
+    }
     if let Some(f) = finished {
         t.status = TaskStatus::Finished;
         t.stop_reason = Some(f.stop_reason);
@@ -139,7 +148,61 @@ fn kept_result(bytes: &[u8], kept_len: u64, total: u64, max_chars: usize) -> Str
 
 #[cfg(test)]
 mod tests {
-    use super::read_kept;
+    use super::{in_line, read_kept};
+    use crate::agent::{TaskSpec, queued_transcript};
+    use crate::events::since::since_checkpoint;
+    use crate::protocol::{Source, TaskStatus};
+
+    #[test]
+    fn a_queued_transcript_whose_start_is_on_the_log_is_running_not_queued_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("events.jsonl");
+        let spec = TaskSpec {
+            task_id: "t-1".into(),
+            prompt: "p".into(),
+            max_turns: None,
+            source: Source::Api,
+            by: "x".into(),
+            resume: None,
+            resume_recorded: false,
+        };
+        let queued = queued_transcript(&spec, "m".into(), "x".into());
+        let line = |seq: u64, kind: &str, rest: &str| {
+            format!(r#"{{"seq":{seq},"ts":"t","type":"{kind}","task_id":"t-1"{rest}}}"#)
+        };
+        let queued_line = line(1, "task_queued", r#","prompt":"p","source":"api","by":"x""#);
+        let requeued = line(2, "task_requeued", r#","created":"c""#);
+        let started = line(
+            3,
+            "task_started",
+            r#","prompt":"p","model":"m","source":"api""#,
+        );
+        let check = |lines: &[&String], resume_queued: bool| {
+            let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+            std::fs::write(&log, text).unwrap();
+            let since = since_checkpoint(&log).unwrap();
+            let mut t = queued.clone();
+            t.resume_queued = resume_queued;
+            let changed = in_line(&mut t, &since, dir.path(), 100);
+            assert_eq!(changed, t.status != TaskStatus::Queued);
+            t.status
+        };
+        // Killed between its `task_started` and the save of its transcript.
+        assert_eq!(check(&[&queued_line, &started], false), TaskStatus::Running);
+        assert_eq!(
+            check(&[&queued_line, &requeued, &started], false),
+            TaskStatus::Running
+        );
+        // Queued again since it began: it is to run.
+        let again = line(4, "task_requeued", r#","created":"c""#);
+        assert_eq!(
+            check(&[&queued_line, &started, &again], false),
+            TaskStatus::Queued
+        );
+        assert_eq!(check(&[&queued_line, &requeued], false), TaskStatus::Queued);
+        // A queued resume's run records nothing when it begins: still to run.
+        assert_eq!(check(&[&queued_line, &started], true), TaskStatus::Queued);
+    }
 
     #[test]
     fn a_kept_output_is_read_only_as_far_as_a_result_shows_and_never_through_a_link_or_fifo() {

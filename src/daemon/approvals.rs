@@ -20,6 +20,23 @@ struct Waiting {
     answer: oneshot::Sender<ApprovalAnswer>,
 }
 
+/// Takes an approval off the pending ones when its wait ends, however it ends:
+/// a task cancelled or stopped while it waits leaves no approval to list or
+/// answer (an answer with `remember` would edit the rules for a call that never
+/// comes).
+struct Unlist<'a> {
+    waiting: &'a Mutex<HashMap<String, Waiting>>,
+    id: &'a str,
+}
+
+impl Drop for Unlist<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut w) = self.waiting.lock() {
+            w.remove(self.id);
+        }
+    }
+}
+
 /// The daemon's approvals. Cheap to clone.
 #[derive(Clone)]
 pub struct Approvals {
@@ -147,27 +164,26 @@ impl Approver for Approvals {
             if let Ok(mut w) = self.waiting.lock() {
                 w.insert(req.approval_id.clone(), Waiting { info, answer: tx });
             }
+            let _unlist = Unlist {
+                waiting: &self.waiting,
+                id: &req.approval_id,
+            };
             self.registry
                 .set_status(&req.task_id, TaskStatus::AwaitingApproval);
             let timeout =
                 Duration::from_secs(self.config.current().config.daemon.approval_timeout_secs);
             let answer = match tokio::time::timeout(timeout, rx).await {
                 Ok(Ok(answer)) => answer,
-                _ => {
-                    if let Ok(mut w) = self.waiting.lock() {
-                        w.remove(&req.approval_id);
-                    }
-                    ApprovalAnswer {
-                        approved: false,
-                        decision: Decision::Timeout,
-                        by: "timeout".into(),
-                        reason: Some(format!(
-                            "nobody answered within {} s (daemon.approval_timeout_secs)",
-                            timeout.as_secs()
-                        )),
-                        remembered: None,
-                    }
-                }
+                _ => ApprovalAnswer {
+                    approved: false,
+                    decision: Decision::Timeout,
+                    by: "timeout".into(),
+                    reason: Some(format!(
+                        "nobody answered within {} s (daemon.approval_timeout_secs)",
+                        timeout.as_secs()
+                    )),
+                    remembered: None,
+                },
             };
             self.registry.set_status(&req.task_id, TaskStatus::Running);
             answer

@@ -300,7 +300,9 @@ fn read_found(
         Ok(t) => t,
         Err(e) => return Some(Err(e)),
     };
-    let was_running = was == TaskStatus::Running && transcript.status == TaskStatus::Interrupted;
+    // A `queued` one the log shows started was running too (see `in_line`).
+    let was_running = matches!(was, TaskStatus::Running | TaskStatus::Queued)
+        && transcript.status == TaskStatus::Interrupted;
     let head = TranscriptHead {
         task_id: transcript.task_id.clone(),
         created: transcript.created.clone(),

@@ -183,6 +183,7 @@ pub async fn serve(
     super::checkpoint::at_stop(&services.events, scheduler.unsaved(), &transcripts).await;
     let events = services.events.clone();
     services.shutdown().await;
+    scheduler.seal().await;
     events
         .record(None, Event::DaemonStopping { reason })
         .await?;

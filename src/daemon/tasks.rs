@@ -12,8 +12,10 @@
 //! disk. When the daemon stops, no queued task starts ([`Scheduler::drain`]); they
 //! stay queued, on disk as in the record, for the next start.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::RwLock;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -38,6 +40,24 @@ pub enum SubmitError {
     /// The task's `queued` transcript could not be saved.
     #[error("the task's transcript cannot be saved, so no task is accepted: {0}")]
     Transcript(std::io::Error),
+    /// The daemon is stopping: it takes no task (a resume neither).
+    #[error("the daemon is stopping, so no task is accepted; submit it again once it is back")]
+    Stopping,
+}
+
+/// Why a cancel was not taken; nothing was recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum CancelError {
+    /// `task_cancelled` could not be written.
+    #[error("the audit log cannot be written, so the task is not cancelled: {0}")]
+    Record(#[from] EventError),
+    /// The task is not running and the daemon stops: no run is left to end it
+    /// (a queued one stays queued, on disk, for the next start).
+    #[error(
+        "task {0} is not running and the daemon is stopping: a queued task stays queued for \
+         the next start; cancel it then"
+    )]
+    Stopping(String),
 }
 
 /// How a queued task's wait ended.
@@ -89,6 +109,12 @@ pub struct Scheduler {
     stop_tasks: CancellationToken,
     /// Tasks whose `task_finished` the log could not take, written once it can.
     owed: Owed,
+    /// Held (shared) by a submit, a resume or a cancel from its check to its
+    /// effect, and (exclusively) by [`Scheduler::stop_starting`] and
+    /// [`Scheduler::seal`]: once the daemon stops no task is accepted and a cancel
+    /// of a queued task is refused rather than lost, and once it is sealed
+    /// (`true`, just before `daemon_stopping`) none of them writes a line.
+    gate: Arc<RwLock<bool>>,
 }
 
 /// Everything a scheduler needs.
@@ -119,6 +145,7 @@ impl Scheduler {
             daemon: parts.shutdown,
             running: TaskTracker::new(),
             owed: Owed::default(),
+            gate: Arc::default(),
         }
     }
 
@@ -126,7 +153,7 @@ impl Scheduler {
     /// lets running tasks finish within `grace`, then stops the rest, which are left
     /// `interrupted` (resumable), and waits for them.
     pub async fn drain(&self, grace: Duration) {
-        self.stop_starting();
+        self.stop_starting().await;
         self.running.close();
         if tokio::time::timeout(grace, self.running.wait())
             .await
@@ -165,6 +192,11 @@ impl Scheduler {
         model: Option<String>,
         by: String,
     ) -> Result<String, SubmitError> {
+        // Held until the task is queued: the queue does not close in between.
+        let _open = self.gate.read().await;
+        if self.stopping() {
+            return Err(SubmitError::Stopping);
+        }
         let mut spec = TaskSpec {
             task_id: new_task_id(),
             prompt,
@@ -326,6 +358,11 @@ impl Scheduler {
         lock: RunLock,
         by: String,
     ) -> Result<String, SubmitError> {
+        let _open = self.gate.read().await;
+        if self.stopping() {
+            self.release(claim);
+            return Err(SubmitError::Stopping);
+        }
         let event = Event::TaskResumed {
             turns_so_far: transcript.turns.len() as u32,
             source: Source::Api,
@@ -375,8 +412,34 @@ impl Scheduler {
     /// Starts no more queued tasks: the daemon stops. Those waiting stay queued,
     /// with nothing recorded and their transcripts `queued`, for the next start to
     /// queue again; the running ones go on (the caller gives them their grace).
-    fn stop_starting(&self) {
+    async fn stop_starting(&self) {
+        let _closing = self.gate.write().await;
         self.slots.close();
+    }
+
+    /// Refuses every submit, resume and cancel from now on, once those under way
+    /// are done, so that none writes a line after `daemon_stopping`.
+    pub async fn seal(&self) {
+        *self.gate.write().await = true;
+    }
+
+    /// Cancels task `id` once its `task_cancelled` (naming `by`) is on the record;
+    /// the task as it is now (`None`: no such task). A queued task is refused
+    /// once the daemon stops: its run has returned and it stays queued on disk, so
+    /// a cancel answered then would be lost and the task run after the next start.
+    pub async fn cancel(&self, id: &str, by: String) -> Result<Option<Task>, CancelError> {
+        let sealed = self.gate.read().await;
+        let runs = self.registry.get(id).is_some_and(|t| {
+            matches!(t.status, TaskStatus::Running | TaskStatus::AwaitingApproval)
+        });
+        if *sealed || (self.stopping() && !runs) {
+            return Err(CancelError::Stopping(id.to_string()));
+        }
+        self.services
+            .events
+            .record(Some(id), Event::TaskCancelled { by })
+            .await?;
+        Ok(self.registry.cancel(id))
     }
 
     /// Whether the daemon is stopping ([`Scheduler::stop_starting`]).
@@ -433,13 +496,15 @@ impl Scheduler {
         let permit = tokio::select! {
             // Err: the queue was closed before this task's turn, the daemon stops.
             p = turn => p.ok(),
-            // The daemon's cancellation of every task, past the grace, reaches the
-            // queued ones too (it comes after `stop_starting`), but they are not the
-            // user's to end.
-            () = cancel.cancelled() => {
-                return if self.stopping() { Turn::Stopping } else { Turn::Cancelled };
-            }
+            () = cancel.cancelled() => None,
         };
+        // A user's cancel, taken before the queue closed ([`Scheduler::cancel`]),
+        // ends the task even if the daemon now stops. The daemon's cancellation of
+        // every task, past the grace, reaches the queued ones too, but they are not
+        // the user's to end.
+        if cancel.is_cancelled() && !self.stop_tasks.is_cancelled() {
+            return Turn::Cancelled;
+        }
         match permit {
             // A slot handed out just as the daemon began to stop is not used.
             Some(permit) if !self.stopping() => Turn::Slot(permit),

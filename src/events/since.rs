@@ -42,6 +42,9 @@ pub struct FinishedLine {
 pub struct TaskSince {
     /// Its last `task_finished`, unless a start or resume came after it.
     pub finished: Option<FinishedLine>,
+    /// Its last lifecycle line is `task_started`: a run of it began, whatever
+    /// its transcript says (a kill can land before the run saves it `running`).
+    pub started: bool,
     /// How far each of its calls seen since the checkpoint got.
     pub calls: HashMap<String, CallTrail>,
     /// Of each call whose `tool_finished` is seen: its `output_bytes` and
@@ -146,8 +149,13 @@ fn apply(since: &mut Since, record: Record) {
                 usd,
             });
         }
-        Event::TaskStarted { .. } | Event::TaskResumed { .. } | Event::TaskRequeued { .. } => {
+        Event::TaskStarted { .. } => {
             entry.finished = None;
+            entry.started = true;
+        }
+        Event::TaskResumed { .. } | Event::TaskRequeued { .. } => {
+            entry.finished = None;
+            entry.started = false;
         }
         Event::ToolRequested { tool_use_id, .. } => {
             entry.calls.insert(tool_use_id, CallTrail::Requested);

@@ -196,3 +196,120 @@ fn tasks_after_a_restart_show_each_older_prompt() {
         assert!(shown.contains("second task, xxx"), "{shown}");
     }
 }
+
+/// The prompts of the model requests so far, in the order they came.
+fn prompts_asked(api: &FakeApi) -> Vec<String> {
+    api.requests()
+        .iter()
+        .map(|r| {
+            r.body["messages"][0]["content"][0]["text"]
+                .as_str()
+                .unwrap_or("")
+                .to_string()
+        })
+        .collect()
+}
+
+/// One slot, held; 30 tasks queued behind it; every other one cancelled while it
+/// waits: each cancelled one ends at once without a slot and never asks the model,
+/// and after SIGTERM and a restart the rest start in the order they were
+/// submitted, none left queued.
+#[test]
+fn cancelled_waiters_leave_the_rest_in_submission_order_across_a_restart() {
+    let hold = Arc::new(AtomicBool::new(true));
+    let api = FakeApi::with_responder(holding_model(vec![("hold", hold.clone())]));
+    let root = TestRoot::new(&api.url);
+    root.set_config("daemon", "max_concurrent_tasks", "1");
+    root.set_config("daemon", "shutdown_grace_secs", "1");
+    let d = Daemon::start(&root);
+    let held = d.submit("hold");
+    wait_until("the held model request", || api.requests().len() == 1);
+    let queued: Vec<String> = (0..30).map(|i| d.submit(&format!("queued {i}"))).collect();
+    let (cancelled, kept): (Vec<_>, Vec<_>) =
+        queued.iter().enumerate().partition(|(i, _)| i % 2 == 1);
+    for (_, id) in &cancelled {
+        let (code, body) = d.request("POST", &format!("/v1/tasks/{id}/cancel"), None);
+        assert_eq!(code, 202, "{body}");
+    }
+    for (_, id) in &cancelled {
+        assert_eq!(d.wait_finished(id)["stop_reason"], "cancelled");
+    }
+    for (_, id) in &kept {
+        let (_, t) = d.request("GET", &format!("/v1/tasks/{id}"), None);
+        assert_eq!(t["status"], "queued", "{t}");
+    }
+    sigterm(d);
+    assert_eq!(prompts_asked(&api), ["hold"]);
+
+    hold.store(false, Ordering::SeqCst);
+    let d = Daemon::start(&root);
+    for (_, id) in &kept {
+        assert_eq!(d.wait_finished(id)["stop_reason"], "end_turn");
+    }
+    let expected: Vec<String> = std::iter::once("hold".to_string())
+        .chain(kept.iter().map(|(i, _)| format!("queued {i}")))
+        .collect();
+    assert_eq!(prompts_asked(&api), expected, "not in submission order");
+    let (_, page) = d.request("GET", "/v1/tasks?status=queued", None);
+    assert_eq!(page["tasks"].as_array().map(Vec::len), Some(0), "{page}");
+    let (_, t) = d.request("GET", &format!("/v1/tasks/{held}"), None);
+    assert_eq!(t["status"], "interrupted", "{t}");
+    for (_, id) in &cancelled {
+        assert_eq!(count(&root, "task_requeued", id), 0, "{id}");
+    }
+}
+
+/// A queued task cancelled while the daemon stops (on a connection kept open from
+/// before SIGTERM) is either ended cancelled or refused: a cancel answered 202 is
+/// never followed by the task running after the next start.
+#[test]
+fn a_queued_task_cancelled_during_the_stop_is_not_run_after_the_restart() {
+    use std::io::{Read, Write};
+    let hold = Arc::new(AtomicBool::new(true));
+    let api = FakeApi::with_responder(holding_model(vec![("hold", hold.clone())]));
+    let root = TestRoot::new(&api.url);
+    root.set_config("daemon", "max_concurrent_tasks", "1");
+    root.set_config("daemon", "shutdown_grace_secs", "3");
+    let mut d = Daemon::start(&root);
+    d.submit("hold");
+    wait_until("the held model request", || api.requests().len() == 1);
+    let id = d.submit("cancel me");
+    let mut kept = std::os::unix::net::UnixStream::connect(&d.socket).unwrap();
+    kept.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    let n = kept.read(&mut buf).unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    unsafe { libc::kill(d.pid(), libc::SIGTERM) };
+    // Within the grace: the held task still runs, the connection is still served.
+    std::thread::sleep(Duration::from_millis(500));
+    write!(
+        kept,
+        "POST /v1/tasks/{id}/cancel HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n"
+    )
+    .unwrap();
+    let n = kept.read(&mut buf).unwrap();
+    let answer = String::from_utf8_lossy(&buf[..n]).to_string();
+    assert!(d.child.wait().unwrap().success());
+    assert_eq!(root.events().last().unwrap()["type"], "daemon_stopping");
+    let accepted = answer.starts_with("HTTP/1.1 202");
+    assert!(accepted || answer.starts_with("HTTP/1.1 409"), "{answer}");
+
+    hold.store(false, Ordering::SeqCst);
+    let d = Daemon::start(&root);
+    let t = d.wait_finished(&id);
+    let asked = prompts_asked(&api).contains(&"cancel me".to_string());
+    if accepted {
+        assert_eq!(t["stop_reason"], "cancelled", "answered 202, then ran: {t}");
+        assert!(!asked, "answered 202, then asked the model");
+    } else {
+        assert_eq!(t["stop_reason"], "end_turn", "{t}");
+        assert_eq!(
+            count(&root, "task_cancelled", &id),
+            0,
+            "refused, yet recorded"
+        );
+    }
+}

@@ -147,3 +147,76 @@ async fn serve_returns_only_once_its_connections_have_ended() {
     let (_, ended) = idle.join().unwrap();
     assert!(ended.is_some(), "the idle connection was left open");
 }
+
+/// A request whose head came before SIGTERM and whose body comes only once
+/// `daemon_stopping` is on the record is refused (503), not accepted: nothing is
+/// written after that line, and no task is accepted by a daemon that has stopped.
+#[test]
+fn a_submission_finished_after_daemon_stopping_is_refused_and_writes_nothing() {
+    let root = TestRoot::new("http://127.0.0.1:9");
+    root.set_config("daemon", "shutdown_grace_secs", "5");
+    let mut d = Daemon::start(&root);
+    let body = r#"{"prompt": "late"}"#;
+    let mut s = UnixStream::connect(&d.socket).unwrap();
+    write!(
+        s,
+        "POST /v1/tasks HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    unsafe { libc::kill(d.pid(), libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while root.events().last().unwrap()["type"] != "daemon_stopping" {
+        assert!(Instant::now() < deadline, "no daemon_stopping");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    s.write_all(body.as_bytes()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let answer = String::from_utf8_lossy(&raw);
+    assert!(d.child.wait().unwrap().success());
+    assert!(!answer.starts_with("HTTP/1.1 202"), "accepted: {answer}");
+    assert_eq!(root.events().last().unwrap()["type"], "daemon_stopping");
+    assert!(root.events_of("task_queued").is_empty());
+}
+
+/// An approval whose task ended without an answer (cancelled, or interrupted by
+/// the stop) is no longer pending: it is not listed, and answering it (with
+/// `remember`, which would edit settings.json) is refused.
+#[test]
+fn an_approval_of_a_cancelled_task_is_no_longer_pending() {
+    use crate::common::{FakeApi, Reply, wait_until};
+    let write = Reply::tool(
+        "w1",
+        "write_file",
+        serde_json::json!({"path": "x.txt", "content": "x"}),
+    );
+    let api = FakeApi::start(vec![write, Reply::text("done")]);
+    let root = TestRoot::new(&api.url);
+    let d = Daemon::start(&root);
+    let id = d.submit("write");
+    let pending = || {
+        d.request("GET", "/v1/approvals", None).1["approvals"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    wait_until("the approval", || !pending().is_empty());
+    let approval = pending()[0]["approval_id"].as_str().unwrap().to_string();
+    let (code, body) = d.request("POST", &format!("/v1/tasks/{id}/cancel"), None);
+    assert_eq!(code, 202, "{body}");
+    assert_eq!(d.wait_finished(&id)["stop_reason"], "cancelled");
+    assert!(pending().is_empty(), "still listed: {:?}", pending());
+    let settings = std::fs::read_to_string(root.dir.join("policies/settings.json")).unwrap();
+    let (code, body) = d.request(
+        "POST",
+        &format!("/v1/approvals/{approval}"),
+        Some(r#"{"decision": "approve", "remember": true}"#),
+    );
+    assert_eq!(code, 404, "{body}");
+    let now = std::fs::read_to_string(root.dir.join("policies/settings.json")).unwrap();
+    assert_eq!(settings, now, "a dead task's approval edited the rules");
+}

@@ -15,8 +15,7 @@ use super::{ApiError, AppState, Peer};
 use crate::agent::{TaskStatus, Transcript};
 use crate::config::ConfigSource;
 use crate::daemon::registry::{ClaimError, Cursor, ListQuery};
-use crate::daemon::tasks::lock_run;
-use crate::events::Event;
+use crate::daemon::tasks::{CancelError, SubmitError, lock_run};
 use crate::protocol::{SubmitRequest, SubmitResponse, Task, TaskList};
 
 /// The task `id`, or a 404.
@@ -25,6 +24,16 @@ fn task(s: &AppState, id: &str) -> Result<Task, ApiError> {
         .registry
         .get(id)
         .ok_or_else(|| ApiError::not_found("task", id))
+}
+
+/// A submit or resume not taken: 503 while the daemon stops, else 507.
+fn refused(e: SubmitError, prefix: String) -> ApiError {
+    match e {
+        SubmitError::Stopping => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "stopping", e.to_string())
+        }
+        e => ApiError::log_failing(format!("{prefix}{e}")),
+    }
 }
 
 /// Accepts a task once it is on disk (`task_queued` on the record and its `queued`
@@ -50,7 +59,7 @@ pub(super) async fn submit(
         .scheduler
         .submit(body.prompt, body.max_turns, body.model, by)
         .await
-        .map_err(|e| ApiError::log_failing(e.to_string()))?;
+        .map_err(|e| refused(e, String::new()))?;
     Ok((StatusCode::ACCEPTED, Json(SubmitResponse { task_id: id })).into_response())
 }
 
@@ -154,16 +163,17 @@ pub(super) async fn cancel_task(
     let Path(id) = id?;
     task(&s, &id)?;
     // Who cancelled is on the log before the cancel takes effect.
-    s.scheduler
-        .events()
-        .record(Some(&id), Event::TaskCancelled { by: peer.by() })
-        .await
-        .map_err(|e| ApiError::log_failing(e.to_string()))?;
-    let t = s
-        .scheduler
-        .registry
-        .cancel(&id)
-        .ok_or_else(|| ApiError::not_found("task", &id))?;
+    let t = match s.scheduler.cancel(&id, peer.by()).await {
+        Ok(t) => t.ok_or_else(|| ApiError::not_found("task", &id))?,
+        Err(e @ CancelError::Record(_)) => return Err(ApiError::log_failing(e.to_string())),
+        Err(e @ CancelError::Stopping(_)) => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "conflict",
+                e.to_string(),
+            ));
+        }
+    };
     Ok((StatusCode::ACCEPTED, Json(t)).into_response())
 }
 
@@ -211,7 +221,7 @@ pub(super) async fn resume_task(
     s.scheduler
         .resume(claim, transcript, lock, peer.by())
         .await
-        .map_err(|e| ApiError::log_failing(format!("the task is not resumed: {e}")))?;
+        .map_err(|e| refused(e, "the task is not resumed: ".into()))?;
     let t = task(&s, &id)?;
     Ok((StatusCode::ACCEPTED, Json(t)).into_response())
 }
