@@ -510,15 +510,41 @@ fn parse_response(bytes: &[u8]) -> Result<Response, LlmError> {
         let start = crate::text::truncate_middle(&text, 200, 0).0;
         LlmError::Malformed(format!("{e}; body: {start}"))
     })?;
-    check_role(resp)
+    check_response(resp)
 }
 
-/// A response is the assistant's, or it is not a Messages API response.
-pub(super) fn check_role(resp: Response) -> Result<Response, LlmError> {
+/// How many levels of arrays and objects a content block may nest, itself
+/// counted. A block is kept in the transcript five levels down and its tool input
+/// in the audit log, whose readers parse at most 128 levels: a block nested deeper
+/// than that would be written, then never read back (the task's transcript and
+/// its `tool_requested` line unreadable).
+pub const MAX_BLOCK_DEPTH: usize = 64;
+
+/// A response is the assistant's and its blocks can be recorded, or it is not a
+/// Messages API response to act on.
+pub(super) fn check_response(resp: Response) -> Result<Response, LlmError> {
     if resp.role != Role::Assistant {
         return Err(LlmError::Malformed("role is not \"assistant\"".into()));
     }
+    if let Some(index) = resp
+        .content
+        .iter()
+        .position(|b| depth(&b.0) > MAX_BLOCK_DEPTH)
+    {
+        return Err(LlmError::Malformed(format!(
+            "content block {index} nests arrays and objects more than {MAX_BLOCK_DEPTH} levels deep"
+        )));
+    }
     Ok(resp)
+}
+
+/// Levels of arrays and objects in `v` (a scalar is 0).
+fn depth(v: &Value) -> usize {
+    match v {
+        Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+        Value::Object(map) => 1 + map.values().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
 }
 
 /// The request as it goes on the wire: the history borrowed, with the one message

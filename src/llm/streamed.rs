@@ -4,7 +4,7 @@
 //! every byte counts against `api.max_response_mb`, so a stalled or endless
 //! stream costs neither time nor memory beyond them.
 
-use super::anthropic::{AnthropicClient, Failure, LlmError, OnText, check_role};
+use super::anthropic::{AnthropicClient, Failure, LlmError, OnText, check_response};
 use super::assemble::{Assembler, StreamError};
 use super::budget::Lease;
 use super::sse::{SseEvent, SseFramer};
@@ -87,7 +87,7 @@ impl AnthropicClient {
         });
         let mut response = assembler.finish().map_err(stream_failure)?;
         response.hold = Hold::new(lease);
-        check_role(response).map_err(Err)
+        check_response(response).map_err(Err)
     }
 }
 

@@ -18,12 +18,32 @@ pub struct Rule {
     globs: Vec<Glob>,
 }
 
+/// How many characters of a rule an error quotes: a rule of megabytes is named
+/// by its start, not printed whole on one line.
+const QUOTED_CHARS: usize = 200;
+
+/// `text` as an error quotes it: escaped (`{:?}`), cut after [`QUOTED_CHARS`]
+/// characters with `…`.
+fn quoted(text: &str) -> String {
+    match text.char_indices().nth(QUOTED_CHARS) {
+        Some((end, _)) => format!("{:?}…", &text[..end]),
+        None => format!("{text:?}"),
+    }
+}
+
 fn glob(pattern: &str) -> Result<Glob, String> {
     GlobBuilder::new(pattern)
         .literal_separator(false)
         .backslash_escape(true)
         .build()
-        .map_err(|e| format!("pattern {pattern:?} is not a valid glob: {e}"))
+        .map_err(|e| {
+            let why = e.kind().to_string();
+            format!(
+                "pattern {} is not a valid glob: {}",
+                quoted(pattern),
+                quoted(&why)
+            )
+        })
 }
 
 impl Rule {
@@ -33,14 +53,19 @@ impl Rule {
             None => (text, None),
             Some(open) => {
                 let inner = text[open + 1..].strip_suffix(')').ok_or_else(|| {
-                    format!("rule {text:?} opens a pattern with '(' but does not end with ')'")
+                    format!(
+                        "rule {} opens a pattern with '(' but does not end with ')'",
+                        quoted(text)
+                    )
                 })?;
                 (&text[..open], Some(inner))
             }
         };
         let tool = ToolName::parse(name.trim()).ok_or_else(|| {
             format!(
-                "rule {text:?} names unknown tool {name:?}; known tools: {}",
+                "rule {} names unknown tool {}; known tools: {}",
+                quoted(text),
+                quoted(name),
                 ToolName::ALL_NAMES.join(", ")
             )
         })?;
@@ -48,10 +73,11 @@ impl Rule {
             None => Vec::new(),
             Some(_) if tool == ToolName::GetTime => {
                 return Err(format!(
-                    "rule {text:?}: get_time takes no argument, so only `get_time` applies"
+                    "rule {}: get_time takes no argument, so only `get_time` applies",
+                    quoted(text)
                 ));
             }
-            Some("") => return Err(format!("rule {text:?} has an empty pattern")),
+            Some("") => return Err(format!("rule {} has an empty pattern", quoted(text))),
             Some(p) => {
                 let mut globs = vec![glob(p)?];
                 if let Some(bare) = p.strip_suffix(" *") {

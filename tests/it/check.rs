@@ -394,3 +394,34 @@ fn nix_is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
+
+/// A rule of a megabyte (a remembered call's command can be long) is named by its
+/// line and key, and quoted by its start: the error once printed it whole, twice, on
+/// one line.
+#[test]
+fn a_huge_bad_rule_is_quoted_by_its_start() {
+    let r = root();
+    r.edit_settings(|s| {
+        s["tools"]["allow"]
+            .as_array_mut()
+            .unwrap()
+            .push(serde_json::json!("x".repeat(1 << 20)))
+    });
+    let text = std::fs::read_to_string(r.dir.join("policies/settings.json")).unwrap();
+    let line = text.lines().position(|l| l.contains("xxxx")).unwrap() + 1;
+    let out = r.run(&["check"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    let at = format!("policies/settings.json:{line}:7: key `tools.allow[");
+    assert!(
+        err.contains(&at),
+        "want {at}: {}",
+        &err[..err.len().min(2000)]
+    );
+    assert!(
+        err.contains("\"… names unknown tool"),
+        "{}",
+        &err[..err.len().min(2000)]
+    );
+    assert!(err.len() < 4000, "{} bytes of error", err.len());
+}
