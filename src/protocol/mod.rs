@@ -12,6 +12,7 @@ pub mod approval;
 pub mod audit;
 pub mod control;
 pub mod hash;
+pub mod mcp;
 pub mod task;
 pub mod tier;
 pub mod tool_name;
@@ -25,7 +26,7 @@ pub use control::{
     Approval, ApprovalList, DecisionRequest, DecisionResponse, ErrorBody, ErrorDetail,
     SubmitRequest, SubmitResponse, Task, TaskList,
 };
-pub use hash::sha256_hex;
+pub use hash::{canonical_json, sha256_hex};
 pub use task::{StopReason, TaskStatus};
 pub use tier::Tier;
 pub use tool_name::ToolName;
