@@ -3,7 +3,7 @@
 //! applies. The helper's types live in [`crate::sandbox`], which imports nothing
 //! of `config`; this conversion is why only the parent side knows both.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::config::{Loaded, SandboxRequire, SandboxSettings, Settings, resolve};
 use crate::sandbox::{Confinement, Limits, Profile, Require};
@@ -31,7 +31,7 @@ impl From<crate::protocol::Profile> for Profile {
 fn limits(s: &SandboxSettings, user: &str) -> Limits {
     Limits {
         network: s.network,
-        cpu_secs: s.cpu_secs,
+        cpu_secs: Some(s.cpu_secs),
         memory_mb: s.memory_mb,
         max_processes: s.max_processes,
         max_file_mb: s.max_file_mb,
@@ -54,6 +54,37 @@ impl Confinement {
             &loaded.tool_user.user,
             profile,
         )
+    }
+
+    /// The confinement of a server of the root `loaded`: it reads the policy's
+    /// `allowed_paths.read` and its own `read`, writes only its own `write` (and a
+    /// private `/tmp`, [`Profile::Server`]), has the network only when `network`,
+    /// the same memory, process, file and descriptor limits, uid and `require` as a
+    /// tool — and no CPU-time limit, since it lives as long as its task. Paths are
+    /// absolute (the caller resolved them).
+    pub fn for_server(
+        loaded: &Loaded,
+        read: &[PathBuf],
+        write: &[PathBuf],
+        network: bool,
+    ) -> Confinement {
+        let settings = &loaded.policy.settings;
+        let mut limits = limits(&settings.sandbox, &loaded.tool_user.user);
+        limits.network = network;
+        limits.cpu_secs = None;
+        let mut all_read: Vec<PathBuf> = settings
+            .allowed_paths
+            .read
+            .iter()
+            .map(|p| resolve(&loaded.paths.root, p))
+            .collect();
+        all_read.extend(read.iter().cloned());
+        Confinement {
+            read: all_read,
+            write: write.to_vec(),
+            profile: Profile::Server,
+            limits,
+        }
     }
 
     /// The confinement `settings` asks for under `profile`, with relative paths
@@ -95,7 +126,7 @@ mod tests {
         let s = &settings.sandbox;
         let expected = Limits {
             network: true,
-            cpu_secs: s.cpu_secs,
+            cpu_secs: Some(s.cpu_secs),
             memory_mb: s.memory_mb,
             max_processes: s.max_processes,
             max_file_mb: s.max_file_mb,

@@ -237,32 +237,50 @@ impl Executor {
         req: &ExecRequest<'_>,
         cgroup: Option<&cgroup::CallCgroup>,
     ) -> std::io::Result<Child> {
-        let job = serde_json::to_vec(&HelperRequest {
+        let request = HelperRequest {
             job: req.job.clone(),
             confine: req.confine.clone(),
-        })
-        .map_err(std::io::Error::other)?;
+        };
         // A relayed job is a one-off (`harnessd sandbox`): no spare to leave behind.
-        let mut child = if req.relay_output {
-            spare::start(&self.helper, req.workspace)?
+        let mut child = self.start_helper(&request, req.workspace, cgroup, !req.relay_output)?;
+        // End of stdin: the helper has replaced its own by /dev/null anyway.
+        drop(child.stdin.take());
+        Ok(child)
+    }
+
+    /// A helper in `workspace` (a spare when `spare`, else one started for this
+    /// job alone), in `cgroup`, that has been sent `request`; its stdin is still
+    /// open.
+    fn start_helper(
+        &self,
+        request: &HelperRequest,
+        workspace: &Path,
+        cgroup: Option<&cgroup::CallCgroup>,
+        spare: bool,
+    ) -> std::io::Result<Child> {
+        let job = crate::sandbox::frame(request).map_err(std::io::Error::other)?;
+        let mut child = if spare {
+            self.spares.take(workspace)?
         } else {
-            self.spares.take(req.workspace)?
+            spare::start(&self.helper, workspace)?
+        };
+        let abandon = |child: &mut Child| {
+            kill_tree(Pid::from_raw(child.id() as i32));
+            let _ = child.wait();
         };
         if let Some(cg) = cgroup
             && let Err(e) = cg.add(child.id())
         {
-            kill_tree(Pid::from_raw(child.id() as i32));
-            let _ = child.wait();
+            abandon(&mut child);
             return Err(std::io::Error::other(format!(
                 "cannot join the call's cgroup: {e}"
             )));
         }
-        if let Some(mut stdin) = child.stdin.take() {
+        if let Some(stdin) = child.stdin.as_mut() {
             // The helper reads the whole job before it prints anything, so this
             // cannot deadlock against a full stdout pipe.
             if let Err(e) = stdin.write_all(&job) {
-                kill_tree(Pid::from_raw(child.id() as i32));
-                let _ = child.wait();
+                abandon(&mut child);
                 return Err(e);
             }
         }

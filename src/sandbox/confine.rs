@@ -12,21 +12,22 @@
 //!    status. The IPC namespace holds the call's SysV shared memory, message queues,
 //!    semaphores and POSIX message queues: no other process reaches them, and they
 //!    go with the namespace when the call ends;
-//! 5. the profile: under the read-only one, a mount namespace of the call's own
-//!    with a private tmpfs on `/tmp` (see [`super::mounts`]), `TMPDIR` and `HOME`
-//!    pointing there. In the PID namespace's PID 1, so the mounts die with the
+//! 5. the profile: under the read-only and server ones, a mount namespace of the
+//!    call's own with a private tmpfs on `/tmp` (see [`super::mounts`]), `TMPDIR`
+//!    (and for the read-only one `HOME`) pointing there. In the PID namespace's PID 1, so the mounts die with the
 //!    call's tree; before the privilege drop, which takes CAP_SYS_ADMIN away (as
 //!    root), and before Landlock, whose rule for `/tmp` must name the tmpfs and
 //!    not the host's directory under it; seccomp (last) forbids `mount`;
-//! 6. resource limits (CPU, address space, processes, file size, open files, no
-//!    core dumps) — before the privilege drop, which makes RLIMIT_NPROC bind;
+//! 6. resource limits (CPU unless a server, address space, processes, file size,
+//!    open files, no core dumps) — before the privilege drop, which makes RLIMIT_NPROC bind;
 //! 7. privilege drop to `sandbox.user` when running as root: supplementary groups
 //!    cleared, gid then uid set (all three ids), which empties every capability set;
 //!    the parent-death signal is set again since a credential change clears it;
 //! 8. `no_new_privs`: setuid binaries and file capabilities grant nothing;
 //! 9. Landlock (see [`super::landlock`]): under the write profile it reads `read`
 //!    and writes `write`; under the read-only one it reads `read ∪ write` and
-//!    writes only `/dev/null` and the private `/tmp`;
+//!    writes only `/dev/null` and the private `/tmp`; a server's reads `read` and
+//!    writes `write`, `/dev/null` and the private `/tmp`;
 //! 10. seccomp (see [`super::seccomp`]), with the path-based mode, owner, time and
 //!     xattr changes refused too when the tool keeps the daemon's uid or is
 //!     read-only — last, so the steps above may use what it forbids.
@@ -104,8 +105,9 @@ pub fn apply(c: &Confinement, report: &mut Report) -> Result<(), String> {
     )?;
     let unix_sockets = !same_uid_as_daemon;
     // The daemon's own files are the tool's to chmod when it shares their uid;
-    // a read-only process may change nothing.
-    let metadata_by_path = same_uid_as_daemon || c.profile == Profile::ReadOnly;
+    // a read-only process may change nothing, and a server's read set (the
+    // workspace, owned by the tool uid) is not its to change either.
+    let metadata_by_path = same_uid_as_daemon || c.profile != Profile::Write;
     let seccomp = super::seccomp::filters(c.limits.network, unix_sockets, metadata_by_path)
         .and_then(|f| super::seccomp::install(&f))
         .map(|()| {
@@ -128,8 +130,8 @@ pub fn apply(c: &Confinement, report: &mut Report) -> Result<(), String> {
 /// Records one layer's outcome; `Err` when a `full` sandbox must refuse.
 type RecordLayer<'a> = dyn FnMut(&str, Result<String, String>) -> Result<(), String> + 'a;
 
-/// The profile's step: nothing under the write profile; under the read-only one the
-/// private `/tmp` and its environment. `layer` records it (and refuses a `full`
+/// The profile's step: nothing under the write profile; under the read-only and
+/// server ones the private `/tmp` and its environment. `layer` records it (and refuses a `full`
 /// sandbox without it). Returns what Landlock is to allow: a read-only process
 /// whose `/tmp` could not be mounted still writes nothing but `/dev/null`.
 fn enter_profile(c: &Confinement, layer: &mut RecordLayer<'_>) -> Result<PathSets, String> {
@@ -139,8 +141,8 @@ fn enter_profile(c: &Confinement, layer: &mut RecordLayer<'_>) -> Result<PathSet
             write: c.write.clone(),
         });
     }
-    let read: Vec<PathBuf> = c.read.iter().chain(&c.write).cloned().collect();
-    let mounted = super::mounts::private_tmp(c.limits.tmp_mb, &read);
+    let both: Vec<PathBuf> = c.read.iter().chain(&c.write).cloned().collect();
+    let mounted = super::mounts::private_tmp(c.limits.tmp_mb, &both);
     let tmp = mounted.as_ref().ok().map(|t| t.dir.clone());
     layer(
         "profile",
@@ -151,10 +153,18 @@ fn enter_profile(c: &Confinement, layer: &mut RecordLayer<'_>) -> Result<PathSet
     let tmp_dir = tmp
         .clone()
         .unwrap_or_else(|| PathBuf::from(super::mounts::PRIVATE_TMP));
-    super::environment::read_only(&tmp_dir);
     let mut write = vec![PathBuf::from("/dev/null")];
     write.extend(tmp);
-    Ok(PathSets { read, write })
+    if c.profile == Profile::Server {
+        super::environment::server(&tmp_dir);
+        write.extend(c.write.iter().cloned());
+        return Ok(PathSets {
+            read: c.read.clone(),
+            write,
+        });
+    }
+    super::environment::read_only(&tmp_dir);
+    Ok(PathSets { read: both, write })
 }
 
 /// SIGKILL when the parent goes, and a check that it has not gone already.
@@ -208,9 +218,11 @@ fn enter_pid_namespace() -> Result<String, String> {
 
 /// The supervisor: holds nothing, waits for the namespace's PID 1, exits like it.
 fn supervise(child: Pid) -> ! {
-    // Our copies of stdout/stderr would keep the pipes open after the tree is gone.
-    // SAFETY: closing our own standard descriptors; nothing writes to them after.
+    // Our copies of the standard streams would keep the pipes open after the tree
+    // is gone (a server's stdin is the daemon's pipe too).
+    // SAFETY: closing our own standard descriptors; nothing uses them after.
     unsafe {
+        libc::close(0);
         libc::close(1);
         libc::close(2);
     }
@@ -241,9 +253,11 @@ fn enter_user_and_pid_namespace() -> Result<(), String> {
 
 fn set_rlimits(c: &Confinement) -> Result<String, String> {
     const MIB: u64 = 1024 * 1024;
+    if let Some(cpu) = c.limits.cpu_secs {
+        setrlimit(Resource::RLIMIT_CPU, cpu, cpu).map_err(|e| format!("cpu: {e}"))?;
+    }
     let limits = [
         (Resource::RLIMIT_CORE, 0, "core 0"),
-        (Resource::RLIMIT_CPU, c.limits.cpu_secs, "cpu"),
         (
             Resource::RLIMIT_AS,
             c.limits.memory_mb.saturating_mul(MIB),
@@ -264,13 +278,13 @@ fn set_rlimits(c: &Confinement) -> Result<String, String> {
     for (resource, value, name) in limits {
         setrlimit(resource, value, value).map_err(|e| format!("{name}: {e}"))?;
     }
+    let cpu = match c.limits.cpu_secs {
+        Some(secs) => format!("{secs} s"),
+        None => "unlimited".into(),
+    };
     Ok(format!(
-        "cpu {} s, address space {} MiB, {} processes, files {} MiB, {} open files, no core",
-        c.limits.cpu_secs,
-        c.limits.memory_mb,
-        c.limits.max_processes,
-        c.limits.max_file_mb,
-        c.limits.max_open_files
+        "cpu {cpu}, address space {} MiB, {} processes, files {} MiB, {} open files, no core",
+        c.limits.memory_mb, c.limits.max_processes, c.limits.max_file_mb, c.limits.max_open_files
     ))
 }
 

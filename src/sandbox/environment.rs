@@ -43,6 +43,12 @@ pub fn read_only(tmp: &Path) {
     set("GIT_OPTIONAL_LOCKS", "0");
 }
 
+/// Points `TMPDIR` at the server profile's private temporary directory `tmp`
+/// (interpreters such as node and python want one); `HOME` stays the workspace.
+pub fn server(tmp: &Path) {
+    set("TMPDIR", &tmp.display().to_string());
+}
+
 fn set(key: &str, value: &str) {
     // SAFETY: the helper is single-threaded (no tokio, no threads spawned), so no
     // other thread reads or writes the environment concurrently.

@@ -29,9 +29,11 @@ pub fn run(job: Job) -> i32 {
             new_string,
         } => edit_file(&path, &old_string, &new_string),
         Job::ListDir { path } => list_dir(&path),
-        Job::Bash { .. } | Job::Python { .. } | Job::Exec { .. } | Job::Probe => {
-            Err("not a file job".into())
-        }
+        Job::Bash { .. }
+        | Job::Python { .. }
+        | Job::Exec { .. }
+        | Job::Probe
+        | Job::McpServer { .. } => Err("not a file job".into()),
     };
     match result {
         Ok(text) => {

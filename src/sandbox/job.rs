@@ -44,6 +44,10 @@ pub enum Profile {
     /// `allowed_paths.write`: whole-tool allows, approved asks, `allow_write`, file
     /// tools.
     Write,
+    /// A long-running server: reads `read`, writes `write` (its own, often none),
+    /// `/dev/null` and a private temporary directory like the read-only
+    /// profile's, which `TMPDIR` names.
+    Server,
 }
 
 /// Whether the helper may run a job when a layer cannot be enforced.
@@ -62,8 +66,9 @@ pub enum Require {
 pub struct Limits {
     /// Whether the process may use the network.
     pub network: bool,
-    /// CPU seconds (RLIMIT_CPU).
-    pub cpu_secs: u64,
+    /// CPU seconds (RLIMIT_CPU); `None` for none at all: a server lives as long
+    /// as its task, and each of its calls is bounded by the caller instead.
+    pub cpu_secs: Option<u64>,
     /// Address space in MiB.
     pub memory_mb: u64,
     /// Processes of the sandbox user.
@@ -134,6 +139,16 @@ pub enum Job {
     },
     /// Confine, then print a JSON report of what is enforced (for `check`).
     Probe,
+    /// A long-running server speaking on stdin and stdout: the one job whose stdin
+    /// stays the daemon's pipe after the job is read. `env` is set on top of the
+    /// tool environment the helper was started with; the values travel here, in
+    /// the job, never on a command line.
+    McpServer {
+        /// Program (found on `PATH` inside the sandbox) and arguments.
+        argv: Vec<String>,
+        /// Variables added to the environment.
+        env: Vec<(String, String)>,
+    },
 }
 
 impl Job {
@@ -144,5 +159,107 @@ impl Job {
             self,
             Job::Bash { .. } | Job::Python { .. } | Job::Exec { .. }
         )
+    }
+}
+
+/// The line the helper writes on stderr once a [`Job::McpServer`] is confined and
+/// its program found, just before it becomes the server: whatever the helper wrote
+/// before it is the sandbox's refusal, whatever comes after is the server's own.
+/// Nothing but the helper can write first, so the server cannot forge it away.
+pub const SERVER_READY: &str = "harnessd sandbox: server confined";
+
+/// Longest job accepted: a file job carries a whole file's new content.
+const MAX_JOB_BYTES: usize = 1 << 30;
+
+/// `req` as the helper reads it: its length in decimal, a newline, then the JSON.
+/// The length, not the end of the stream, delimits the job, so the stream can go on
+/// to be a server's stdin.
+pub fn frame(req: &HelperRequest) -> serde_json::Result<Vec<u8>> {
+    let json = serde_json::to_vec(req)?;
+    let mut framed = format!("{}\n", json.len()).into_bytes();
+    framed.extend_from_slice(&json);
+    Ok(framed)
+}
+
+/// Reads one [`frame`]d request from `input`, not one byte past it. `input` must
+/// not be buffered: what follows the job belongs to the server.
+pub fn read_framed(input: &mut impl std::io::Read) -> Result<HelperRequest, String> {
+    let mut header = Vec::new();
+    loop {
+        let mut byte = [0u8; 1];
+        match input.read(&mut byte) {
+            Ok(0) => return Err("stdin closed before the job".into()),
+            Ok(_) if byte[0] == b'\n' => break,
+            Ok(_) if header.len() < 20 => header.push(byte[0]),
+            Ok(_) => return Err("the job's length line is too long".into()),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("cannot read the job from stdin: {e}")),
+        }
+    }
+    let len: usize = std::str::from_utf8(&header)
+        .ok()
+        .and_then(|h| h.parse().ok())
+        .filter(|n| *n <= MAX_JOB_BYTES)
+        .ok_or_else(|| {
+            format!(
+                "malformed job length {:?}",
+                String::from_utf8_lossy(&header)
+            )
+        })?;
+    let mut json = vec![0u8; len];
+    input
+        .read_exact(&mut json)
+        .map_err(|e| format!("cannot read the job from stdin: {e}"))?;
+    serde_json::from_slice(&json).map_err(|e| format!("malformed job: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request() -> HelperRequest {
+        HelperRequest {
+            job: Job::McpServer {
+                argv: vec!["cat".into()],
+                env: vec![("A".into(), "line\nbreak".into())],
+            },
+            confine: Confinement {
+                read: vec![PathBuf::from("/usr")],
+                write: Vec::new(),
+                profile: Profile::Server,
+                limits: Limits {
+                    network: false,
+                    cpu_secs: None,
+                    memory_mb: 1,
+                    max_processes: 1,
+                    max_file_mb: 1,
+                    max_open_files: 1,
+                    tmp_mb: 1,
+                    user: "nobody".into(),
+                    require: Require::Full,
+                },
+            },
+        }
+    }
+
+    #[test]
+    fn a_framed_job_is_read_whole_and_the_stream_after_it_is_left_unread() {
+        let mut stream = frame(&request()).unwrap();
+        stream.extend_from_slice(b"{\"jsonrpc\":\"2.0\"}\n");
+        let mut input = std::io::Cursor::new(stream);
+        assert_eq!(read_framed(&mut input).unwrap(), request());
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut input, &mut rest).unwrap();
+        assert_eq!(rest, "{\"jsonrpc\":\"2.0\"}\n");
+    }
+
+    #[test]
+    fn a_truncated_or_unframed_job_is_refused() {
+        let framed = frame(&request()).unwrap();
+        let cut = &framed[..framed.len() - 1];
+        assert!(read_framed(&mut std::io::Cursor::new(cut)).is_err());
+        let bare = serde_json::to_vec(&request()).unwrap();
+        assert!(read_framed(&mut std::io::Cursor::new(bare)).is_err());
+        assert!(read_framed(&mut std::io::Cursor::new(b"")).is_err());
     }
 }

@@ -1,10 +1,11 @@
 //! The child side of tool execution: the `harnessd` binary re-executed as
 //! `harnessd __sandbox-helper`, synchronous, single-threaded, no tokio.
 //!
-//! The executor writes one [`HelperRequest`] as JSON on the helper's stdin. The
-//! helper:
-//! 1. reads the request; stdin is then replaced by `/dev/null`, so a tool never
-//!    reads from the daemon;
+//! The executor writes one [`HelperRequest`] on the helper's stdin, as JSON after
+//! its length ([`frame`]). The helper:
+//! 1. reads exactly the request; stdin is then replaced by `/dev/null`, so a tool
+//!    never reads from the daemon — except for a server ([`Job::McpServer`]),
+//!    whose stdin stays the daemon's pipe, the rest of the stream after the job;
 //! 2. confines itself with every layer of `confine` (session, parent-death signal,
 //!    closed descriptors, PID and IPC namespaces, the read-only profile's mount
 //!    namespace and private `/tmp`, rlimits, privilege drop, no_new_privs,
@@ -12,7 +13,7 @@
 //!    layer cannot be had;
 //! 3. performs a file job itself — opening exactly the path the daemon judged,
 //!    following no link (see [`open`]) — or `exec`s `bash`, `python3` or the given
-//!    program.
+//!    program; for a server, after writing [`SERVER_READY`] on stderr.
 //!
 //! It never decides policy: by the time a job reaches it, the call was allowed.
 //! Building Landlock and seccomp rules allocates, which is why this happens here,
@@ -29,11 +30,14 @@ mod report;
 mod seccomp;
 mod user;
 
-pub use job::{Confinement, HelperRequest, Job, Limits, Profile, Require};
+pub use job::{
+    Confinement, HelperRequest, Job, Limits, Profile, Require, SERVER_READY, frame, read_framed,
+};
 pub use report::{Layer, Report, landlock_abi};
 pub use user::resolve_user;
 
-use std::io::{Read, Write};
+use std::io::Write;
+use std::os::fd::FromRawFd;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
@@ -46,15 +50,16 @@ pub const SETUP_FAILED: i32 = 125;
 /// Runs the helper and returns its exit code (for command jobs it does not return
 /// on success: the process becomes the command).
 pub fn helper_main() -> i32 {
-    let mut raw = String::new();
-    if let Err(e) = std::io::stdin().read_to_string(&mut raw) {
-        return setup_failed(&format!("cannot read the job from stdin: {e}"));
-    }
-    let req: HelperRequest = match serde_json::from_str(&raw) {
+    // Unbuffered: a buffer would swallow the first bytes a server is sent.
+    // SAFETY: descriptor 0 is this process's stdin for its whole life; the
+    // ManuallyDrop keeps it from being closed here.
+    let mut stdin = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(0) });
+    let req = match read_framed(&mut *stdin) {
         Ok(req) => req,
-        Err(e) => return setup_failed(&format!("malformed job: {e}")),
+        Err(e) => return setup_failed(&e),
     };
-    if let Err(e) = stdin_from_dev_null() {
+    let server = matches!(req.job, Job::McpServer { .. });
+    if !server && let Err(e) = stdin_from_dev_null() {
         return setup_failed(&format!("cannot reopen stdin on /dev/null: {e}"));
     }
     let mut report = Report {
@@ -71,6 +76,7 @@ pub fn helper_main() -> i32 {
             Some((program, args)) => exec(Command::new(program).args(args)),
             None => setup_failed("no command given"),
         },
+        Job::McpServer { argv, env } => serve(&argv, &env),
         Job::Probe => {
             let json = serde_json::to_string(&report).unwrap_or_default();
             let mut out = std::io::stdout().lock();
@@ -81,6 +87,68 @@ pub fn helper_main() -> i32 {
         }
         file_job => files::run(file_job),
     }
+}
+
+/// Becomes the server `argv` with `env` added, once its program is found where
+/// the confined process can run it: a program that is missing or outside the read
+/// set is refused before [`SERVER_READY`], so the daemon can tell the sandbox's
+/// refusal from the server's own failure.
+fn serve(argv: &[String], env: &[(String, String)]) -> i32 {
+    let Some((program, args)) = argv.split_first() else {
+        return setup_failed("no command given");
+    };
+    for (key, value) in env {
+        if key.is_empty() || key.contains(['=', '\0']) || value.contains('\0') {
+            return setup_failed(&format!("invalid environment variable name {key:?}"));
+        }
+        // SAFETY: the helper is single-threaded (no tokio, no threads spawned).
+        unsafe { std::env::set_var(key, value) };
+    }
+    let path = match find_program(program) {
+        Ok(path) => path,
+        Err(e) => {
+            setup_failed(&e);
+            return 127;
+        }
+    };
+    if writeln!(std::io::stderr(), "{SERVER_READY}").is_err() {
+        return SETUP_FAILED;
+    }
+    exec(Command::new(path).arg0(program).args(args))
+}
+
+/// Where `program` is: itself when it names a path, else the first entry of
+/// `PATH` holding it; in either case a file this (confined) process may open and
+/// execute, so Landlock's verdict is known before the server is announced.
+fn find_program(program: &str) -> Result<std::path::PathBuf, String> {
+    let candidates: Vec<std::path::PathBuf> = if program.contains('/') {
+        vec![program.into()]
+    } else {
+        let path = std::env::var("PATH").unwrap_or_default();
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(program))
+            .collect()
+    };
+    let mut refused = None;
+    for candidate in candidates {
+        if !candidate.is_file() {
+            continue;
+        }
+        let runnable = nix::unistd::access(&candidate, nix::unistd::AccessFlags::X_OK)
+            .map_err(std::io::Error::from)
+            .and_then(|()| std::fs::File::open(&candidate).map(drop));
+        match runnable {
+            Ok(()) => return Ok(candidate),
+            Err(e) => refused = refused.or(Some(format!("{}: {e}", candidate.display()))),
+        }
+    }
+    Err(match refused {
+        Some(why) => format!("cannot run {program}: {why} (is it in the read set?)"),
+        None => format!(
+            "cannot run {program}: not found on PATH ({}) inside the sandbox",
+            std::env::var("PATH").unwrap_or_default()
+        ),
+    })
 }
 
 fn stdin_from_dev_null() -> std::io::Result<()> {
