@@ -15,10 +15,12 @@ pub mod capture;
 pub mod cgroup;
 mod confinement;
 mod relay;
+mod server;
 mod spare;
 pub mod verdict;
 mod workspace;
 
+pub use server::{ServerError, ServerExit, ServerProcess, ServerRequest};
 pub use workspace::{PLANTED_PREFIX, WorkspaceChanges, WorkspaceError, prepare_workspace};
 
 use std::io::Write;

@@ -144,6 +144,9 @@ fn find_program(program: &str) -> Result<std::path::PathBuf, String> {
     }
     Err(match refused {
         Some(why) => format!("cannot run {program}: {why} (is it in the read set?)"),
+        None if program.contains('/') => {
+            format!("cannot run {program}: no such file inside the sandbox")
+        }
         None => format!(
             "cannot run {program}: not found on PATH ({}) inside the sandbox",
             std::env::var("PATH").unwrap_or_default()
