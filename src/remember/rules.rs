@@ -12,12 +12,19 @@
 //! `run_bash` command that is not provable cannot be remembered: no allow rule
 //! applies to it, so writing one would change nothing. The rules are written only
 //! if the call, judged again against the edited file, is then allowed.
+//!
+//! An MCP call is remembered as its tool with every key of its input and that
+//! key's literal value, closed by `!` (`mcp__git__git_log(max_count=5,
+//! repo_path=workspace, !)`), into `tools.allow`: the same tool with another
+//! value or one more key is not covered. A tool that is not pinned, or whose
+//! server lists another definition now, cannot be remembered.
 
 use serde_json::Value;
 
-use super::edit::{RememberError, add_allow_rules};
-use crate::config::{CompiledSettings, Loaded};
-use crate::policy::{ShellView, literal_rule, programs};
+use super::edit::{RememberError, add_allow_rules_in};
+use crate::config::{CompiledSettings, Loaded, SettingsContext};
+use crate::policy::{Decision, ShellView, literal_mcp_rule, literal_rule, programs};
+use crate::protocol::mcp::McpToolName;
 use crate::protocol::{Profile, Tier};
 use crate::tools::{ToolInput, ToolName, decide};
 
@@ -44,12 +51,41 @@ fn parse_call(tool: &str, input: &Value) -> Result<(ToolName, ToolInput), Rememb
     Ok((name, parsed))
 }
 
+/// The rule that allows exactly the MCP call of `name` with `input` under
+/// `settings`: every key with its literal value, and `!`.
+fn mcp_rule(
+    settings: &CompiledSettings,
+    name: McpToolName<'_>,
+    input: &Value,
+) -> Result<String, RememberCallError> {
+    let object = input.as_object().ok_or_else(|| {
+        RememberCallError::BadCall(format!(
+            "the input of {} is not an object",
+            name.model_name()
+        ))
+    })?;
+    let d = settings.decide_mcp(name.server, name.tool, input, true);
+    let raise = [
+        crate::policy::UNKNOWN_SERVER,
+        crate::policy::UNPINNED,
+        crate::policy::DRIFTED,
+    ];
+    if d.rule.as_deref().is_some_and(|r| raise.contains(&r)) {
+        let why = d.raised.clone().unwrap_or_else(|| d.rule_label());
+        return Err(RememberCallError::Unrememberable(why));
+    }
+    Ok(literal_mcp_rule(name.server, name.tool, object))
+}
+
 /// The rules that would allow exactly `tool` with `input` under `loaded`.
 pub fn narrowest_rules(
     loaded: &Loaded,
     tool: &str,
     input: &Value,
 ) -> Result<Vec<String>, RememberCallError> {
+    if let Some(name) = McpToolName::parse(tool) {
+        return Ok(vec![mcp_rule(&loaded.policy, name, input)?]);
+    }
     let (name, parsed) = parse_call(tool, input)?;
     let verdict = decide(name, &parsed, loaded);
     if let Some(refusal) = verdict.refusal {
@@ -162,6 +198,12 @@ fn shell_rules(loaded: &Loaded, view: &ShellView) -> Result<Vec<String>, Remembe
         .collect())
 }
 
+/// A call to remember: of an MCP tool, or of a built-in one with its input.
+enum Call<'a> {
+    Mcp(McpToolName<'a>),
+    Builtin(ToolName, ToolInput),
+}
+
 /// Adds the narrowest rules for the call to `loaded`'s settings file, after
 /// checking that with them the call is allowed; returns the rules that allow it
 /// (some may have been there already).
@@ -171,26 +213,49 @@ pub fn remember_call(
     input: &Value,
 ) -> Result<Vec<String>, RememberCallError> {
     let rules = narrowest_rules(loaded, tool, input)?;
-    let (name, parsed) = parse_call(tool, input)?;
+    let call = match McpToolName::parse(tool) {
+        Some(n) => Call::Mcp(n),
+        None => {
+            let (name, parsed) = parse_call(tool, input)?;
+            Call::Builtin(name, parsed)
+        }
+    };
+    let decide_under = |candidate: &CompiledSettings| -> Decision {
+        match &call {
+            Call::Mcp(n) => candidate.decide_mcp(n.server, n.tool, input, true),
+            Call::Builtin(name, parsed) => {
+                let mut next = loaded.clone();
+                next.policy = candidate.clone();
+                decide(*name, parsed, &next).decision
+            }
+        }
+    };
     let check = |candidate: &CompiledSettings| {
-        let mut next = loaded.clone();
-        next.policy = candidate.clone();
-        let decision = decide(name, &parsed, &next).decision;
+        let decision = decide_under(candidate);
         match decision.tier {
             Tier::Allow if decision.profile == Profile::Write => Ok(()),
             Tier::Allow => {
                 Err("with it the call would run read-only, not as it was approved".to_string())
             }
             tier => Err(format!(
-                "with it the call would still be `{}` (rule `{}`), since deny and ask \
+                "with it the call would still be `{}` (rule `{}`{}), since deny and ask \
                  patterns win over allow rules",
                 tier.as_str(),
-                decision.rule_label()
+                decision.rule_label(),
+                decision
+                    .raised
+                    .as_deref()
+                    .map(|why| format!("; {why}"))
+                    .unwrap_or_default()
             )),
         }
     };
+    let context = SettingsContext {
+        pins: Some(&loaded.policy.pins),
+        api_key_env: Some(&loaded.config.api.api_key_env),
+    };
     let file = loaded.paths.display(&loaded.paths.settings);
-    add_allow_rules(&loaded.paths.settings, &file, &rules, check)?;
+    add_allow_rules_in(&loaded.paths.settings, &file, &rules, context, check)?;
     Ok(rules)
 }
 
