@@ -237,17 +237,16 @@ pub fn remember_call(
             Tier::Allow => {
                 Err("with it the call would run read-only, not as it was approved".to_string())
             }
-            tier => Err(format!(
-                "with it the call would still be `{}` (rule `{}`{}), since deny and ask \
-                 patterns win over allow rules",
-                tier.as_str(),
-                decision.rule_label(),
-                decision
-                    .raised
-                    .as_deref()
-                    .map(|why| format!("; {why}"))
-                    .unwrap_or_default()
-            )),
+            tier => Err(match &decision.raised {
+                // harnessd's own raise (a destructive tool), not a rule's.
+                Some(why) => format!("with it the call would still be `{}`: {why}", tier.as_str()),
+                None => format!(
+                    "with it the call would still be `{}` (rule `{}`), since deny and ask \
+                     patterns win over allow rules",
+                    tier.as_str(),
+                    decision.rule_label()
+                ),
+            }),
         }
     };
     let context = SettingsContext {
@@ -262,6 +261,76 @@ pub fn remember_call(
 #[cfg(test)]
 mod tests {
     use super::input_from_elsewhere;
+    use super::{RememberCallError, remember_call};
+    use crate::protocol::Tier;
+    use crate::protocol::mcp::{ToolAnnotations, ToolDefinition};
+    use serde_json::{Value, json};
+
+    /// A root with a `git` server whose `log` and `reset` (destructive) are
+    /// pinned, and `mcp__git` asked.
+    fn mcp_root() -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "harnessd-remember-mcp-{}-{:08x}",
+            std::process::id(),
+            fastrand::u32(..)
+        ));
+        crate::config::init(&dir).expect("init");
+        let settings = dir.join("policies/settings.json");
+        let mut v: Value =
+            serde_json::from_str(&std::fs::read_to_string(&settings).expect("read")).expect("json");
+        // An account name: "auto" would choose (and register) a uid as root.
+        v["sandbox"]["user"] = json!("nobody");
+        v["mcp"] = json!({"servers": {"git": {"command": ["/bin/false"]}}});
+        v["tools"]["ask"] = json!(["mcp__git"]);
+        std::fs::write(&settings, v.to_string()).expect("write");
+        let def = |name: &str, destructive: bool| ToolDefinition {
+            name: name.into(),
+            title: None,
+            description: None,
+            input_schema: json!({"type": "object", "properties": {"path": {}, "n": {}, "x": {}}}),
+            output_schema: None,
+            annotations: destructive.then(|| ToolAnnotations {
+                destructive_hint: Some(true),
+                ..ToolAnnotations::default()
+            }),
+        };
+        let mut pins = crate::protocol::mcp::PinFile::default();
+        crate::config::pin_server(&mut pins, "git", &[def("log", false), def("reset", true)]);
+        crate::config::save_pins(&crate::config::lock_file(&dir), &pins).expect("pins");
+        dir
+    }
+
+    /// `approve --remember` of an MCP call writes the narrowest key-pattern rule:
+    /// the call is allowed after it, the same call with another value or one more
+    /// key still asks.
+    #[test]
+    fn an_mcp_call_is_remembered_as_every_key_and_bang() {
+        let dir = mcp_root();
+        let loaded = crate::config::load(&dir).expect("loads");
+        let input = json!({"path": "workspace/a,b", "n": 5});
+        let rules = remember_call(&loaded, "mcp__git__log", &input).expect("remembered");
+        assert_eq!(rules, [r"mcp__git__log(n=5, path=workspace/a\,b, !)"]);
+        let after = crate::config::load(&dir).expect("loads with the rule");
+        assert_eq!(after.policy.settings.tools.allow.last(), rules.last());
+        let tier = |input: Value| after.policy.decide_mcp("git", "log", &input, true).tier;
+        assert_eq!(tier(input.clone()), Tier::Allow);
+        assert_eq!(tier(json!({"path": "workspace/a,b", "n": 6})), Tier::Ask);
+        assert_eq!(
+            tier(json!({"path": "workspace/a,b", "n": 5, "x": 1})),
+            Tier::Ask
+        );
+        // Not pinned: nothing to remember. Destructive: the rule would not allow it.
+        let err = remember_call(&after, "mcp__git__status", &json!({})).expect_err("unpinned");
+        assert!(matches!(err, RememberCallError::Unrememberable(_)), "{err}");
+        let err = remember_call(&after, "mcp__git__reset", &json!({})).expect_err("destructive");
+        assert!(err.to_string().contains("marks reset destructive"), "{err}");
+        let unchanged = crate::config::load(&dir).expect("loads");
+        assert_eq!(
+            unchanged.policy.settings.tools.allow,
+            after.policy.settings.tools.allow
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn only_an_unquoted_less_than_or_pipe_is_input_from_elsewhere() {
