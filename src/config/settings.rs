@@ -372,6 +372,16 @@ mod tests {
         assert!(s.starts_with("s.json:3:5: key `tools.ask[1]`"), "{s}");
     }
 
+    /// Each list names itself: `allow_write` is of the allow tier but its own key.
+    #[test]
+    fn a_bad_allow_write_rule_names_its_own_list() {
+        let text = "{\"tools\": {\"allow_write\": [\"run_bash(ls *)\", \"run_bsh(x)\"]}}";
+        let s = Settings::parse(text, "s.json")
+            .expect_err("typo")
+            .to_string();
+        assert!(s.contains("key `tools.allow_write[1]`"), "{s}");
+    }
+
     #[test]
     fn bad_tier_is_an_error() {
         let text = "{\"tools\": {\"default\": \"maybe\"}}";

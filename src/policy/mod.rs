@@ -14,6 +14,11 @@
 //! Otherwise rules with a pattern are weighed before whole-tool rules, so the shipped
 //! `allow: run_bash(ls *)` beside `ask: run_bash` lets `ls` run while every other
 //! command asks; within each level, ask beats allow.
+//!
+//! Calls of MCP tools (`mcp__<server>__<tool>`) are decided by [`decide_mcp`] on
+//! the same lists: their rules name a server, a tool, or a tool with a key
+//! pattern, checked at compile time against the configured servers and the
+//! pinned definitions ([`RuleLists::mcp_servers`], [`RuleLists::pins`]).
 
 use serde::Serialize;
 
@@ -161,7 +166,8 @@ pub struct Decision {
     /// What the call may write if it runs (an approved `ask` runs with
     /// [`Profile::Write`]).
     pub profile: Profile,
-    /// Why harnessd raised the call to `ask` above what the rules said, if it did.
+    /// Why harnessd raised the call above what the rules said (to `ask`, or for
+    /// an MCP tool that is not pinned or has drifted, to `deny`), if it did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub raised: Option<String>,
     /// For `run_bash`: the simple commands seen and whether the command was provable.
