@@ -23,6 +23,7 @@ pub struct McpSettings {
     /// The servers by name: the model sees a server's tools as
     /// `mcp__<name>__<tool>`. A name is 1 to 32 of `a-z`, `0-9`, `_` and `-`,
     /// starting with a letter or digit, without `__`.
+    #[schemars(extend("propertyNames" = {"pattern": "^[a-z0-9][a-z0-9-]*(?:_[a-z0-9-]+)*$", "maxLength": 32}))]
     pub servers: BTreeMap<String, McpServer>,
 }
 

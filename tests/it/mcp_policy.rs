@@ -231,3 +231,38 @@ fn replay_decides_recorded_mcp_calls() {
     set_rules(&root, &["mcp__git"], &[], &[]);
     assert_eq!(replay(&root).as_deref(), Some("deny (mcp__git)"));
 }
+
+/// The shipped settings schema covers `mcp`: editors accept the documented
+/// servers and flag a bad server name or an unknown key, as harnessd does.
+#[test]
+fn the_settings_schema_covers_mcp() {
+    let schema: Value =
+        serde_json::from_str(include_str!("../../policies/settings.schema.json")).unwrap();
+    let mut compiler = boon::Compiler::new();
+    let mut schemas = boon::Schemas::new();
+    compiler
+        .add_resource("file:///settings.schema.json", schema)
+        .unwrap();
+    let index = compiler
+        .compile("file:///settings.schema.json", &mut schemas)
+        .unwrap();
+    let valid = |mcp: Value| schemas.validate(&json!({ "mcp": mcp }), index).is_ok();
+    assert!(valid(json!({"timeout_secs": 30, "servers": {
+        "git": {"command": ["python3", "-m", "mcp_server_git"]},
+        "every-thing_2": {"command": ["node", "x.js"], "env": {"T": "V"}, "network": false,
+                          "read": ["/usr/lib/node_modules"], "write": [], "shared": true, "timeout_secs": 5},
+        "remote": {"url": "https://mcp.example.com/mcp", "headers_env": {"Authorization": "V"},
+                   "headers_file": {"X-Key": "/run/k"}}
+    }})));
+    for bad in ["Git", "a__b", "x_", "_x", "a.b"] {
+        assert!(
+            !valid(json!({"servers": {bad: {"command": ["x"]}}})),
+            "{bad}"
+        );
+    }
+    assert!(!valid(
+        json!({"servers": {"git": {"command": ["x"], "cmd": 1}}})
+    ));
+    assert!(!valid(json!({"servers": {"git": {"command": "x"}}})));
+    assert!(!valid(json!({"timeout": 1})));
+}
