@@ -343,11 +343,13 @@ pub struct McpSubject<'a> {
     pub current: bool,
 }
 
-/// Raise labels: the `rule` of a decision harnessd made above the rules.
+/// The `rule` of a call denied because its server is not in `mcp.servers` (a
+/// task that outlived a reload, say): one of harnessd's raises, above every rule.
 pub const UNKNOWN_SERVER: &str = "mcp:unknown_server";
-/// The tool has no pinned definition.
+/// The `rule` of a call denied because its tool has no pinned definition.
 pub const UNPINNED: &str = "mcp:unpinned";
-/// The server lists a definition other than the pinned one.
+/// The `rule` of a call denied because the server lists a definition of the tool
+/// other than the pinned one.
 pub const DRIFTED: &str = "mcp:drifted";
 
 /// Decides one MCP call (see the module's doc for the order).
