@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::EXIT_CONFIG;
 use crate::config::Loaded;
+use crate::protocol::mcp::McpToolName;
 use crate::text::{escape_json, escape_line, escape_text};
 use crate::tools::{self, ToolInput, ToolName};
 
@@ -22,6 +23,9 @@ pub const EXIT_DENY: i32 = 4;
 
 /// The decision for one call, as printed by `policy test` and used by `replay`.
 pub fn evaluate(loaded: &Loaded, tool: &str, input: &Value) -> Result<Value, String> {
+    if let Some(name) = McpToolName::parse(tool) {
+        return evaluate_mcp(loaded, name, input);
+    }
     let name = ToolName::parse(tool).ok_or_else(|| {
         format!(
             "unknown tool {tool:?}; known tools: {}",
@@ -59,6 +63,46 @@ pub fn evaluate(loaded: &Loaded, tool: &str, input: &Value) -> Result<Value, Str
         if !view.programs.is_empty() {
             out["programs"] = json!(view.programs);
         }
+    }
+    Ok(out)
+}
+
+/// The decision for one MCP call, judged by the root's settings and lock file as
+/// if the server lists the pinned definition (nothing is started).
+fn evaluate_mcp(loaded: &Loaded, name: McpToolName<'_>, input: &Value) -> Result<Value, String> {
+    let servers = &loaded.policy.settings.mcp.servers;
+    if !servers.contains_key(name.server) {
+        let known: Vec<&str> = servers.keys().map(String::as_str).collect();
+        return Err(format!(
+            "unknown MCP server {:?}; servers in mcp.servers: {}",
+            name.server,
+            if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.join(", ")
+            }
+        ));
+    }
+    if !input.is_object() {
+        return Err(format!(
+            "invalid input for {}: an MCP tool's input is a JSON object",
+            name.model_name()
+        ));
+    }
+    let decision = loaded
+        .policy
+        .decide_mcp(name.server, name.tool, input, true);
+    let pinned = loaded.policy.pins.tool(name.server, name.tool);
+    let mut out = json!({
+        "tool": name.model_name(),
+        "server": name.server,
+        "tier": decision.tier.as_str(),
+        "rule": decision.rule_label(),
+        "profile": decision.profile.as_str(),
+        "pinned": pinned.map(|p| p.sha256.as_str()),
+    });
+    if let Some(why) = &decision.raised {
+        out["raised"] = why.as_str().into();
     }
     Ok(out)
 }
@@ -101,6 +145,11 @@ fn outside_allowed_paths(loaded: &Loaded, tool: ToolName, path: &Path) -> Option
 fn input_from_arg(tool: &str, arg: &str) -> Value {
     if let Ok(v @ Value::Object(_)) = serde_json::from_str::<Value>(arg) {
         return v;
+    }
+    if McpToolName::parse(tool).is_some() {
+        // An MCP tool has no primary argument: what is not an object is judged
+        // as written, and refused as input.
+        return Value::String(arg.to_string());
     }
     match tool {
         "run_bash" => json!({"command": arg}),
@@ -166,6 +215,14 @@ fn print_report(out: &mut impl Write, report: &Value) -> std::io::Result<()> {
     }
     if let Some(why) = report["raised"].as_str() {
         writeln!(out, "{}", escape_line(why))?;
+    }
+    if report["server"].is_string() {
+        // An MCP call runs in its server, not in a tool process: no profile.
+        match report["pinned"].as_str() {
+            Some(sha) => writeln!(out, "pinned: sha256 {}", escape_line(sha))?,
+            None => writeln!(out, "pinned: no")?,
+        }
+        return Ok(());
     }
     match (report["tier"].as_str(), report["profile"].as_str()) {
         (Some("deny"), _) | (_, None) => {}

@@ -1,7 +1,9 @@
 //! `harnessd replay [--settings FILE] [PATH…]`: re-evaluates every tool call
 //! recorded in transcripts (files or folders; the root's by default) against the
 //! live policy or a candidate settings file, and prints the calls whose decision
-//! would change. Nothing is executed and the live file is never touched.
+//! would change. Nothing is executed and the live file is never touched. An MCP
+//! call is judged with the root's lock file, as if its server still listed the
+//! pinned definition.
 
 use super::error::{CliError, exit};
 use std::collections::HashMap;
@@ -14,7 +16,7 @@ use serde_json::{Value, json};
 use super::EXIT_CONFIG;
 use super::policy::evaluate;
 use crate::agent::Transcript;
-use crate::config::{Loaded, Settings};
+use crate::config::{Loaded, Settings, SettingsContext};
 use crate::llm::Role;
 use crate::text::{escape_json, escape_line};
 
@@ -80,7 +82,14 @@ fn judged_by(root: &Path, candidate: Option<&Path>) -> Result<(Loaded, String), 
         eprintln!("error: cannot read {}: {e}", escape_line(&name));
         EXIT_CONFIG
     })?;
-    loaded.policy = Settings::parse(&text, &name).map_err(|e| {
+    // The candidate is judged against the root's lock file and config, as the
+    // live file is.
+    let pins = loaded.policy.pins.clone();
+    let context = SettingsContext {
+        pins: Some(&pins),
+        api_key_env: Some(&loaded.config.api.api_key_env),
+    };
+    loaded.policy = Settings::parse_in(&text, &name, context).map_err(|e| {
         eprintln!("error: {}", crate::text::escape_text(&e.to_string()));
         EXIT_CONFIG
     })?;

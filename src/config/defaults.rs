@@ -59,7 +59,14 @@ pub fn default_settings() -> String {
         schema: Some(SCHEMA_REF.into()),
         ..Settings::default()
     };
-    let mut text = serde_json::to_string_pretty(&settings).unwrap_or_default();
+    let mut value = serde_json::to_value(&settings).unwrap_or_default();
+    // No server by default: an empty `mcp` section would only be noise.
+    if settings.mcp == super::McpSettings::default()
+        && let Some(map) = value.as_object_mut()
+    {
+        map.remove("mcp");
+    }
+    let mut text = serde_json::to_string_pretty(&value).unwrap_or_default();
     text.push('\n');
     text
 }

@@ -201,6 +201,15 @@ fn judge_file(
     };
     let err = |e| (Some(sha256.clone()), e);
     let new = assemble(&old.paths.root, config_text, settings_text).map_err(err)?;
+    // The API key's variable is bound at start (a change waits for a restart),
+    // so no server may name the one in force either, whatever the new config says.
+    super::mcp::validate(&new.policy.settings.mcp, Some(&old.config.api.api_key_env)).map_err(
+        |(key, message)| {
+            let file = &new.config.paths.settings;
+            let at = super::error::find_json_value(settings_text, &key);
+            err(ConfigError::invalid(file, at, key, message))
+        },
+    )?;
     if let Some(judge) = state.judge.as_mut() {
         judge(&new).map_err(err)?;
     }
@@ -284,7 +293,11 @@ mod tests {
     use std::path::PathBuf;
 
     fn root() -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("harnessd-live-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!(
+            "harnessd-live-{}-{:08x}",
+            std::process::id(),
+            fastrand::u32(..)
+        ));
         let _ = std::fs::remove_dir_all(&dir);
         super::super::init(&dir).unwrap();
         // An account name: "auto" would choose (and register) a uid as root.
@@ -340,6 +353,42 @@ mod tests {
         assert!(out[1].after_rejection);
         assert!(matches!(out[1].verdict, Verdict::Loaded { .. }), "{out:?}");
         assert_eq!(live.current().policy.settings.output.max_chars, 9000);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A new `api.api_key_env` waits for a restart: a server naming the variable
+    /// still in force is refused although the new config names another.
+    #[test]
+    fn no_server_may_name_the_key_variable_in_force() {
+        let dir = root();
+        let config = dir.join(CONFIG_FILE);
+        let text = std::fs::read_to_string(&config).unwrap();
+        let with_env = |var: &str| {
+            text.replace(
+                "api_key_env = \"ANTHROPIC_API_KEY\"",
+                &format!("api_key_env = \"{var}\""),
+            )
+        };
+        std::fs::write(&config, with_env("MY_KEY")).unwrap();
+        let live = LiveConfig::new(Arc::new(super::super::load(&dir).unwrap()));
+        std::fs::write(&config, with_env("OTHER_KEY")).unwrap();
+        let settings = dir.join("policies/settings.json");
+        let mut v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&settings).unwrap()).unwrap();
+        v["mcp"] =
+            serde_json::json!({"servers": {"s": {"command": ["x"], "env": {"T": "MY_KEY"}}}});
+        std::fs::write(&settings, v.to_string()).unwrap();
+        let out = live.reload();
+        assert!(matches!(out[0].verdict, Verdict::Loaded { .. }), "{out:?}");
+        match &out[1].verdict {
+            Verdict::Rejected { error, .. } => {
+                assert!(error.contains("key `mcp.servers.s.env.T`"), "{error}");
+                assert!(error.contains("MY_KEY holds the API key"), "{error}");
+            }
+            other => panic!("accepted: {other:?}"),
+        }
+        assert_eq!(live.current().config.api.api_key_env, "MY_KEY");
+        assert!(live.current().policy.settings.mcp.servers.is_empty());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -11,6 +11,8 @@ mod error;
 mod file;
 mod key;
 mod live;
+mod mcp;
+mod pins;
 mod settings;
 mod tool_user;
 
@@ -22,9 +24,11 @@ pub use file::{
 };
 pub use key::ApiKey;
 pub use live::{FileOutcome, Judge, LiveConfig, ReloadOutcome, Verdict};
+pub use mcp::{McpServer, McpSettings, McpTransport};
+pub use pins::{load_pins, lock_file, parse_pins, pin_server, save_pins};
 pub use settings::{
     AllowedPaths, CompiledSettings, OutputSettings, SandboxRequire, SandboxSettings, Settings,
-    ToolTiers,
+    SettingsContext, ToolTiers,
 };
 pub use tool_user::{
     AUTO, FIRST_UID, LAST_UID, REGISTRY_DIR, ToolUser, ToolUserError, UID_FILE, resolve_tool_user,
@@ -233,7 +237,14 @@ pub fn assemble(
     let mut config = Config::parse(config_text, CONFIG_FILE)?;
     let base_url_from = base_url_override(&mut config)?;
     let settings_name = config.paths.settings.clone();
-    let policy = Settings::parse(settings_text, &settings_name)?;
+    // The lock file is read with the settings: their rules are checked against
+    // the pinned definitions.
+    let pins = Arc::new(load_pins(&root)?);
+    let context = SettingsContext {
+        pins: Some(&pins),
+        api_key_env: Some(&config.api.api_key_env),
+    };
+    let policy = Settings::parse_in(settings_text, &settings_name, context)?;
     let paths = Paths {
         config: root.join(CONFIG_FILE),
         settings: resolve(&root, &config.paths.settings),

@@ -8,13 +8,17 @@
 //! its [`RuleError`] into a located [`ConfigError`].
 
 use std::ops::Deref;
+use std::sync::Arc;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::error::{ConfigError, find_json_value};
-use crate::policy::{self, RuleError, RuleLists};
+use super::mcp::McpSettings;
+use crate::policy::{self, Decision, McpSubject, RuleError, RuleLists};
 use crate::protocol::Tier;
+use crate::protocol::mcp::PinFile;
 
 /// The whole of `policies/settings.json`.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, JsonSchema)]
@@ -31,6 +35,9 @@ pub struct Settings {
     pub output: OutputSettings,
     /// Limits of every tool process.
     pub sandbox: SandboxSettings,
+    /// MCP servers: their tools are called as `mcp__<server>__<tool>` under the
+    /// same tiers as built-in tools.
+    pub mcp: McpSettings,
 }
 
 /// `allowed_paths`: paths relative to the root unless absolute.
@@ -181,6 +188,40 @@ pub struct CompiledSettings {
     pub settings: Settings,
     /// `tools`, compiled.
     pub rules: policy::Policy,
+    /// The pinned MCP tool definitions the rules were checked against (the
+    /// root's lock file; none for settings parsed on their own).
+    pub pins: Arc<PinFile>,
+}
+
+impl CompiledSettings {
+    /// Decides a call of `server`'s `tool` with `input`, its pinned definition
+    /// looked up in [`CompiledSettings::pins`]; `current` is `false` when the
+    /// server now lists another definition of the tool.
+    pub fn decide_mcp(&self, server: &str, tool: &str, input: &Value, current: bool) -> Decision {
+        let pinned = self.pins.tool(server, tool).map(|p| &p.definition);
+        policy::decide_mcp(
+            &self.rules,
+            McpSubject {
+                server,
+                tool,
+                input,
+                pinned,
+                current,
+            },
+        )
+    }
+}
+
+/// What validating a settings file needs beyond its text: the root's pinned MCP
+/// tool definitions and the config's `api.api_key_env`. [`Default`] is neither
+/// (settings judged on their own).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SettingsContext<'a> {
+    /// The pins rules are checked against; `None`: no pins.
+    pub pins: Option<&'a Arc<PinFile>>,
+    /// The variable holding the API key, which no MCP server's `env` may name
+    /// (`ANTHROPIC_API_KEY` and `HARNESSD_*` are refused whatever this is).
+    pub api_key_env: Option<&'a str>,
 }
 
 impl Deref for CompiledSettings {
@@ -192,28 +233,47 @@ impl Deref for CompiledSettings {
 }
 
 impl ToolTiers {
-    /// The lists as plain data for [`policy::Policy::compile`].
-    pub fn rule_lists(&self) -> RuleLists<'_> {
+    /// The lists as plain data for [`policy::Policy::compile`], with the MCP
+    /// servers rules may name and the pins they are checked against.
+    pub fn rule_lists<'a>(&'a self, mcp_servers: &'a [String], pins: &'a PinFile) -> RuleLists<'a> {
         RuleLists {
             default: self.default,
             allow: &self.allow,
             allow_write: &self.allow_write,
             ask: &self.ask,
             deny: &self.deny,
+            mcp_servers,
+            pins,
         }
     }
 }
 
 impl Settings {
-    /// Parses and validates the text of a settings file; `file` names it in errors.
+    /// Parses and validates the text of a settings file on its own (no pins, the
+    /// API key's variable not known); `file` names it in errors.
     pub fn parse(text: &str, file: &str) -> Result<CompiledSettings, ConfigError> {
+        Settings::parse_in(text, file, SettingsContext::default())
+    }
+
+    /// Parses and validates the text of a settings file of a root whose pins and
+    /// config `context` gives; `file` names it in errors.
+    pub fn parse_in(
+        text: &str,
+        file: &str,
+        context: SettingsContext<'_>,
+    ) -> Result<CompiledSettings, ConfigError> {
         let mut de = serde_json::Deserializer::from_str(text);
         let settings: Settings = serde_path_to_error::deserialize(&mut de)
             .map_err(|e| super::error::json_error(text, file, &e.path().to_string(), e.inner()))?;
-        settings.compile(text, file)
+        settings.compile(text, file, context)
     }
 
-    fn compile(self, text: &str, file: &str) -> Result<CompiledSettings, ConfigError> {
+    fn compile(
+        self,
+        text: &str,
+        file: &str,
+        context: SettingsContext<'_>,
+    ) -> Result<CompiledSettings, ConfigError> {
         let bad = |key: String, message: String| {
             ConfigError::invalid(file, find_json_value(text, &key), key, message)
         };
@@ -246,21 +306,27 @@ impl Settings {
                 }
             }
         }
-        let rules = policy::Policy::compile(self.tools.rule_lists()).map_err(|e| {
+        super::mcp::validate(&self.mcp, context.api_key_env).map_err(|(k, m)| bad(k, m))?;
+        let pins = context.pins.cloned().unwrap_or_default();
+        let servers: Vec<String> = self.mcp.servers.keys().cloned().collect();
+        let lists = self.tools.rule_lists(&servers, &pins);
+        let rules = policy::Policy::compile(lists).map_err(|e| {
             let RuleError {
-                tier,
+                list,
                 index,
                 message,
+                ..
             } = e;
             let key = match index {
-                Some(i) => format!("tools.{}[{i}]", tier.as_str()),
-                None => format!("tools.{}", tier.as_str()),
+                Some(i) => format!("tools.{list}[{i}]"),
+                None => format!("tools.{list}"),
             };
             bad(key, message)
         })?;
         Ok(CompiledSettings {
             settings: self,
             rules,
+            pins,
         })
     }
 }
@@ -304,6 +370,16 @@ mod tests {
         assert!(s.contains("does not end with ')'"), "{s}");
         // The rule's own line and column, not its list's.
         assert!(s.starts_with("s.json:3:5: key `tools.ask[1]`"), "{s}");
+    }
+
+    /// Each list names itself: `allow_write` is of the allow tier but its own key.
+    #[test]
+    fn a_bad_allow_write_rule_names_its_own_list() {
+        let text = "{\"tools\": {\"allow_write\": [\"run_bash(ls *)\", \"run_bsh(x)\"]}}";
+        let s = Settings::parse(text, "s.json")
+            .expect_err("typo")
+            .to_string();
+        assert!(s.contains("key `tools.allow_write[1]`"), "{s}");
     }
 
     #[test]

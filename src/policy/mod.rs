@@ -14,19 +14,38 @@
 //! Otherwise rules with a pattern are weighed before whole-tool rules, so the shipped
 //! `allow: run_bash(ls *)` beside `ask: run_bash` lets `ls` run while every other
 //! command asks; within each level, ask beats allow.
+//!
+//! Calls of MCP tools (`mcp__<server>__<tool>`) are decided by [`decide_mcp`] on
+//! the same lists: their rules name a server, a tool, or a tool with a key
+//! pattern, checked at compile time against the configured servers and the
+//! pinned definitions ([`RuleLists::mcp_servers`], [`RuleLists::pins`]).
 
 use serde::Serialize;
 
 mod literal;
+mod mcp;
 pub mod programs;
 mod rules;
 pub mod shell;
 
-pub use literal::{literal_pattern, literal_rule};
+use std::collections::BTreeMap;
+
+pub use literal::{literal_mcp_rule, literal_pattern, literal_rule};
+pub use mcp::{
+    DRIFTED, McpPolicy, McpRule, McpSubject, UNKNOWN_SERVER, UNPINNED, UnpinnedRule, decide_mcp,
+    is_mcp_rule, mcp_denied_outright, unpinned_mcp_rules,
+};
 pub use rules::{Rule, RuleSet};
 
 use crate::protocol::audit::Profile;
+use crate::protocol::mcp::{LOCK_VERSION, PinFile};
 use crate::protocol::{Tier, ToolName};
+
+/// No pinned MCP tool: what [`RuleLists::pins`] is when there is no lock file.
+pub static NO_PINS: PinFile = PinFile {
+    version: LOCK_VERSION,
+    servers: BTreeMap::new(),
+};
 
 /// The rule lists of the `tools` section as plain data: what [`Policy::compile`]
 /// takes. Each list is one tier's rules in file order.
@@ -43,15 +62,23 @@ pub struct RuleLists<'a> {
     pub ask: &'a [String],
     /// Rules whose calls are refused.
     pub deny: &'a [String],
+    /// The MCP servers configured: the servers an `mcp__…` rule may name.
+    pub mcp_servers: &'a [String],
+    /// The pinned tool definitions: a key-pattern rule of a pinned tool may name
+    /// only properties of its input schema.
+    pub pins: &'a PinFile,
 }
 
 /// A rule that does not compile, located by tier and position so that the caller
 /// can name the key (`tools.deny[2]`) in its own terms.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{} rule{}: {message}", tier.as_str(), index.map(|i| format!(" {i}")).unwrap_or_default())]
+#[error("{list} rule{}: {message}", index.map(|i| format!(" {i}")).unwrap_or_default())]
 pub struct RuleError {
     /// The tier whose list holds it.
     pub tier: Tier,
+    /// The list: `deny`, `ask`, `allow` or `allow_write` (both of the last two
+    /// are [`Tier::Allow`]).
+    pub list: &'static str,
     /// Its position in that list; `None` when the list as a whole failed to index.
     pub index: Option<usize>,
     /// What is wrong, naming the rule.
@@ -71,6 +98,8 @@ pub struct Policy {
     pub allow: RuleSet,
     /// Compiled `tools.allow_write`.
     pub allow_write: RuleSet,
+    /// The rules on MCP tools, of every list.
+    pub mcp: McpPolicy,
 }
 
 impl Policy {
@@ -78,30 +107,51 @@ impl Policy {
     /// bad rule is the error, so a file with several mistakes reports the same one
     /// every time.
     pub fn compile(lists: RuleLists<'_>) -> Result<Policy, RuleError> {
-        let compile = |tier: Tier, rules: &[String]| -> Result<RuleSet, RuleError> {
-            let parsed = rules
-                .iter()
-                .enumerate()
-                .map(|(i, r)| {
-                    Rule::parse(r).map_err(|message| RuleError {
-                        tier,
-                        index: Some(i),
-                        message,
-                    })
-                })
-                .collect::<Result<Vec<Rule>, RuleError>>()?;
-            RuleSet::new(parsed).map_err(|message| RuleError {
-                tier,
-                index: None,
-                message,
-            })
+        let servers = lists.mcp_servers.iter().cloned().collect();
+        let mut mcp = McpPolicy {
+            servers,
+            ..McpPolicy::default()
         };
+        let mut compile = |tier: Tier, list: &'static str, rules: &[String]| {
+            let error = |index, message| RuleError {
+                tier,
+                list,
+                index,
+                message,
+            };
+            let mut builtin = Vec::new();
+            let mut of_mcp = Vec::new();
+            for (i, r) in rules.iter().enumerate() {
+                if mcp::is_mcp_rule(r) {
+                    let rule = McpRule::parse(r).map_err(|m| error(Some(i), m))?;
+                    rule.check(&mcp.servers, lists.pins)
+                        .map_err(|m| error(Some(i), m))?;
+                    of_mcp.push(rule);
+                } else {
+                    builtin.push(Rule::parse(r).map_err(|m| error(Some(i), m))?);
+                }
+            }
+            let set = RuleSet::new(builtin).map_err(|m| error(None, m))?;
+            let into = match list {
+                "deny" => &mut mcp.deny,
+                "ask" => &mut mcp.ask,
+                "allow" => &mut mcp.allow,
+                _ => &mut mcp.allow_write,
+            };
+            *into = of_mcp;
+            Ok::<RuleSet, RuleError>(set)
+        };
+        let deny = compile(Tier::Deny, "deny", lists.deny)?;
+        let ask = compile(Tier::Ask, "ask", lists.ask)?;
+        let allow = compile(Tier::Allow, "allow", lists.allow)?;
+        let allow_write = compile(Tier::Allow, "allow_write", lists.allow_write)?;
         Ok(Policy {
             default: lists.default,
-            deny: compile(Tier::Deny, lists.deny)?,
-            ask: compile(Tier::Ask, lists.ask)?,
-            allow: compile(Tier::Allow, lists.allow)?,
-            allow_write: compile(Tier::Allow, lists.allow_write)?,
+            deny,
+            ask,
+            allow,
+            allow_write,
+            mcp,
         })
     }
 }
@@ -116,7 +166,8 @@ pub struct Decision {
     /// What the call may write if it runs (an approved `ask` runs with
     /// [`Profile::Write`]).
     pub profile: Profile,
-    /// Why harnessd raised the call to `ask` above what the rules said, if it did.
+    /// Why harnessd raised the call above what the rules said (to `ask`, or for
+    /// an MCP tool that is not pinned or has drifted, to `deny`), if it did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub raised: Option<String>,
     /// For `run_bash`: the simple commands seen and whether the command was provable.
@@ -409,6 +460,8 @@ mod tests {
             allow_write: &allow_write,
             ask: &ask,
             deny: &deny,
+            mcp_servers: &[],
+            pins: &NO_PINS,
         })
         .expect("valid rules")
     }
@@ -426,6 +479,8 @@ mod tests {
             allow_write: &[],
             ask: &ask,
             deny: &deny,
+            mcp_servers: &[],
+            pins: &NO_PINS,
         })
         .expect("valid rules")
     }
@@ -618,6 +673,8 @@ mod tests {
             allow_write: &allow_write,
             ask: &ask,
             deny: &deny,
+            mcp_servers: &[],
+            pins: &NO_PINS,
         })
         .expect("valid rules")
     }
@@ -919,6 +976,8 @@ mod tests {
             allow_write: &[],
             ask: &good,
             deny: &good,
+            mcp_servers: &[],
+            pins: &NO_PINS,
         })
         .expect_err("typo");
         assert_eq!((err.tier, err.index), (Tier::Allow, Some(0)));

@@ -24,14 +24,14 @@ const QUOTED_CHARS: usize = 200;
 
 /// `text` as an error quotes it: escaped (`{:?}`), cut after [`QUOTED_CHARS`]
 /// characters with `…`.
-fn quoted(text: &str) -> String {
+pub(super) fn quoted(text: &str) -> String {
     match text.char_indices().nth(QUOTED_CHARS) {
         Some((end, _)) => format!("{:?}…", &text[..end]),
         None => format!("{text:?}"),
     }
 }
 
-fn glob(pattern: &str) -> Result<Glob, String> {
+pub(super) fn glob(pattern: &str) -> Result<Glob, String> {
     GlobBuilder::new(pattern)
         .literal_separator(false)
         .backslash_escape(true)

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use jsonc_parser::ParseOptions;
 use jsonc_parser::cst::{CstInputValue, CstRootNode};
 
-use crate::config::{CompiledSettings, ConfigError, Settings};
+use crate::config::{CompiledSettings, ConfigError, Settings, SettingsContext};
 
 /// How often a concurrent edit may force the edit to start again before giving up.
 const ATTEMPTS: usize = 5;
@@ -77,6 +77,19 @@ pub fn add_allow_rules(
     rules: &[String],
     check: impl Fn(&CompiledSettings) -> Result<(), String>,
 ) -> Result<Vec<String>, RememberError> {
+    add_allow_rules_in(path, file, rules, SettingsContext::default(), check)
+}
+
+/// [`add_allow_rules`] for the settings file of a root: the file, before and
+/// after the edit, is validated with `context` (the root's pins and API key
+/// variable), as loading the root validates it.
+pub fn add_allow_rules_in(
+    path: &Path,
+    file: &str,
+    rules: &[String],
+    context: SettingsContext<'_>,
+    check: impl Fn(&CompiledSettings) -> Result<(), String>,
+) -> Result<Vec<String>, RememberError> {
     // A settings file that is a link is edited where it lives: renaming over the
     // link would replace it with a copy, and the operator's later edits of the
     // real file would silently stop applying.
@@ -99,7 +112,7 @@ pub fn add_allow_rules(
                 format!("the file is not UTF-8 ({e})"),
             ))
         })?;
-        let current = Settings::parse(&text, file).map_err(RememberError::Invalid)?;
+        let current = Settings::parse_in(&text, file, context).map_err(RememberError::Invalid)?;
         let tools = &current.settings.tools;
         let added: Vec<String> = rules
             .iter()
@@ -117,7 +130,7 @@ pub fn add_allow_rules(
         } else {
             append_allow(&text, file, &added)?
         };
-        let candidate = Settings::parse(&edited, file)
+        let candidate = Settings::parse_in(&edited, file, context)
             .map_err(|e| RememberError::Refused(format!("the edited file would not load: {e}")))?;
         check(&candidate).map_err(RememberError::Refused)?;
         if added.is_empty() {

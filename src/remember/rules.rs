@@ -12,12 +12,19 @@
 //! `run_bash` command that is not provable cannot be remembered: no allow rule
 //! applies to it, so writing one would change nothing. The rules are written only
 //! if the call, judged again against the edited file, is then allowed.
+//!
+//! An MCP call is remembered as its tool with every key of its input and that
+//! key's literal value, closed by `!` (`mcp__git__git_log(max_count=5,
+//! repo_path=workspace, !)`), into `tools.allow`: the same tool with another
+//! value or one more key is not covered. A tool that is not pinned, or whose
+//! server lists another definition now, cannot be remembered.
 
 use serde_json::Value;
 
-use super::edit::{RememberError, add_allow_rules};
-use crate::config::{CompiledSettings, Loaded};
-use crate::policy::{ShellView, literal_rule, programs};
+use super::edit::{RememberError, add_allow_rules_in};
+use crate::config::{CompiledSettings, Loaded, SettingsContext};
+use crate::policy::{Decision, ShellView, literal_mcp_rule, literal_rule, programs};
+use crate::protocol::mcp::McpToolName;
 use crate::protocol::{Profile, Tier};
 use crate::tools::{ToolInput, ToolName, decide};
 
@@ -44,12 +51,41 @@ fn parse_call(tool: &str, input: &Value) -> Result<(ToolName, ToolInput), Rememb
     Ok((name, parsed))
 }
 
+/// The rule that allows exactly the MCP call of `name` with `input` under
+/// `settings`: every key with its literal value, and `!`.
+fn mcp_rule(
+    settings: &CompiledSettings,
+    name: McpToolName<'_>,
+    input: &Value,
+) -> Result<String, RememberCallError> {
+    let object = input.as_object().ok_or_else(|| {
+        RememberCallError::BadCall(format!(
+            "the input of {} is not an object",
+            name.model_name()
+        ))
+    })?;
+    let d = settings.decide_mcp(name.server, name.tool, input, true);
+    let raise = [
+        crate::policy::UNKNOWN_SERVER,
+        crate::policy::UNPINNED,
+        crate::policy::DRIFTED,
+    ];
+    if d.rule.as_deref().is_some_and(|r| raise.contains(&r)) {
+        let why = d.raised.clone().unwrap_or_else(|| d.rule_label());
+        return Err(RememberCallError::Unrememberable(why));
+    }
+    Ok(literal_mcp_rule(name.server, name.tool, object))
+}
+
 /// The rules that would allow exactly `tool` with `input` under `loaded`.
 pub fn narrowest_rules(
     loaded: &Loaded,
     tool: &str,
     input: &Value,
 ) -> Result<Vec<String>, RememberCallError> {
+    if let Some(name) = McpToolName::parse(tool) {
+        return Ok(vec![mcp_rule(&loaded.policy, name, input)?]);
+    }
     let (name, parsed) = parse_call(tool, input)?;
     let verdict = decide(name, &parsed, loaded);
     if let Some(refusal) = verdict.refusal {
@@ -162,6 +198,12 @@ fn shell_rules(loaded: &Loaded, view: &ShellView) -> Result<Vec<String>, Remembe
         .collect())
 }
 
+/// A call to remember: of an MCP tool, or of a built-in one with its input.
+enum Call<'a> {
+    Mcp(McpToolName<'a>),
+    Builtin(ToolName, ToolInput),
+}
+
 /// Adds the narrowest rules for the call to `loaded`'s settings file, after
 /// checking that with them the call is allowed; returns the rules that allow it
 /// (some may have been there already).
@@ -171,32 +213,124 @@ pub fn remember_call(
     input: &Value,
 ) -> Result<Vec<String>, RememberCallError> {
     let rules = narrowest_rules(loaded, tool, input)?;
-    let (name, parsed) = parse_call(tool, input)?;
+    let call = match McpToolName::parse(tool) {
+        Some(n) => Call::Mcp(n),
+        None => {
+            let (name, parsed) = parse_call(tool, input)?;
+            Call::Builtin(name, parsed)
+        }
+    };
+    let decide_under = |candidate: &CompiledSettings| -> Decision {
+        match &call {
+            Call::Mcp(n) => candidate.decide_mcp(n.server, n.tool, input, true),
+            Call::Builtin(name, parsed) => {
+                let mut next = loaded.clone();
+                next.policy = candidate.clone();
+                decide(*name, parsed, &next).decision
+            }
+        }
+    };
     let check = |candidate: &CompiledSettings| {
-        let mut next = loaded.clone();
-        next.policy = candidate.clone();
-        let decision = decide(name, &parsed, &next).decision;
+        let decision = decide_under(candidate);
         match decision.tier {
             Tier::Allow if decision.profile == Profile::Write => Ok(()),
             Tier::Allow => {
                 Err("with it the call would run read-only, not as it was approved".to_string())
             }
-            tier => Err(format!(
-                "with it the call would still be `{}` (rule `{}`), since deny and ask \
-                 patterns win over allow rules",
-                tier.as_str(),
-                decision.rule_label()
-            )),
+            tier => Err(match &decision.raised {
+                // harnessd's own raise (a destructive tool), not a rule's.
+                Some(why) => format!("with it the call would still be `{}`: {why}", tier.as_str()),
+                None => format!(
+                    "with it the call would still be `{}` (rule `{}`), since deny and ask \
+                     patterns win over allow rules",
+                    tier.as_str(),
+                    decision.rule_label()
+                ),
+            }),
         }
     };
+    let context = SettingsContext {
+        pins: Some(&loaded.policy.pins),
+        api_key_env: Some(&loaded.config.api.api_key_env),
+    };
     let file = loaded.paths.display(&loaded.paths.settings);
-    add_allow_rules(&loaded.paths.settings, &file, &rules, check)?;
+    add_allow_rules_in(&loaded.paths.settings, &file, &rules, context, check)?;
     Ok(rules)
 }
 
 #[cfg(test)]
 mod tests {
     use super::input_from_elsewhere;
+    use super::{RememberCallError, remember_call};
+    use crate::protocol::Tier;
+    use crate::protocol::mcp::{ToolAnnotations, ToolDefinition};
+    use serde_json::{Value, json};
+
+    /// A root with a `git` server whose `log` and `reset` (destructive) are
+    /// pinned, and `mcp__git` asked.
+    fn mcp_root() -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "harnessd-remember-mcp-{}-{:08x}",
+            std::process::id(),
+            fastrand::u32(..)
+        ));
+        crate::config::init(&dir).expect("init");
+        let settings = dir.join("policies/settings.json");
+        let mut v: Value =
+            serde_json::from_str(&std::fs::read_to_string(&settings).expect("read")).expect("json");
+        // An account name: "auto" would choose (and register) a uid as root.
+        v["sandbox"]["user"] = json!("nobody");
+        v["mcp"] = json!({"servers": {"git": {"command": ["/bin/false"]}}});
+        v["tools"]["ask"] = json!(["mcp__git"]);
+        std::fs::write(&settings, v.to_string()).expect("write");
+        let def = |name: &str, destructive: bool| ToolDefinition {
+            name: name.into(),
+            title: None,
+            description: None,
+            input_schema: json!({"type": "object", "properties": {"path": {}, "n": {}, "x": {}}}),
+            output_schema: None,
+            annotations: destructive.then(|| ToolAnnotations {
+                destructive_hint: Some(true),
+                ..ToolAnnotations::default()
+            }),
+        };
+        let mut pins = crate::protocol::mcp::PinFile::default();
+        crate::config::pin_server(&mut pins, "git", &[def("log", false), def("reset", true)]);
+        crate::config::save_pins(&crate::config::lock_file(&dir), &pins).expect("pins");
+        dir
+    }
+
+    /// `approve --remember` of an MCP call writes the narrowest key-pattern rule:
+    /// the call is allowed after it, the same call with another value or one more
+    /// key still asks.
+    #[test]
+    fn an_mcp_call_is_remembered_as_every_key_and_bang() {
+        let dir = mcp_root();
+        let loaded = crate::config::load(&dir).expect("loads");
+        let input = json!({"path": "workspace/a,b", "n": 5});
+        let rules = remember_call(&loaded, "mcp__git__log", &input).expect("remembered");
+        assert_eq!(rules, [r"mcp__git__log(n=5, path=workspace/a\,b, !)"]);
+        let after = crate::config::load(&dir).expect("loads with the rule");
+        assert_eq!(after.policy.settings.tools.allow.last(), rules.last());
+        let tier = |input: Value| after.policy.decide_mcp("git", "log", &input, true).tier;
+        assert_eq!(tier(input.clone()), Tier::Allow);
+        assert_eq!(tier(json!({"path": "workspace/a,b", "n": 6})), Tier::Ask);
+        assert_eq!(
+            tier(json!({"path": "workspace/a,b", "n": 5, "x": 1})),
+            Tier::Ask
+        );
+        // Not pinned: nothing to remember. Destructive: the rule would not allow it.
+        let err = remember_call(&after, "mcp__git__status", &json!({})).expect_err("unpinned");
+        assert!(matches!(err, RememberCallError::Unrememberable(_)), "{err}");
+        let err = remember_call(&after, "mcp__git__reset", &json!({})).expect_err("destructive");
+        assert!(err.to_string().contains("marks reset destructive"), "{err}");
+        let unchanged = crate::config::load(&dir).expect("loads");
+        assert_eq!(
+            unchanged.policy.settings.tools.allow,
+            after.policy.settings.tools.allow
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn only_an_unquoted_less_than_or_pipe_is_input_from_elsewhere() {

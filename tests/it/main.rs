@@ -45,6 +45,7 @@ mod local_servers;
 mod log_is_truth;
 mod log_replaced;
 mod loose_ends;
+mod mcp_policy;
 mod mcp_sandbox;
 mod memory_budget;
 mod operator;

@@ -211,6 +211,44 @@ fn invalid_edit_is_rejected_and_the_old_policy_keeps_deciding() {
     assert!(err.contains("previous version stays in force"), "{err}");
 }
 
+/// An `mcp` section that does not validate is kept out like any bad edit, its
+/// error naming the file, the line and the server's key.
+#[test]
+fn an_invalid_mcp_section_is_rejected_by_the_reload() {
+    let (root, second, _) = edit_during_task(
+        |_| {},
+        |root, _| {
+            let path = root.dir.join("policies/settings.json");
+            let mut v: Value =
+                serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            v["mcp"] = json!({"servers": {"git": {"command": []}}});
+            v["tools"]["deny"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!(DENY_TWO));
+            std::fs::write(&path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+        },
+    );
+    assert!(
+        second["content"].as_str().unwrap().contains("two"),
+        "the old policy still decides: {second}"
+    );
+    let rejected = root.events_of("config_rejected");
+    assert_eq!(rejected.len(), 1, "{rejected:?}");
+    let error = rejected[0]["error"].as_str().unwrap();
+    let text = std::fs::read_to_string(root.dir.join("policies/settings.json")).unwrap();
+    let line = text
+        .lines()
+        .position(|l| l.contains("\"command\": []"))
+        .unwrap()
+        + 1;
+    assert!(
+        error.starts_with(&format!("policies/settings.json:{line}:"))
+            && error.contains("key `mcp.servers.git.command`"),
+        "{error}"
+    );
+}
+
 #[test]
 fn sighup_reloads_an_edit_the_watcher_cannot_see() {
     let outside = crate::common::fresh_dir("harnessd-hardlink-").join("settings.json");
