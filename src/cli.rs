@@ -148,6 +148,13 @@ pub enum Command {
         /// Where (default: the current directory).
         dir: Option<PathBuf>,
     },
+    /// MCP servers: their tools, definition hashes and drift; accepting a server's
+    /// current definitions.
+    Mcp {
+        /// Which.
+        #[command(subcommand)]
+        command: McpCommand,
+    },
     /// Policy tools: what a call would get, and the settings schema.
     Policy {
         /// Which.
@@ -230,6 +237,28 @@ pub enum AuditCommand {
     /// Print the JSON Schema of an events.jsonl line (shipped as
     /// docs/events.schema.json).
     Schema,
+}
+
+/// `harnessd mcp …`.
+#[derive(Debug, Subcommand)]
+pub enum McpCommand {
+    /// Every server of `mcp.servers`: how many processes run, the protocol
+    /// revision, each tool with its pinned hash and its state (pinned, changed,
+    /// new, removed), started once in the sandbox to list what it serves now.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Accept what SERVER lists now: its definitions are written to
+    /// policies/mcp.lock.json (review and commit the diff) and recorded.
+    Pin {
+        /// The server's name in `mcp.servers`.
+        server: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// `harnessd policy …`.

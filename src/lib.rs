@@ -58,6 +58,7 @@ pub mod disk;
 pub mod events;
 pub mod exec;
 pub mod llm;
+pub mod mcp;
 pub mod policy;
 pub mod protocol;
 pub mod reload;

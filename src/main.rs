@@ -78,25 +78,21 @@ fn dispatch(cli: Cli, helper: std::path::PathBuf) -> Result<ExitCode, CliError> 
         Command::Check { json } => commands::check::run(&root, json, &helper, env),
         Command::Init { dir } => commands::init::run(&dir.unwrap_or(root)),
         Command::Sandbox { read_only, command } => {
-            let profile = if read_only {
-                harnessd::sandbox::Profile::ReadOnly
-            } else {
-                harnessd::sandbox::Profile::Write
-            };
-            commands::sandbox::run(&root, command, profile, &helper)
+            commands::sandbox::run(&root, command, sandbox_profile(read_only), &helper)
         }
+        Command::Mcp { command } => commands::mcp::run(&root, command, &helper),
         Command::Policy { command } => match command {
             PolicyCommand::Test { tool, input, json } => {
                 commands::policy::test(&root, &tool, &input, json)
             }
             PolicyCommand::Schema => commands::policy::schema(),
         },
-        Command::Audit {
-            command: AuditCommand::Verify { head, json },
-        } => commands::audit::verify(&root, head.as_ref(), json),
-        Command::Audit {
-            command: AuditCommand::Schema,
-        } => commands::audit::schema(),
+        Command::Audit { command } => match command {
+            AuditCommand::Verify { head, json } => {
+                commands::audit::verify(&root, head.as_ref(), json)
+            }
+            AuditCommand::Schema => commands::audit::schema(),
+        },
         Command::Replay {
             settings,
             paths,
@@ -134,6 +130,15 @@ fn dispatch(cli: Cli, helper: std::path::PathBuf) -> Result<ExitCode, CliError> 
         }
         Command::Deny { id, reason, json } => client(&root, answer(id, false, reason, false), json),
         Command::Events(args) => commands::events::run(&root, args),
+    }
+}
+
+/// The profile `harnessd sandbox` runs its command under.
+fn sandbox_profile(read_only: bool) -> harnessd::sandbox::Profile {
+    if read_only {
+        harnessd::sandbox::Profile::ReadOnly
+    } else {
+        harnessd::sandbox::Profile::Write
     }
 }
 

@@ -118,6 +118,13 @@ impl Prepared {
             opts.hangups,
             stop_reloader.clone(),
         ));
+        let mcp = crate::mcp::Hub::new(
+            Arc::new(crate::mcp::launch::Sandboxed {
+                executor: executor.clone(),
+            }),
+            Some(events.clone()),
+            crate::config::lock_file(&loaded.paths.root),
+        );
         Ok(Services {
             loaded,
             live,
@@ -125,6 +132,7 @@ impl Prepared {
             events,
             executor,
             probe,
+            mcp,
             stop_reloader,
             reloader,
         })
@@ -161,6 +169,8 @@ pub struct Services {
     pub executor: Executor,
     /// The sandbox probe's report, or why the probe failed.
     pub probe: Result<Report, String>,
+    /// MCP servers: started in the sandbox, pinned in the root's lock file.
+    pub mcp: crate::mcp::Hub,
     /// Cancelled by [`Services::shutdown`]: the reloader stops watching.
     stop_reloader: CancellationToken,
     /// The reloader; awaited at shutdown so no reload is recorded after it.
@@ -187,6 +197,7 @@ impl Services {
             approver,
             live_text: None,
             unsaved: crate::agent::Unsaved::default(),
+            mcp: self.mcp.clone(),
         }
     }
 
@@ -194,6 +205,7 @@ impl Services {
     /// clean exit leaves none in the host's tree), then drops this handle to the
     /// audit log (the writer ends once the clones given out are dropped too).
     pub async fn shutdown(self) {
+        self.mcp.stop_shared();
         self.stop_reloader.cancel();
         // A reloader that failed to record has nothing left to say at shutdown.
         let _ = self.reloader.await;

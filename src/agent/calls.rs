@@ -22,15 +22,31 @@ use crate::tools::{self, RunContext, ToolInput, ToolName, ToolResult};
 /// A call that passed every check and will run.
 struct Runnable {
     index: usize,
-    id: String,
-    tool: ToolName,
-    input: ToolInput,
-    /// What it was judged on; a file tool opens exactly this path.
-    judged: tools::Judged,
-    /// What it may write: read-only when a pattern `allow` admitted it.
-    profile: crate::protocol::Profile,
+    call: ToolUse,
+    kind: Kind,
     /// The snapshot that admitted it: its sandbox limits apply to the process.
     loaded: Arc<Loaded>,
+}
+
+/// What runs: a built-in tool in a tool process, or an MCP server's tool.
+enum Kind {
+    /// A built-in tool.
+    Builtin {
+        tool: ToolName,
+        input: ToolInput,
+        /// What it was judged on; a file tool opens exactly this path.
+        judged: tools::Judged,
+        /// What it may write: read-only when a pattern `allow` admitted it.
+        profile: crate::protocol::Profile,
+    },
+    /// An MCP tool (run one by one: a server's tool may change anything).
+    Mcp(super::mcp_calls::McpRunnable),
+}
+
+impl Runnable {
+    fn is_read_only(&self) -> bool {
+        matches!(&self.kind, Kind::Builtin { tool, .. } if tool.is_read_only())
+    }
 }
 
 /// Whether `tool` is offered to the model under this config and policy.
@@ -80,6 +96,8 @@ pub(super) async fn finished(
                     .executor
                     .weakened()
                     .map(|w| format!("best_effort: {w}")),
+                server: crate::protocol::mcp::McpToolName::parse(tool)
+                    .map(|n| n.server.to_string()),
             },
         )
         .await
@@ -109,7 +127,7 @@ pub async fn answer_unexecuted(
 
 /// Why a call does not run: its answer (refused by a check, denied or not
 /// approved), or the audit log failed. One type, so `?` carries both out.
-enum NotRun {
+pub(super) enum NotRun {
     /// The call's (error) answer.
     Refused(ToolResult),
     /// The audit log failed: nothing more may happen unrecorded.
@@ -122,24 +140,24 @@ impl From<EventError> for NotRun {
     }
 }
 
-/// A call that may run: its tool, input, what it was judged on and what it may write.
-type Admitted = (ToolName, ToolInput, tools::Judged, crate::protocol::Profile);
+/// The per-turn call limit: the answer of a call past it.
+fn over_limit(loaded: &Loaded, index: usize) -> Option<ToolResult> {
+    let max_calls = loaded.config.loop_.max_tool_calls_per_turn as usize;
+    (index >= max_calls).then(|| {
+        ToolResult::error(format!(
+            "not executed: at most {max_calls} tool calls run per turn; request this call \
+             again in your next turn"
+        ))
+    })
+}
 
-/// The checks that need no policy: the per-turn call limit, a known and offered
-/// tool, input matching its schema. `Err` is the call's answer.
+/// The checks that need no policy: a known and offered tool, input matching its
+/// schema. `Err` is the call's answer.
 fn validate(
     loaded: &Loaded,
-    index: usize,
     name: &str,
     input: &Value,
 ) -> Result<(ToolName, ToolInput), ToolResult> {
-    let max_calls = loaded.config.loop_.max_tool_calls_per_turn as usize;
-    if index >= max_calls {
-        return Err(ToolResult::error(format!(
-            "not executed: at most {max_calls} tool calls run per turn; request this call \
-             again in your next turn"
-        )));
-    }
     let Some(tool) = ToolName::parse(name).filter(|t| advertised(loaded, *t)) else {
         let available: Vec<&str> = ToolName::ALL
             .into_iter()
@@ -167,9 +185,17 @@ async fn admit(
     loaded: &Arc<Loaded>,
     index: usize,
     call: &ToolUse,
-) -> Result<Admitted, NotRun> {
+) -> Result<Kind, NotRun> {
+    if let Some(refused) = over_limit(loaded, index) {
+        return Err(NotRun::Refused(refused));
+    }
+    if let Some(name) = crate::protocol::mcp::McpToolName::parse(&call.name) {
+        return super::mcp_calls::admit(env, task_id, loaded, call, name)
+            .await
+            .map(Kind::Mcp);
+    }
     let ToolUse { id, name, input } = call;
-    let (tool, parsed) = validate(loaded, index, name, input).map_err(NotRun::Refused)?;
+    let (tool, parsed) = validate(loaded, name, input).map_err(NotRun::Refused)?;
     let (
         parsed,
         tools::Verdict {
@@ -219,7 +245,12 @@ async fn admit(
             crate::protocol::Profile::Write
         }
     };
-    Ok((tool, parsed, judged, profile))
+    Ok(Kind::Builtin {
+        tool,
+        input: parsed,
+        judged,
+        profile,
+    })
 }
 
 /// [`tools::decide`] on a blocking thread: judging a file tool's path walks the
@@ -247,7 +278,12 @@ async fn decide_off_runtime(
 
 /// Asks the approver about a call the policy sends to `ask`, recording the request
 /// and the answer; a cancelled task denies it. `Ok` means approved.
-async fn ask(env: &TaskEnv, task_id: &str, call: &ToolUse, rule: String) -> Result<(), NotRun> {
+pub(super) async fn ask(
+    env: &TaskEnv,
+    task_id: &str,
+    call: &ToolUse,
+    rule: String,
+) -> Result<(), NotRun> {
     let ToolUse { id, name, input } = call;
     let events = &env.services.events;
     let req = ApprovalRequest {
@@ -354,13 +390,10 @@ async fn admit_all(
         let now = env.services.config.current();
         guard::fault_point(&call.name, FaultPoint::Policy);
         match admit(env, task_id, &now, index, call).await {
-            Ok((tool, input, judged, profile)) => runnable.push(Runnable {
+            Ok(kind) => runnable.push(Runnable {
                 index,
-                id: call.id.clone(),
-                tool,
-                input,
-                judged,
-                profile,
+                call: call.clone(),
+                kind,
                 loaded: now,
             }),
             Err(NotRun::Refused(result)) => {
@@ -400,30 +433,43 @@ async fn run_admitted(
     let mut i = 0;
     while i < runnable.len() {
         let mut end = i + 1;
-        if runnable[i].tool.is_read_only() {
-            while end < runnable.len() && runnable[end].tool.is_read_only() {
+        if runnable[i].is_read_only() {
+            while end < runnable.len() && runnable[end].is_read_only() {
                 end += 1;
             }
         }
         let batch = &runnable[i..end];
-        batch.iter().for_each(|r| ledger.started(&r.id));
+        batch.iter().for_each(|r| ledger.started(&r.call.id));
         // A run call's duration is its execution, not the wait for approval.
         let outputs = futures::future::join_all(batch.iter().map(|r| async {
             let started = Instant::now();
-            guard::fault_point(r.tool.as_str(), FaultPoint::Dispatch);
-            let ctx = RunContext {
-                loaded: r.loaded.clone(),
-                ..ctx.clone()
+            guard::fault_point(&r.call.name, FaultPoint::Dispatch);
+            let ran = match &r.kind {
+                Kind::Builtin {
+                    input,
+                    judged,
+                    profile,
+                    ..
+                } => {
+                    let ctx = RunContext {
+                        loaded: r.loaded.clone(),
+                        ..ctx.clone()
+                    };
+                    Ok(tools::run(&r.call.id, input, judged, *profile, &ctx).await)
+                }
+                Kind::Mcp(m) => {
+                    super::mcp_calls::run(env, task_id, &r.loaded, m, &r.call, &ctx.spool).await
+                }
             };
-            let (result, file) = tools::run(&r.id, &r.input, &r.judged, r.profile, &ctx).await;
-            (result, file, started.elapsed())
+            (ran, started.elapsed())
         }))
         .await;
-        for (r, (result, file, duration)) in batch.iter().zip(outputs) {
+        for (r, (ran, duration)) in batch.iter().zip(outputs) {
+            let (result, file) = ran?;
             let file = file.map(|f| loaded.paths.display(&f));
-            let tool = r.tool.as_str();
-            finished(env, task_id, &r.id, tool, &result, duration, file.clone()).await?;
-            ledger.answered(&r.id, &result);
+            let (id, tool) = (&r.call.id, &r.call.name);
+            finished(env, task_id, id, tool, &result, duration, file.clone()).await?;
+            ledger.answered(id, &result);
             answers[r.index] = Some((result, file));
         }
         i = end;

@@ -235,7 +235,8 @@ impl TaskRun<'_> {
         if let Some(last) = messages.last_mut() {
             last.content.push(Block::text(COMPACT_PROMPT));
         }
-        let request = build_request(loaded, &self.transcript.model, &messages, true);
+        let mcp_tools = super::mcp_calls::offered(self.env, loaded);
+        let request = build_request(loaded, &self.transcript.model, &messages, true, mcp_tools);
         let services = &self.env.services;
         let errors = ModelErrors {
             events: &services.events,

@@ -20,6 +20,7 @@ mod compact;
 mod finish;
 mod guard;
 mod limits;
+mod mcp_calls;
 pub mod reconcile;
 mod request;
 mod resume;
@@ -70,6 +71,8 @@ pub struct TaskServices {
     /// Transcripts whose last save failed, kept whole until a save succeeds (see
     /// [`Unsaved`]).
     pub unsaved: Unsaved,
+    /// MCP servers: the pins, the launcher, the daemon's shared servers.
+    pub mcp: crate::mcp::Hub,
 }
 
 impl TaskServices {
@@ -80,6 +83,7 @@ impl TaskServices {
             cancel,
             stopping: CancellationToken::new(),
             spool_used: Arc::default(),
+            mcp: self.mcp.for_task(),
         }
     }
 }
@@ -106,6 +110,9 @@ pub struct TaskEnv {
     /// clones of the one counter), so the budget spans the task's turns. A resumed
     /// task starts from what its directory already holds.
     pub spool_used: Arc<std::sync::atomic::AtomicU64>,
+    /// The MCP servers this task started: stopped when the task's environment is
+    /// dropped (its end).
+    pub mcp: crate::mcp::TaskServers,
 }
 
 /// A task to run.

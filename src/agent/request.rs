@@ -12,12 +12,13 @@ use crate::tools::{ToolDefinition, ToolName};
 
 /// The request of one turn. `model` is the task's own (its transcript's: the
 /// `model` it was submitted with, else `api.model` when it started); empty falls
-/// back to `api.model`.
+/// back to `api.model`. `mcp_tools` are the MCP tools offered, after the built-ins.
 pub(super) fn build_request<'a>(
     loaded: &Loaded,
     model: &str,
     messages: &'a [Message],
     summary: bool,
+    mcp_tools: Vec<serde_json::Value>,
 ) -> Request<'a> {
     let api = &loaded.config.api;
     let model = if model.is_empty() { &api.model } else { model };
@@ -25,6 +26,7 @@ pub(super) fn build_request<'a>(
         .into_iter()
         .filter(|t| advertised(loaded, *t))
         .map(ToolName::definition)
+        .chain(mcp_tools)
         .collect();
     Request {
         model: model.to_string(),

@@ -45,6 +45,7 @@ impl TaskRun<'_> {
         // decides from the very next call.
         self.loaded = self.env.services.config.current();
         let loaded = self.loaded.clone();
+        super::mcp_calls::pin_new(self.env, &self.spec.task_id, &loaded).await?;
         self.compact_if_due(&loaded).await?;
         let max_turns = self.max_turns(&loaded);
         self.turn += 1;
@@ -148,6 +149,7 @@ impl TaskRun<'_> {
             &self.transcript.model,
             &self.transcript.messages,
             summary,
+            super::mcp_calls::offered(self.env, loaded),
         );
         self.record(Event::ModelRequest {
             turn: self.turn,

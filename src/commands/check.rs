@@ -74,7 +74,10 @@ impl Findings {
         crate::exec::remove_pooled_cgroups();
         // Unreadable passwd: /home and /root are still checked.
         let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
-        let boundary = super::boundary::warnings(loaded, &super::boundary::passwd_homes(&passwd));
+        let mut boundary =
+            super::boundary::warnings(loaded, &super::boundary::passwd_homes(&passwd));
+        let pins = crate::config::load_pins(&loaded.paths.root).unwrap_or_default();
+        boundary.extend(super::check_mcp::warnings(loaded, &pins));
         Self {
             key_warning,
             enforcement,
@@ -121,6 +124,7 @@ fn report_json(loaded: &Loaded, f: &Findings) -> Value {
         "allowed_paths": loaded.policy.settings.allowed_paths,
         "output": loaded.policy.settings.output,
         "sandbox": loaded.policy.settings.sandbox,
+        "mcp": super::check_mcp::servers(loaded),
         "tool_user": {
             "user": loaded.tool_user.user,
             "kept_in": loaded.tool_user.kept_in.as_ref().map(|p| loaded.paths.display(p)),
@@ -258,7 +262,52 @@ fn print_sandbox(out: &mut impl Write, loaded: &Loaded, f: &Findings) -> std::io
         writeln!(out, "metadata   {cost}")?;
     }
     writeln!(out, "gap        {}", super::boundary::HARD_LINK_GAP)?;
+    for server in super::check_mcp::servers(loaded) {
+        writeln!(out, "mcp        {}", escape_line(&mcp_line(&server)))?;
+    }
     Ok(())
+}
+
+/// One server's line: what it runs and what its sandbox allows.
+fn mcp_line(s: &Value) -> String {
+    let list = |v: &Value| {
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default()
+    };
+    match s["kind"].as_str() {
+        Some("stdio") => format!(
+            "{}: stdio `{}` · read {} · write {} · network {} · shared {} · env {} · timeout {} s",
+            field(&s["name"]),
+            list(&s["command"]).replace(", ", " "),
+            list(&s["read"]),
+            if list(&s["write"]).is_empty() {
+                "none".into()
+            } else {
+                list(&s["write"])
+            },
+            s["network"],
+            s["shared"],
+            if list(&s["env"]).is_empty() {
+                "none".into()
+            } else {
+                list(&s["env"])
+            },
+            s["timeout_secs"]
+        ),
+        _ => format!(
+            "{}: remote {} · headers {} · timeout {} s (reached by the daemon, not sandboxed)",
+            field(&s["name"]),
+            field(&s["url"]),
+            list(&s["headers"]),
+            s["timeout_secs"]
+        ),
+    }
 }
 
 /// What tools lose to the metadata filter, when harnessd is not root (as root they

@@ -10,11 +10,13 @@
 pub mod audit;
 pub mod boundary;
 pub mod check;
+pub mod check_mcp;
 pub mod clients;
 pub mod error;
 pub mod events;
 pub mod init;
 pub mod listing;
+pub mod mcp;
 pub mod policy;
 pub mod progress;
 pub mod replay;

@@ -260,6 +260,7 @@ async fn wire(
         approvals,
         metrics,
         config: services.live.clone(),
+        mcp: services.mcp.clone(),
         live_events: live_tx,
         live_text: text_live_tx,
         shutdown: daemon.clone(),

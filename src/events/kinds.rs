@@ -339,6 +339,61 @@ pub enum Event {
         /// With `sandbox.require = best_effort`: the layers not enforced.
         #[serde(skip_serializing_if = "Option::is_none")]
         sandbox: Option<String>,
+        /// For an MCP tool: its server, as named in `mcp.servers`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        server: Option<String>,
+    },
+    /// An MCP server was started and answered the handshake (with `task_id` when it
+    /// belongs to one task; without for a `shared` server).
+    McpServerStarted {
+        /// The server, as named in `mcp.servers`.
+        server: String,
+        /// The protocol revision the handshake settled on.
+        protocol: String,
+        /// The name and version the server reports for itself (its word only).
+        server_info: String,
+        /// The process's pid (0 for a remote server).
+        pid: u32,
+    },
+    /// An MCP server process ended without being asked to (it will be started again
+    /// at the next use, with backoff).
+    McpServerExited {
+        /// The server.
+        server: String,
+        /// Its exit code, when it exited.
+        code: Option<i32>,
+        /// The signal that killed it, when one did.
+        signal: Option<i32>,
+    },
+    /// What an MCP server lists differs from its pinned definitions: the changed and
+    /// new tools are withheld and their calls denied until `harnessd mcp pin`.
+    McpToolsChanged {
+        /// The server.
+        server: String,
+        /// Tools listed and not pinned.
+        added: Vec<String>,
+        /// Tools pinned and no longer listed.
+        removed: Vec<String>,
+        /// Tools whose definition changed, with the pinned and the new hash.
+        changed: Vec<crate::protocol::mcp::ChangedTool>,
+    },
+    /// A server's tool definitions were written to `policies/mcp.lock.json`.
+    McpToolsPinned {
+        /// The server.
+        server: String,
+        /// The tools pinned, by name (every tool the server listed).
+        tools: Vec<String>,
+        /// Who pinned: `first_use` (the server had no pins yet), `cli`, or
+        /// `uid:N (name)` through the control API.
+        by: String,
+    },
+    /// An MCP server sent a request the client refuses (sampling, roots,
+    /// elicitation, or any other method); it was answered with an error.
+    McpRequestRefused {
+        /// The server.
+        server: String,
+        /// The request's method.
+        method: String,
     },
     /// A task ended.
     TaskFinished {
@@ -508,6 +563,11 @@ impl Event {
             Event::ApprovalResolved { .. } => "approval_resolved",
             Event::ToolFinished { .. } => "tool_finished",
             Event::TaskFinished { .. } => "task_finished",
+            Event::McpServerStarted { .. } => "mcp_server_started",
+            Event::McpServerExited { .. } => "mcp_server_exited",
+            Event::McpToolsChanged { .. } => "mcp_tools_changed",
+            Event::McpToolsPinned { .. } => "mcp_tools_pinned",
+            Event::McpRequestRefused { .. } => "mcp_request_refused",
             Event::Unknown => return None,
         };
         Some(kind)
@@ -599,10 +659,12 @@ mod tests {
             "tool_finished",
             "transcript_refused",
             "context_compacted",
+            "mcp_server_exited",
+            "mcp_tools_pinned",
         ] {
             assert!(types.iter().any(|x| x == t), "{t} missing from {types:?}");
         }
-        assert_eq!(types.len(), 25, "{types:?}");
+        assert_eq!(types.len(), 30, "{types:?}");
     }
 
     /// Lines of older versions read back typed: a remembered rule's sentence as

@@ -215,6 +215,11 @@ impl PinFile {
     }
 }
 
+/// The JSON Schema of the lock file (shipped as `docs/mcp.lock.schema.json`).
+pub fn lock_schema() -> Value {
+    serde_json::to_value(schemars::schema_for!(PinFile)).unwrap_or(Value::Null)
+}
+
 /// What changed between the pinned definitions of a server and what it lists now.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Drift {
@@ -272,6 +277,57 @@ impl Drift {
     pub fn is_empty(&self) -> bool {
         self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
     }
+}
+
+/// One server as `mcp list` (and `GET /v1/mcp/servers`) shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServerView {
+    /// Its name in `mcp.servers`.
+    pub name: String,
+    /// `stdio` or `remote`.
+    pub kind: String,
+    /// How many processes of it run now (one per task using it, or one shared).
+    pub running: usize,
+    /// The revision its handshake settled on, when it was reached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
+    /// Why it could not be reached to list its tools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Its tools: every pinned one, and every one it lists now.
+    pub tools: Vec<ToolView>,
+    /// What differs between the pins and what it lists now (empty when it was not
+    /// reached).
+    pub drift: Drift,
+}
+
+/// One tool of a [`ServerView`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolView {
+    /// The tool's own name.
+    pub name: String,
+    /// The name the model uses.
+    pub model_name: String,
+    /// The pinned hash, if it is pinned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned_sha256: Option<String>,
+    /// The hash of what the server lists now, if it was reached and lists it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live_sha256: Option<String>,
+    /// `pinned` (as listed), `changed`, `new` (listed, not pinned), `removed`
+    /// (pinned, not listed), or `unchecked` (pinned; the server was not reached).
+    pub state: String,
+}
+
+/// The answer to `POST /v1/mcp/servers/{name}/pin` and what `mcp pin` prints.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PinResponse {
+    /// The server.
+    pub server: String,
+    /// The tools now pinned.
+    pub tools: Vec<String>,
+    /// What changed against the pins before.
+    pub drift: Drift,
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ pub use input::{
     EditFileInput, GetTimeInput, ListDirInput, ReadFileInput, RunBashInput, RunPythonInput,
     ToolInput, WriteFileInput,
 };
-pub use output::{SpoolCut, ToolResult, render_result};
+pub use output::{SpoolCut, ToolResult, render_result, render_text, write_private};
 pub use paths::{JudgedPath, MAX_LINKS, PathError, Walk, WalkError, resolve_in_workspace, walk};
 pub use run::{
     Judged, RunContext, Verdict, decide, judge, kept_output_bytes, out_file_name, run,

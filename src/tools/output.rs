@@ -172,6 +172,61 @@ pub fn render_result(
     }
 }
 
+/// Renders text made in the daemon (an MCP server's answer) like a tool's output:
+/// capped to `max_chars` for the model, kept whole in `out_file` within its budget.
+pub fn render_text(
+    text: &str,
+    is_error: bool,
+    max_chars: usize,
+    out_file: Option<(&Path, &SpoolBudget)>,
+) -> ToolResult {
+    let output_bytes = text.len() as u64;
+    let (mut content, truncated) = truncate_middle(text, max_chars, 0);
+    let mut spool_cut = None;
+    if let Some((path, budget)) = out_file {
+        let (granted, reason) = budget.grant(output_bytes);
+        let kept = &text.as_bytes()[..granted as usize];
+        if let Err(e) = write_private(path, kept) {
+            budget.give_back(granted);
+            tracing::warn!("cannot keep full tool output at {}: {e}", path.display());
+        }
+        spool_cut = reason.map(|reason| SpoolCut {
+            kept_bytes: granted,
+            not_kept_bytes: output_bytes - granted,
+            reason,
+        });
+    }
+    if let Some(cut) = &spool_cut {
+        content.push_str(&format!(
+            "[note: the full output file holds {} of {output_bytes} bytes: {}]\n",
+            cut.kept_bytes,
+            cut_why(cut.reason)
+        ));
+    }
+    ToolResult {
+        content,
+        is_error,
+        exit_code: None,
+        output_bytes,
+        truncated,
+        spool_cut,
+    }
+}
+
+/// Writes `bytes` to a new private file (mode 0600), never through a link: the
+/// daemon may be root, and the directory holds what tools read.
+pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut out = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
+    out.write_all(bytes)
+}
+
 /// Why output was not kept, for the model and the `.out` file.
 fn cut_why(reason: CutReason) -> &'static str {
     match reason {

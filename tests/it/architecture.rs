@@ -34,6 +34,8 @@ use crate::common::{rust_files, src_dir};
 ///   helper, converting settings into sandbox types), `approval`: each on its own;
 ///   `llm` reports failed attempts to its caller instead of writing events.
 /// - `tools`: the tool runner, over policy, exec and sandbox.
+/// - `mcp`: MCP servers (their processes through `exec`, the SDK's client, the
+///   pins), over `tools` for the result a call becomes.
 /// - `agent` (the turn loop), `reload`: wire the layers below.
 /// - `services`: the start/stop core `run` and `serve` share (audit log, executor
 ///   and probe, live config, reloader); `control`: the control API's messages and
@@ -48,6 +50,7 @@ const LAYERS: &[&[&str]] = &[
     &["config"],
     &["events", "llm", "exec", "approval"],
     &["tools"],
+    &["mcp"],
     &["agent", "reload"],
     &["services", "control", "remember"],
     &["daemon", "cli"],

@@ -358,6 +358,24 @@ fn docs_events_name_every_value_of_each_closed_field() {
     assert!(missing.is_empty(), "{}", missing.join("\n"));
 }
 
+/// The lock file's schema as shipped is the one its type generates.
+#[test]
+fn docs_lock_schema_is_generated_from_the_type() {
+    let path = repo().join("docs/mcp.lock.schema.json");
+    let generated = format!(
+        "{}\n",
+        serde_json::to_string_pretty(&harnessd::protocol::mcp::lock_schema()).unwrap()
+    );
+    if std::env::var_os("HARNESSD_BLESS_DOCS").is_some() {
+        std::fs::write(&path, &generated).unwrap();
+    }
+    let shipped = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        shipped == generated,
+        "docs/mcp.lock.schema.json is stale; HARNESSD_BLESS_DOCS=1 cargo test --test it docs::"
+    );
+}
+
 #[test]
 fn docs_commands_are_generated_from_the_cli() {
     check_block("docs/commands.md", "commands", &commands());

@@ -9,6 +9,7 @@ mod body;
 mod error;
 mod events;
 mod health;
+mod mcp;
 mod tasks;
 
 use std::sync::Arc;
@@ -40,6 +41,8 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Config in force.
     pub config: Arc<LiveConfig>,
+    /// MCP servers: their pins, `mcp list` and `mcp pin`.
+    pub mcp: crate::mcp::Hub,
     /// Every event as it is written (for `follow`).
     pub live_events: broadcast::Sender<Value>,
     /// The model's text as it streams (`text_delta` objects, for `follow` with
@@ -86,6 +89,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/approvals", get(approvals::list_approvals))
         .route("/v1/approvals/{id}", post(approvals::answer_approval))
         .route("/v1/events", get(events::events))
+        .route("/v1/mcp/servers", get(mcp::list_servers))
+        .route("/v1/mcp/servers/{name}/pin", post(mcp::pin_server))
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,

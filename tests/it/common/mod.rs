@@ -2,6 +2,7 @@
 
 pub mod blessed;
 pub mod daemon;
+pub mod mcp;
 pub mod sandbox;
 pub mod schema;
 

@@ -1,0 +1,185 @@
+//! MCP under `harnessd serve`: a task's servers die with it (cancelled too), a
+//! server added to settings.json serves the next task without a restart, and
+//! `mcp list` / `mcp pin` go through the daemon, which writes the record.
+
+use serde_json::{Value, json};
+
+use crate::common::daemon::Daemon;
+use crate::common::mcp::{hostile, text};
+use crate::common::{FakeApi, Reply, TestRoot, last_results, stdout, wait_until};
+
+fn alive(pid: i64) -> bool {
+    // A zombie is gone for our purposes only once reaped; /proc/<pid> stays until then.
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !s.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+fn started_pids(root: &TestRoot) -> Vec<i64> {
+    root.events_of("mcp_server_started")
+        .iter()
+        .map(|e| e["pid"].as_i64().unwrap())
+        .collect()
+}
+
+#[test]
+fn cancelling_a_task_kills_its_server_and_the_call_is_recorded() {
+    let api = FakeApi::start(vec![
+        Reply::tool("h", "mcp__hostile__hang", json!({})),
+        Reply::text("done"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    let state = hostile(&root, json!({}));
+    root.edit_settings(|s| s["tools"]["allow"] = json!(["mcp__hostile"]));
+    let d = Daemon::start_with_env(&root, &[("HOSTILE_STATE_SRC", state.to_str().unwrap())]);
+    let id = d.submit("hang");
+    wait_until("the hanging call", || {
+        !root.events_of("mcp_server_started").is_empty()
+            && root.events_of("tool_requested").len() == 1
+            && root.events_of("policy_decision").len() == 1
+    });
+    let pids = started_pids(&root);
+    assert_eq!(pids.len(), 1);
+    assert!(alive(pids[0]), "the server runs while its call hangs");
+    let (status, _) = d.request("POST", &format!("/v1/tasks/{id}/cancel"), None);
+    assert_eq!(status, 202);
+    let task = d.wait_finished(&id);
+    assert_eq!(task["stop_reason"], "cancelled");
+    wait_until("the server's end", || !alive(pids[0]));
+    let finished = root.events_of("tool_finished");
+    assert_eq!(finished.len(), 1);
+    assert_eq!(finished[0]["is_error"], true);
+    assert_eq!(finished[0]["server"], "hostile");
+    // A stop the task asked for is not a death.
+    assert!(root.events_of("mcp_server_exited").is_empty());
+}
+
+#[test]
+fn a_server_added_while_serving_is_used_by_the_next_task_and_pinned_through_the_daemon() {
+    let api = FakeApi::start(vec![
+        Reply::text("no servers yet"),
+        Reply::tool("e", "mcp__hostile__echo", json!({"text": "new server"})),
+        Reply::text("done"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    let d = Daemon::start(&root);
+    let first = d.submit("one");
+    d.wait_finished(&first);
+    // No run counter: the server serves its first description every time.
+    hostile(&root, json!({"env": {}}));
+    root.edit_settings(|s| s["tools"]["allow"] = json!(["mcp__hostile__echo"]));
+    wait_until("the reload", || {
+        root.events_of("config_loaded")
+            .iter()
+            .any(|e| e["file"] == "policies/settings.json" && e["trigger"] != "start")
+    });
+    let second = d.submit("two");
+    assert_eq!(d.wait_finished(&second)["stop_reason"], "end_turn");
+    let reqs = api.requests();
+    assert_eq!(text(&last_results(&reqs[2].body)[0]), "new server");
+    // `mcp list` and `mcp pin` through the daemon's API.
+    let list = root.run(&["mcp", "list", "--json"]);
+    assert!(
+        list.status.success(),
+        "{}",
+        String::from_utf8_lossy(&list.stderr)
+    );
+    let list: Value = serde_json::from_str(&stdout(&list)).unwrap();
+    let server = &list["servers"][0];
+    assert_eq!(server["name"], "hostile");
+    assert_eq!(server["drift"]["changed"], json!([]));
+    assert!(
+        server["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["state"] == "pinned"),
+        "{server}"
+    );
+    let pin = root.run(&["mcp", "pin", "hostile", "--json"]);
+    assert!(
+        pin.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pin.stderr)
+    );
+    let pinned = root.events_of("mcp_tools_pinned");
+    assert_eq!(pinned.len(), 2, "first use, then the operator");
+    assert!(
+        pinned[1]["by"].as_str().unwrap().starts_with("uid:"),
+        "{:?}",
+        pinned[1]
+    );
+}
+
+#[test]
+fn a_server_killed_mid_call_is_an_error_result_and_is_started_again() {
+    let api = FakeApi::start(vec![
+        Reply::tool("h", "mcp__hostile__hang", json!({})),
+        Reply::tool("e", "mcp__hostile__echo", json!({"text": "again"})),
+        Reply::text("done"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    // No run counter: the second start lists what the first pinned.
+    hostile(&root, json!({"env": {}}));
+    root.edit_settings(|s| s["tools"]["allow"] = json!(["mcp__hostile"]));
+    let d = Daemon::start(&root);
+    let id = d.submit("hang, then echo");
+    wait_until("the hanging call", || {
+        root.events_of("policy_decision").len() == 1
+    });
+    let pid = started_pids(&root)[0];
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::SIGKILL,
+    )
+    .unwrap();
+    assert_eq!(d.wait_finished(&id)["stop_reason"], "end_turn");
+    let reqs = api.requests();
+    let killed = &last_results(&reqs[1].body)[0];
+    assert_eq!(killed["is_error"], true);
+    assert!(
+        text(killed).contains("killed by signal 9"),
+        "{}",
+        text(killed)
+    );
+    assert_eq!(text(&last_results(&reqs[2].body)[0]), "again");
+    let exited = root.events_of("mcp_server_exited");
+    assert_eq!(exited.len(), 1, "{exited:?}");
+    assert_eq!(exited[0]["signal"], 9);
+    assert_eq!(started_pids(&root).len(), 2);
+}
+
+#[test]
+fn a_shared_server_serves_every_task_from_one_process() {
+    let api = FakeApi::start(vec![
+        Reply::tool("a", "mcp__hostile__echo", json!({"text": "first"})),
+        Reply::text("one"),
+        Reply::tool("b", "mcp__hostile__echo", json!({"text": "second"})),
+        Reply::text("two"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    hostile(&root, json!({"env": {}, "shared": true}));
+    root.edit_settings(|s| s["tools"]["allow"] = json!(["mcp__hostile"]));
+    let d = Daemon::start(&root);
+    for prompt in ["one", "two"] {
+        let id = d.submit(prompt);
+        assert_eq!(d.wait_finished(&id)["stop_reason"], "end_turn");
+    }
+    let reqs = api.requests();
+    assert_eq!(text(&last_results(&reqs[1].body)[0]), "first");
+    assert_eq!(text(&last_results(&reqs[3].body)[0]), "second");
+    let started = root.events_of("mcp_server_started");
+    assert_eq!(started.len(), 1, "{started:?}");
+    assert!(
+        started[0].get("task_id").is_none(),
+        "a shared server belongs to no task"
+    );
+    let pid = started[0]["pid"].as_i64().unwrap();
+    assert!(alive(pid), "it outlives the tasks");
+    drop(d);
+    wait_until("the shared server's end with the daemon", || !alive(pid));
+}
