@@ -426,3 +426,72 @@ async fn a_servers_stderr_reaches_the_log_escaped_with_its_name() {
     assert!(line.contains("\\x1b[2J\\x1b]0;owned"), "{line}");
     assert!(!log.contains('\x1b'), "no raw escape reached the log");
 }
+
+/// Set in the environment of [`a_server_host`]'s process.
+const HOST_VAR: &str = "HARNESSD_IT_SERVER_HOST";
+
+/// The daemon's side of [`a_server_dies_with_the_daemon_even_on_kill_9`], run in a
+/// process of its own (this test binary, re-executed): starts a server that starts
+/// a grandchild, prints the helper's, the server's and the grandchild's pids and its
+/// root, then waits to be killed.
+#[tokio::test]
+#[ignore = "run by a_server_dies_with_the_daemon_even_on_kill_9 in a process it kills"]
+async fn a_server_host() {
+    if std::env::var_os(HOST_VAR).is_none() {
+        return;
+    }
+    let f = Fixture::new();
+    let mut s = f.start(&f.confine(&[], &[], false), &[]).await;
+    assert_eq!(s.ask("spawn").await, "spawned");
+    let helper = s.process.pid();
+    let server = children(helper)[0];
+    let grandchild = children(server)[0];
+    println!(
+        "PIDS {helper} {server} {grandchild} {}",
+        f.loaded.paths.root.display()
+    );
+    std::future::pending::<()>().await;
+}
+
+#[test]
+fn a_server_dies_with_the_daemon_even_on_kill_9() {
+    use std::io::BufRead;
+    let mut host = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "mcp_sandbox::a_server_host",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(HOST_VAR, "1")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(host.stdout.take().unwrap()).lines();
+    let (pids, root): (Vec<u32>, TestRoot) = loop {
+        let line = lines.next().expect("the host printed its pids").unwrap();
+        // libtest's "test … " may begin the same line.
+        if let Some((_, rest)) = line.split_once("PIDS ") {
+            let words: Vec<&str> = rest.split(' ').collect();
+            let pids = words[..3].iter().map(|p| p.parse().unwrap()).collect();
+            // Removed when the test ends: the killed host cannot.
+            break (
+                pids,
+                TestRoot {
+                    dir: PathBuf::from(words[3]),
+                },
+            );
+        }
+    };
+    assert_eq!(pids.len(), 3);
+    assert!(pids.iter().all(|p| !dead(*p)));
+    host.kill().unwrap();
+    host.wait().unwrap();
+    for pid in pids {
+        wait_until(&format!("process {pid} to die with its daemon"), || {
+            dead(pid)
+        });
+    }
+    drop(root);
+}
