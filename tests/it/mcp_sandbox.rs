@@ -114,6 +114,16 @@ async fn a_line_sent_on_stdin_comes_back_on_stdout_whole_from_the_first_byte() {
 }
 
 #[tokio::test]
+async fn a_server_starts_under_a_paused_clock() {
+    // As in the daemon's in-process tests: a paused clock jumps to the next Tokio
+    // timer whenever the runtime waits on something outside it, here the helper.
+    let f = Fixture::new();
+    tokio::time::pause();
+    let mut s = f.start(&f.confine(&[], &[], false), &[]).await;
+    assert_eq!(s.ask("echo paused").await, "paused");
+}
+
+#[tokio::test]
 async fn the_environment_is_the_tool_base_and_exactly_the_named_variables() {
     let f = Fixture::new();
     let env = vec![("API_TOKEN".to_string(), "tok = 1\nline two".to_string())];
