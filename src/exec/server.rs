@@ -72,6 +72,16 @@ pub struct ServerExit {
     pub signal: Option<i32>,
 }
 
+impl std::fmt::Display for ServerExit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.code, self.signal) {
+            (Some(code), _) => write!(f, "exit code {code}"),
+            (None, Some(sig)) => write!(f, "killed by signal {sig}"),
+            (None, None) => write!(f, "an unknown end"),
+        }
+    }
+}
+
 /// Why a server could not be started.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
