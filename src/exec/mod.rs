@@ -7,7 +7,9 @@
 //! when the job ends, times out, floods its output or is cancelled. A job's output
 //! is always read through pipes, even when it is relayed to harnessd's own
 //! stdout and stderr (`relay`): a job never holds a descriptor of the operator's
-//! terminal. It decides no policy: what it is given has already been allowed.
+//! terminal. [`Executor::start_server`] starts a long-running server through the
+//! same helper, with a live stdin and stdout (`server`). It decides no policy:
+//! what it is given has already been allowed.
 
 mod acl;
 pub mod budget;

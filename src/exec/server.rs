@@ -20,13 +20,14 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
+use std::sync::mpsc::{RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
 use nix::unistd::Pid;
 use tokio::process::{ChildStdin, ChildStdout};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 
 use super::{Executor, cgroup, kill_tree};
 use crate::sandbox::{Confinement, HelperRequest, Job, SERVER_READY};
@@ -69,6 +70,16 @@ pub struct ServerExit {
     /// Signal, when the helper itself was killed ([`ServerProcess::stop`], or
     /// something outside).
     pub signal: Option<i32>,
+}
+
+impl std::fmt::Display for ServerExit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.code, self.signal) {
+            (Some(code), _) => write!(f, "exit code {code}"),
+            (None, Some(sig)) => write!(f, "killed by signal {sig}"),
+            (None, None) => write!(f, "an unknown end"),
+        }
+    }
 }
 
 /// Why a server could not be started.
@@ -158,7 +169,9 @@ impl Executor {
     /// Call it from async code inside a Tokio runtime (its pipes are registered
     /// with it); no `spawn_blocking` is needed. It blocks the calling thread only
     /// briefly — taking a spare helper, creating a cgroup, writing the job, a few
-    /// milliseconds — and awaits the confinement.
+    /// milliseconds — and awaits the confinement (tens of milliseconds) on the
+    /// blocking pool, bounded in real time, so a paused test clock does not
+    /// time it out.
     pub async fn start_server(
         &self,
         req: &ServerRequest<'_>,
@@ -199,23 +212,26 @@ impl Executor {
                 "the helper has no standard streams",
             )));
         };
-        let (ready_tx, ready) = oneshot::channel();
+        let (ready_tx, ready) = std::sync::mpsc::channel();
         let name = req.name.to_string();
         std::thread::Builder::new()
             .name(format!("mcp-stderr-{pid}"))
             .spawn(move || pump_stderr(&name, stderr, ready_tx))?;
         process.stdio = Some((ChildStdout::from_std(stdout)?, ChildStdin::from_std(stdin)?));
-        match tokio::time::timeout(START_LIMIT, ready).await {
+        // Real time, not a Tokio timer: a test runtime's paused clock would jump
+        // over it while the helper confines itself.
+        let ready = tokio::task::spawn_blocking(move || ready.recv_timeout(START_LIMIT)).await;
+        match ready {
             Ok(Ok(Ok(()))) => Ok(process),
             Ok(Ok(Err(message))) => {
                 let code = process.exited().await.code;
                 Err(ServerError::Refused { code, message })
             }
-            Ok(Err(_)) => Err(ServerError::Refused {
+            Ok(Err(RecvTimeoutError::Timeout)) => Err(ServerError::Timeout),
+            Ok(Err(RecvTimeoutError::Disconnected)) | Err(_) => Err(ServerError::Refused {
                 code: process.exited().await.code,
                 message: "the helper ended without a word".into(),
             }),
-            Err(_) => Err(ServerError::Timeout),
         }
     }
 }
@@ -280,7 +296,7 @@ fn watch_exit(
 /// Reads the helper's stderr: what comes before [`SERVER_READY`] is the sandbox's
 /// refusal, sent on `ready` as `Err`; after it, each of the server's lines is
 /// logged (target `mcp`) through [`StderrLog`].
-fn pump_stderr(name: &str, stderr: impl Read, ready: oneshot::Sender<Result<(), String>>) {
+fn pump_stderr(name: &str, stderr: impl Read, ready: Sender<Result<(), String>>) {
     let mut input = BufReader::new(stderr);
     let mut line = Vec::new();
     let mut refusal = String::new();

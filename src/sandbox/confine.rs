@@ -147,8 +147,21 @@ fn enter_profile(c: &Confinement, layer: &mut RecordLayer<'_>) -> Result<PathSet
     layer(
         "profile",
         mounted
-            .map(|t| t.detail)
-            .map_err(|e| format!("read-only profile without its private /tmp: {e}")),
+            .map(|t| match c.profile {
+                // The detail speaks of the read-only profile it was written for.
+                Profile::Server => t.detail.replacen(
+                    "read-only: writes only /dev/null",
+                    "server: writes only its own write paths, /dev/null",
+                    1,
+                ),
+                _ => t.detail,
+            })
+            .map_err(|e| {
+                format!(
+                    "{} profile without its private /tmp: {e}",
+                    profile_name(c.profile)
+                )
+            }),
     )?;
     let tmp_dir = tmp
         .clone()
@@ -165,6 +178,14 @@ fn enter_profile(c: &Confinement, layer: &mut RecordLayer<'_>) -> Result<PathSet
     }
     super::environment::read_only(&tmp_dir);
     Ok(PathSets { read: both, write })
+}
+
+fn profile_name(p: Profile) -> &'static str {
+    match p {
+        Profile::ReadOnly => "read-only",
+        Profile::Write => "write",
+        Profile::Server => "server",
+    }
 }
 
 /// SIGKILL when the parent goes, and a check that it has not gone already.

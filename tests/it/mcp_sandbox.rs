@@ -114,6 +114,16 @@ async fn a_line_sent_on_stdin_comes_back_on_stdout_whole_from_the_first_byte() {
 }
 
 #[tokio::test]
+async fn a_server_starts_under_a_paused_clock() {
+    // As in the daemon's in-process tests: a paused clock jumps to the next Tokio
+    // timer whenever the runtime waits on something outside it, here the helper.
+    let f = Fixture::new();
+    tokio::time::pause();
+    let mut s = f.start(&f.confine(&[], &[], false), &[]).await;
+    assert_eq!(s.ask("echo paused").await, "paused");
+}
+
+#[tokio::test]
 async fn the_environment_is_the_tool_base_and_exactly_the_named_variables() {
     let f = Fixture::new();
     let env = vec![("API_TOKEN".to_string(), "tok = 1\nline two".to_string())];
@@ -425,4 +435,73 @@ async fn a_servers_stderr_reaches_the_log_escaped_with_its_name() {
     assert!(line.contains("server=line"), "{line}");
     assert!(line.contains("\\x1b[2J\\x1b]0;owned"), "{line}");
     assert!(!log.contains('\x1b'), "no raw escape reached the log");
+}
+
+/// Set in the environment of [`a_server_host`]'s process.
+const HOST_VAR: &str = "HARNESSD_IT_SERVER_HOST";
+
+/// The daemon's side of [`a_server_dies_with_the_daemon_even_on_kill_9`], run in a
+/// process of its own (this test binary, re-executed): starts a server that starts
+/// a grandchild, prints the helper's, the server's and the grandchild's pids and its
+/// root, then waits to be killed.
+#[tokio::test]
+#[ignore = "run by a_server_dies_with_the_daemon_even_on_kill_9 in a process it kills"]
+async fn a_server_host() {
+    if std::env::var_os(HOST_VAR).is_none() {
+        return;
+    }
+    let f = Fixture::new();
+    let mut s = f.start(&f.confine(&[], &[], false), &[]).await;
+    assert_eq!(s.ask("spawn").await, "spawned");
+    let helper = s.process.pid();
+    let server = children(helper)[0];
+    let grandchild = children(server)[0];
+    println!(
+        "PIDS {helper} {server} {grandchild} {}",
+        f.loaded.paths.root.display()
+    );
+    std::future::pending::<()>().await;
+}
+
+#[test]
+fn a_server_dies_with_the_daemon_even_on_kill_9() {
+    use std::io::BufRead;
+    let mut host = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "mcp_sandbox::a_server_host",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(HOST_VAR, "1")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(host.stdout.take().unwrap()).lines();
+    let (pids, root): (Vec<u32>, TestRoot) = loop {
+        let line = lines.next().expect("the host printed its pids").unwrap();
+        // libtest's "test … " may begin the same line.
+        if let Some((_, rest)) = line.split_once("PIDS ") {
+            let words: Vec<&str> = rest.split(' ').collect();
+            let pids = words[..3].iter().map(|p| p.parse().unwrap()).collect();
+            // Removed when the test ends: the killed host cannot.
+            break (
+                pids,
+                TestRoot {
+                    dir: PathBuf::from(words[3]),
+                },
+            );
+        }
+    };
+    assert_eq!(pids.len(), 3);
+    assert!(pids.iter().all(|p| !dead(*p)));
+    host.kill().unwrap();
+    host.wait().unwrap();
+    for pid in pids {
+        wait_until(&format!("process {pid} to die with its daemon"), || {
+            dead(pid)
+        });
+    }
+    drop(root);
 }
