@@ -29,6 +29,8 @@ pub struct Metrics {
     policy_decisions: Family<Labels, Counter>,
     approval_wait: Histogram,
     config_reloads: Family<Labels, Counter>,
+    /// MCP server events by server and kind (started, exited, refused, changed).
+    mcp_events: Family<Labels, Counter>,
     /// When each pending approval was requested, to time the wait.
     asked: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
 }
@@ -54,6 +56,7 @@ impl Metrics {
             policy_decisions: Family::default(),
             approval_wait: Histogram::new([1.0, 5.0, 15.0, 60.0, 300.0, 600.0, 1800.0]),
             config_reloads: Family::default(),
+            mcp_events: Family::default(),
             asked: Default::default(),
             registry: PromRegistry::default(),
         };
@@ -97,6 +100,12 @@ impl Metrics {
             "config_reloads",
             "Config reloads by outcome",
             m.config_reloads.clone(),
+        );
+        registry.register(
+            "mcp_events",
+            "MCP server events by server and kind: started, exited (without being asked), \
+             refused (a request of the server refused), changed (definitions drifted)",
+            m.mcp_events.clone(),
         );
         Arc::new(Metrics { registry, ..m })
     }
@@ -164,8 +173,18 @@ impl Metrics {
                     .get_or_create(&labels(&[("outcome", "rejected")]))
                     .inc();
             }
+            Event::McpServerStarted { server, .. } => self.mcp(server, "started"),
+            Event::McpServerExited { server, .. } => self.mcp(server, "exited"),
+            Event::McpRequestRefused { server, .. } => self.mcp(server, "refused"),
+            Event::McpToolsChanged { server, .. } => self.mcp(server, "changed"),
             _ => {}
         }
+    }
+
+    fn mcp(&self, server: &str, kind: &str) {
+        self.mcp_events
+            .get_or_create(&labels(&[("server", server), ("kind", kind)]))
+            .inc();
     }
 
     /// The cost counter's value (for tests).

@@ -180,6 +180,16 @@ fn a_shared_server_serves_every_task_from_one_process() {
     );
     let pid = started[0]["pid"].as_i64().unwrap();
     assert!(alive(pid), "it outlives the tasks");
+    let (status, metrics) = d.request_text("GET", "/metrics");
+    assert_eq!(status, 200);
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("harnessd_mcp_events_total{") && l.contains("kind=\"started\""))
+        .unwrap_or_else(|| panic!("no MCP start counted: {metrics}"));
+    assert!(
+        line.contains("server=\"hostile\"") && line.ends_with(" 1"),
+        "{line}"
+    );
     drop(d);
     wait_until("the shared server's end with the daemon", || !alive(pid));
 }

@@ -370,3 +370,50 @@ fn a_server_gets_only_its_named_variables_its_read_set_and_no_network() {
     assert!(!text(&r[3]).contains("connected"), "{}", text(&r[3]));
     drop(listener);
 }
+
+#[test]
+fn check_lists_each_server_with_its_sandbox_and_warns_about_what_opens_it() {
+    let root = TestRoot::new("http://127.0.0.1:9");
+    hostile(&root, json!({}));
+    crate::common::mcp::add_server(
+        &root,
+        "fetcher",
+        json!({"command": ["npx", "-y", "some-server"], "network": true}),
+    );
+    crate::common::mcp::add_server(&root, "nowhere", json!({"command": ["no-such-program-x"]}));
+    let out = root.run(&["check"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = crate::common::stdout(&out);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("mcp        hostile: stdio `python3 "))
+        .unwrap_or_else(|| panic!("no line for the server: {text}"));
+    assert!(
+        line.contains("/mcp-code") && line.contains("network false"),
+        "{line}"
+    );
+    assert!(
+        line.contains("write ") && line.contains("/mcp-state"),
+        "{line}"
+    );
+    let warnings = stderr(&out);
+    assert!(
+        warnings.contains("mcp.servers.fetcher has network: true"),
+        "{warnings}"
+    );
+    assert!(
+        warnings.contains("mcp.servers.fetcher: npx fetches packages")
+            || warnings.contains("\"npx\" is not found"),
+        "{warnings}"
+    );
+    assert!(
+        warnings.contains("mcp.servers.nowhere: \"no-such-program-x\" is not found"),
+        "{warnings}"
+    );
+    let json: Value =
+        serde_json::from_str(&crate::common::stdout(&root.run(&["check", "--json"]))).unwrap();
+    let servers = json["mcp"].as_array().unwrap();
+    assert_eq!(servers.len(), 3);
+    assert_eq!(servers[1]["name"], "hostile");
+    assert_eq!(servers[1]["env"], json!(["HOSTILE_STATE"]));
+}
