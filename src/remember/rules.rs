@@ -204,6 +204,30 @@ enum Call<'a> {
     Builtin(ToolName, ToolInput),
 }
 
+/// `loaded` with its settings judged again against the lock file as it is now: a
+/// server is pinned at its first use, after the settings in force were loaded.
+fn with_current_pins(loaded: &Loaded) -> Result<Loaded, RememberCallError> {
+    let unusable = |e: crate::config::ConfigError| {
+        RememberCallError::Unrememberable(format!("the pins cannot be read: {e}"))
+    };
+    let pins = std::sync::Arc::new(crate::config::load_pins(&loaded.paths.root).map_err(unusable)?);
+    let context = SettingsContext {
+        pins: Some(&pins),
+        api_key_env: Some(&loaded.config.api.api_key_env),
+    };
+    let file = loaded.paths.display(&loaded.paths.settings);
+    let policy =
+        crate::config::Settings::parse_in(&loaded.settings_text, &file, context).map_err(|e| {
+            RememberCallError::Unrememberable(format!(
+                "the settings in force do not hold against the pins as they are now: {e}"
+            ))
+        })?;
+    Ok(Loaded {
+        policy,
+        ..loaded.clone()
+    })
+}
+
 /// Adds the narrowest rules for the call to `loaded`'s settings file, after
 /// checking that with them the call is allowed; returns the rules that allow it
 /// (some may have been there already).
@@ -212,6 +236,14 @@ pub fn remember_call(
     tool: &str,
     input: &Value,
 ) -> Result<Vec<String>, RememberCallError> {
+    let fresh;
+    let loaded = match McpToolName::parse(tool) {
+        Some(_) => {
+            fresh = with_current_pins(loaded)?;
+            &fresh
+        }
+        None => loaded,
+    };
     let rules = narrowest_rules(loaded, tool, input)?;
     let call = match McpToolName::parse(tool) {
         Some(n) => Call::Mcp(n),

@@ -193,3 +193,52 @@ fn a_shared_server_serves_every_task_from_one_process() {
     drop(d);
     wait_until("the shared server's end with the daemon", || !alive(pid));
 }
+
+#[test]
+fn approve_remember_of_an_mcp_call_writes_its_narrowest_key_rule() {
+    let api = FakeApi::start(vec![
+        Reply::tool("a", "mcp__hostile__echo", json!({"text": "a*b, (c)=d"})),
+        Reply::text("one"),
+        Reply::tool("b", "mcp__hostile__echo", json!({"text": "a*b, (c)=d"})),
+        Reply::text("two"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    hostile(&root, json!({"env": {}}));
+    let d = Daemon::start(&root);
+    let first = d.submit("one");
+    wait_until("the approval", || {
+        !root.events_of("approval_requested").is_empty()
+    });
+    let approval = root.events_of("approval_requested")[0]["approval_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let out = root.run(&["approve", &approval, "--remember"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(d.wait_finished(&first)["stop_reason"], "end_turn");
+    let resolved = root.events_of("approval_resolved");
+    let rule = resolved[0]["remembered"][0].as_str().unwrap().to_string();
+    assert_eq!(rule, r"mcp__hostile__echo(text=a\*b\, \(c\)\=d, !)");
+    // The same call in the next task is allowed by that rule, with no approval.
+    let second = d.submit("two");
+    assert_eq!(d.wait_finished(&second)["stop_reason"], "end_turn");
+    assert_eq!(
+        text(&last_results(&api.requests()[3].body)[0]),
+        "a*b, (c)=d"
+    );
+    assert_eq!(root.events_of("approval_requested").len(), 1);
+    let decisions = root.events_of("policy_decision");
+    assert_eq!(decisions.last().unwrap()["rule"], json!(rule));
+    // One more key, or another value, is not covered.
+    for input in [
+        r#"{"text": "a*b, (c)=d", "n": 1}"#,
+        r#"{"text": "a*b, (c)=e"}"#,
+    ] {
+        let out = root.run(&["policy", "test", "mcp__hostile__echo", input]);
+        assert_eq!(out.status.code(), Some(3), "{input}: {}", stdout(&out));
+    }
+}

@@ -243,6 +243,24 @@ fn a_changed_definition_is_withheld_and_denied_until_pinned() {
     // The lock file is untouched until an operator accepts the change.
     let unchanged = std::fs::read_to_string(root.dir.join("policies/mcp.lock.json")).unwrap();
     assert_eq!(serde_json::from_str::<Value>(&unchanged).unwrap(), before);
+    // Without a daemon `mcp list` starts the server itself and shows the drift.
+    let list = root
+        .command(&["mcp", "list", "--json"])
+        .env("HOSTILE_STATE_SRC", &state)
+        .output()
+        .unwrap();
+    assert!(list.status.success(), "{}", stderr(&list));
+    let list: Value = serde_json::from_str(&crate::common::stdout(&list)).unwrap();
+    let tools = list["servers"][0]["tools"].as_array().unwrap();
+    let echo = tools.iter().find(|t| t["name"] == "echo").unwrap();
+    assert_eq!(echo["state"], "changed", "{echo}");
+    assert_ne!(echo["pinned_sha256"], echo["live_sha256"]);
+    assert!(
+        tools
+            .iter()
+            .filter(|t| t["name"] != "echo")
+            .all(|t| t["state"] == "pinned")
+    );
     let pin = root
         .command(&["mcp", "pin", "hostile"])
         .env("HOSTILE_STATE_SRC", &state)
