@@ -156,11 +156,7 @@ pub fn render_result(
     }
     if let Some(cut) = &spool_cut {
         // The model is told too, so it does not read the file for what is not there.
-        content.push_str(&format!(
-            "[note: the full output file holds {} of {output_bytes} bytes: {}]\n",
-            cut.kept_bytes,
-            cut_why(cut.reason)
-        ));
+        content.push_str(&spool_note(cut, output_bytes));
     }
     ToolResult {
         content,
@@ -197,11 +193,7 @@ pub fn render_text(
         });
     }
     if let Some(cut) = &spool_cut {
-        content.push_str(&format!(
-            "[note: the full output file holds {} of {output_bytes} bytes: {}]\n",
-            cut.kept_bytes,
-            cut_why(cut.reason)
-        ));
+        content.push_str(&spool_note(cut, output_bytes));
     }
     ToolResult {
         content,
@@ -225,6 +217,15 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)?;
     out.write_all(bytes)
+}
+
+/// What the model is told when the `.out` file does not hold all of the output.
+fn spool_note(cut: &SpoolCut, output_bytes: u64) -> String {
+    format!(
+        "[note: the full output file holds {} of {output_bytes} bytes: {}]\n",
+        cut.kept_bytes,
+        cut_why(cut.reason)
+    )
 }
 
 /// Why output was not kept, for the model and the `.out` file.
@@ -351,5 +352,34 @@ fn copy_spool(spool: &Path, out: &mut std::fs::File, budget: &SpoolBudget) -> st
         )
         .is_ok();
         copied += n as u64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_made_in_the_daemon_is_capped_for_the_model_and_kept_whole() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("c1.out");
+        let text = format!("{}middle{}", "a".repeat(500), "z".repeat(500));
+        let budget = SpoolBudget::unlimited();
+        let r = render_text(&text, false, 100, Some((&path, &budget)));
+        assert!(r.truncated);
+        assert!(
+            r.content.starts_with("aaaa") && r.content.contains("chars omitted"),
+            "{}",
+            r.content
+        );
+        assert_eq!(r.output_bytes, 1006);
+        assert_eq!(std::fs::read_to_string(&path).expect("kept"), text);
+        assert_eq!(r.spool_cut, None);
+        // Past the task's budget the file holds what fits, and the model is told.
+        let small = SpoolBudget::new(0, Default::default(), dir.path().to_path_buf(), 0);
+        let r = render_text(&text, true, 100, Some((&path, &small)));
+        assert!(r.is_error);
+        assert_eq!(r.spool_cut.map(|c| c.not_kept_bytes), Some(1006));
+        assert!(r.content.contains("holds 0 of 1006 bytes"), "{}", r.content);
     }
 }
