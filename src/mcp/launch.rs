@@ -168,18 +168,26 @@ fn bare(loaded: &Loaded, command: &ServerCommand) -> Result<Launched, String> {
         return Err("the server's pipes are missing".into());
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let exited = Box::pin(async move {
+    let (ended, mut exit) = tokio::sync::watch::channel(None);
+    // The child is owned here, not by the future handed out: the process lives
+    // until `keep` is dropped, whoever awaits its end.
+    tokio::spawn(async move {
         use std::os::unix::process::ExitStatusExt;
         let status = tokio::select! {
             s = child.wait() => s,
             _ = stopped => { let _ = child.kill().await; child.wait().await }
         };
-        status
+        let status = status
             .map(|s| ExitStatus {
                 code: s.code(),
                 signal: s.signal(),
             })
-            .unwrap_or_default()
+            .unwrap_or_default();
+        let _ = ended.send(Some(status));
+    });
+    let exited = Box::pin(async move {
+        let ended = exit.wait_for(Option::is_some).await.map(|e| *e);
+        ended.ok().flatten().unwrap_or_default()
     });
     Ok(Launched {
         read: Box::pin(stdout),
