@@ -146,11 +146,15 @@ fn the_next_start_removes_a_dead_harnessd_s_call_cgroups() {
         eprintln!("no writable cgroup tree on this machine ({why}): no stale cgroup to plant");
         return;
     }
-    // A pid that is not running: a reaped child's.
-    let dead = std::process::Command::new("true")
-        .spawn()
-        .and_then(|mut c| c.wait().map(|_| c.id()))
+    // A pid that cannot be running: above the kernel's largest. (A reaped child's
+    // pid could be reused at once by a harnessd this test or another starts, whose
+    // fresh cgroup a concurrent sweep would then take for the dead one's.)
+    let pid_max: u32 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .unwrap()
+        .trim()
+        .parse()
         .unwrap();
+    let dead = pid_max + 1;
     let planted: Vec<PathBuf> = parents
         .iter()
         .map(|p| p.join(format!("harnessd-{dead}-0")))

@@ -149,7 +149,11 @@ impl TestRoot {
     pub fn events(&self) -> Vec<Value> {
         let text =
             std::fs::read_to_string(self.dir.join("transcripts/events.jsonl")).unwrap_or_default();
-        text.lines()
+        // A line still being written (no newline yet) is not read: a test may read
+        // while a daemon appends.
+        let complete = text.rfind('\n').map_or("", |end| &text[..end]);
+        complete
+            .lines()
             .map(|l| {
                 serde_json::from_str(l).unwrap_or_else(|e| panic!("bad event line {l:?}: {e}"))
             })
