@@ -79,18 +79,6 @@ impl std::fmt::Debug for Server {
     }
 }
 
-/// A server's state as `mcp list` shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RunState {
-    /// Not started (or stopped).
-    Stopped,
-    /// Running.
-    Running,
-    /// Dead, and held back until the backoff passes.
-    Backoff,
-}
-
 impl Server {
     pub(super) fn new(spec: ServerSpec, task_id: Option<String>, hub: Hub) -> Server {
         Server {
@@ -119,16 +107,6 @@ impl Server {
         *self.last_listed.lock().unwrap_or_else(|p| p.into_inner()) = Some(listed.clone());
     }
 
-    /// Whether it is running, stopped, or held back.
-    pub async fn run_state(&self) -> RunState {
-        let state = self.state.lock().await;
-        match &state.live {
-            Some(live) if live.exit.borrow().is_none() => RunState::Running,
-            _ if state.not_before.is_some_and(|t| t > Instant::now()) => RunState::Backoff,
-            _ => RunState::Stopped,
-        }
-    }
-
     /// The tools it lists now, starting it if it is not running.
     pub async fn listed(&self, loaded: &Loaded) -> Result<Arc<Vec<ToolDefinition>>, McpError> {
         Ok(self.connection(loaded).await?.1)
@@ -149,7 +127,7 @@ impl Server {
                 self.state.lock().await.failures = 0;
                 Ok(answer)
             }
-            Err(ClientError::Closed) => Err(self.died(exit).await),
+            Err(ClientError::Closed) => Err(self.died(&conn, exit).await),
             Err(e) => Err(McpError::Client(self.name().to_string(), e)),
         }
     }
@@ -158,18 +136,32 @@ impl Server {
         &self.spec.name
     }
 
-    /// The server's end after its connection closed: waits briefly for the exit
-    /// status, drops the live process, holds the next start back.
-    async fn died(&self, mut exit: watch::Receiver<Option<ExitStatus>>) -> McpError {
+    /// The server's end after `conn` closed: waits briefly for the exit status,
+    /// drops the live process, holds the next start back. A shared server another
+    /// call already started again is left running.
+    async fn died(
+        &self,
+        conn: &Arc<Connection>,
+        mut exit: watch::Receiver<Option<ExitStatus>>,
+    ) -> McpError {
         let status = tokio::time::timeout(Duration::from_secs(2), exit.wait_for(Option::is_some))
             .await
             .ok()
             .and_then(|r| r.ok().and_then(|s| *s));
         let mut state = self.state.lock().await;
-        state.live = None;
-        state.failures += 1;
-        let wait = backoff(state.failures);
-        state.not_before = Some(Instant::now() + wait);
+        let same = state
+            .live
+            .as_ref()
+            .is_some_and(|l| Arc::ptr_eq(&l.conn, conn));
+        if same {
+            state.live = None;
+            state.failures += 1;
+            let wait = backoff(state.failures);
+            state.not_before = Some(Instant::now() + wait);
+        }
+        let wait = state.not_before.map_or(Duration::ZERO, |t| {
+            t.saturating_duration_since(Instant::now())
+        });
         McpError::Died {
             server: self.name().to_string(),
             status: status
