@@ -425,3 +425,45 @@ fn a_huge_bad_rule_is_quoted_by_its_start() {
     );
     assert!(err.len() < 4000, "{} bytes of error", err.len());
 }
+
+#[test]
+fn check_warns_about_a_servers_paths_that_weaken_the_boundary_as_about_the_tools() {
+    let r = root();
+    std::fs::write(r.dir.join("config/key"), "sk-not-a-real-key").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        r.dir.join("config/key"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    r.set_config("api", "api_key_file", "\"config/key\"");
+    r.edit_settings(|s| {
+        s["mcp"]["servers"]["srv"] = serde_json::json!({
+            "command": ["/bin/true"],
+            "write": ["policies", "transcripts", "run", "workspace"],
+            "read": ["config/key", "/proc", "/usr"],
+        });
+    });
+    let out = r.run(&["check"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let warned = warnings(&out);
+    let named = |list: &str, entry: &str| {
+        warned
+            .iter()
+            .any(|w| w.contains(&format!("mcp.servers.srv.{list} entry {entry:?}")))
+    };
+    for (list, entry) in [
+        ("write", "policies"),
+        ("write", "transcripts"),
+        ("write", "run"),
+        ("read", "config/key"),
+        ("read", "/proc"),
+    ] {
+        assert!(
+            named(list, entry),
+            "no warning names {list} {entry:?}: {warned:#?}"
+        );
+    }
+    assert!(!named("write", "workspace"), "{warned:#?}");
+    assert!(!named("read", "/usr"), "{warned:#?}");
+}
