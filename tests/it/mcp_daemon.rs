@@ -183,3 +183,34 @@ fn a_shared_server_serves_every_task_from_one_process() {
     drop(d);
     wait_until("the shared server's end with the daemon", || !alive(pid));
 }
+
+#[test]
+fn a_shared_server_removed_from_the_settings_is_stopped_at_the_reload() {
+    let api = FakeApi::start(vec![
+        Reply::tool("a", "mcp__hostile__echo", json!({"text": "first"})),
+        Reply::text("one"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    hostile(&root, json!({"env": {}, "shared": true}));
+    root.edit_settings(|s| s["tools"]["allow"] = json!(["mcp__hostile"]));
+    let d = Daemon::start(&root);
+    let id = d.submit("one");
+    assert_eq!(d.wait_finished(&id)["stop_reason"], "end_turn");
+    let pid = started_pids(&root)[0];
+    assert!(alive(pid), "a shared server outlives its task");
+    let loaded = root.events_of("config_loaded").len();
+    root.edit_settings(|s| {
+        s["mcp"]["servers"]
+            .as_object_mut()
+            .unwrap()
+            .remove("hostile");
+        s["tools"]["allow"] = json!([]);
+    });
+    wait_until("the reload", || {
+        root.events_of("config_loaded").len() > loaded
+    });
+    // No task will ever use it again: it must not keep running (with its write
+    // set and network) until the daemon stops.
+    wait_until("the removed server's end", || !alive(pid));
+    drop(d);
+}
