@@ -214,3 +214,44 @@ fn a_shared_server_removed_from_the_settings_is_stopped_at_the_reload() {
     wait_until("the removed server's end", || !alive(pid));
     drop(d);
 }
+
+/// The pids of the processes whose command line is `sleep <arg>`.
+fn sleeping(arg: &str) -> Vec<i64> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i64>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if cmdline == format!("sleep\0{arg}\0").as_bytes() && alive(pid) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+#[test]
+fn a_task_cancelled_while_its_server_never_answers_the_handshake_ends_at_once() {
+    let api = FakeApi::start(vec![Reply::text("done")]);
+    let root = TestRoot::new(&api.url);
+    // A program that never speaks: the task's first turn waits for its handshake
+    // to pin its tools.
+    let arg = format!("{}", 7000 + std::process::id() % 1000);
+    crate::common::mcp::add_server(&root, "mute", json!({"command": ["sleep", arg]}));
+    let d = Daemon::start(&root);
+    let id = d.submit("hello");
+    wait_until("the mute server's start", || !sleeping(&arg).is_empty());
+    let started = std::time::Instant::now();
+    let (status, _) = d.request("POST", &format!("/v1/tasks/{id}/cancel"), None);
+    assert_eq!(status, 202);
+    let task = d.wait_finished(&id);
+    assert_eq!(task["stop_reason"], "cancelled", "{task}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "the cancel waited {:?} for the handshake's timeout",
+        started.elapsed()
+    );
+    wait_until("the mute server's end", || sleeping(&arg).is_empty());
+    // A stop the cancel asked for is not a death.
+    assert!(root.events_of("mcp_server_exited").is_empty());
+}
