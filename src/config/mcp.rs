@@ -251,6 +251,17 @@ fn validate_stdio(
     match argv.first() {
         None => return Err((at("command"), "names no program".into())),
         Some(p) if p.is_empty() => return Err((at("command[0]"), "empty program".into())),
+        // Found from the server's working directory, the workspace, which tools
+        // write: whatever they put there would run with the server's rights.
+        Some(p) if p.contains('/') && !p.starts_with('/') => {
+            return Err((
+                at("command[0]"),
+                format!(
+                    "{p:?} is a relative path, which would run from the workspace; give a \
+                     program on the sandbox's PATH or an absolute path"
+                ),
+            ));
+        }
         Some(_) => {}
     }
     if let Some(i) = argv.iter().position(|a| a.contains('\0')) {
@@ -479,6 +490,16 @@ mod tests {
             r#"{"servers": {"g": {"command": ["x"], "env": {"K": "HARNESSD_ROOT"}}}}"#,
             "mcp.servers.g.env.K",
             "daemon's own",
+        ),
+        (
+            r#"{"servers": {"g": {"command": ["./server.sh"]}}}"#,
+            "mcp.servers.g.command[0]",
+            "relative path",
+        ),
+        (
+            r#"{"servers": {"g": {"command": ["bin/server"]}}}"#,
+            "mcp.servers.g.command[0]",
+            "relative path",
         ),
         (
             r#"{"servers": {"g": {"command": ["x"], "timeout_secs": 0}}}"#,
