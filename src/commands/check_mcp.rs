@@ -64,6 +64,40 @@ fn found(program: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// Warnings for the entries of a server's `command` that name a file tools may
+/// write (under `allowed_paths.write`; a relative one is found from the server's
+/// working directory, the workspace): whatever a tool puts there runs as the
+/// server, with its variables, write set and network.
+fn writable_code(loaded: &Loaded, name: &str, command: &[String]) -> Vec<String> {
+    let root = &loaded.paths.root;
+    let writable: Vec<PathBuf> = loaded
+        .policy
+        .settings
+        .allowed_paths
+        .write
+        .iter()
+        .map(|p| resolve(root, p))
+        .filter(|p| p.is_dir())
+        .collect();
+    command
+        .iter()
+        .enumerate()
+        .filter_map(|(i, arg)| {
+            let path = loaded.paths.workspace.join(arg);
+            let tree = writable.iter().find(|t| path.starts_with(t))?;
+            path.is_file().then(|| {
+                format!(
+                    "mcp.servers.{name}.command[{i}] {arg:?} is {} in {}, which tools may \
+                     write: what they put there runs as the server, with its variables and \
+                     rights; install the server outside the trees tools write",
+                    loaded.paths.display(&path),
+                    loaded.paths.display(tree)
+                )
+            })
+        })
+        .collect()
+}
+
 /// The warnings about servers and MCP rules.
 pub fn warnings(loaded: &Loaded, pins: &crate::protocol::mcp::PinFile) -> Vec<String> {
     let s = &loaded.policy.settings;
@@ -97,6 +131,7 @@ pub fn warnings(loaded: &Loaded, pins: &crate::protocol::mcp::PinFile) -> Vec<St
                     }
                 }
             }
+            out.extend(writable_code(loaded, name, command));
             if server.network() {
                 out.push(format!(
                     "mcp.servers.{name} has network: true: the server can reach any host, and \

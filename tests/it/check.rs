@@ -467,3 +467,36 @@ fn check_warns_about_a_servers_paths_that_weaken_the_boundary_as_about_the_tools
     assert!(!named("write", "workspace"), "{warned:#?}");
     assert!(!named("read", "/usr"), "{warned:#?}");
 }
+
+#[test]
+fn check_warns_about_a_server_running_code_from_a_tree_tools_write() {
+    let r = root();
+    let ws = r.dir.join("workspace");
+    std::fs::write(ws.join("server.py"), "print()\n").unwrap();
+    std::fs::create_dir_all(ws.join("lib")).unwrap();
+    std::fs::write(ws.join("lib/main.js"), "\n").unwrap();
+    let abs = ws.join("lib/main.js").display().to_string();
+    r.edit_settings(|s| {
+        s["mcp"]["servers"]["rel"] = serde_json::json!({"command": ["python3", "server.py"]});
+        s["mcp"]["servers"]["abs"] = serde_json::json!({"command": ["node", abs, "stdio"]});
+        s["mcp"]["servers"]["fine"] =
+            serde_json::json!({"command": ["python3", "-m", "mcp_server_time"]});
+    });
+    let out = r.run(&["check"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let warned = warnings(&out);
+    let named = |key: &str| {
+        warned
+            .iter()
+            .any(|w| w.contains(key) && w.contains("tools may write"))
+    };
+    assert!(named("mcp.servers.rel.command[1]"), "{warned:#?}");
+    assert!(named("mcp.servers.abs.command[1]"), "{warned:#?}");
+    assert!(
+        !warned
+            .iter()
+            .any(|w| w.contains("mcp.servers.fine.command[")),
+        "{warned:#?}"
+    );
+    assert!(!named("mcp.servers.abs.command[2]"), "{warned:#?}");
+}
