@@ -139,6 +139,17 @@ pub fn warnings(loaded: &Loaded, pins: &crate::protocol::mcp::PinFile) -> Vec<St
                 ));
             }
         }
+        if let Some(key) = &loaded.config.api.api_key_file {
+            let key = resolve(&loaded.paths.root, key);
+            for (header, file) in server.headers_file() {
+                if resolve(&loaded.paths.root, file) == key {
+                    out.push(format!(
+                        "mcp.servers.{name}.headers_file.{header} is the API key file: the \
+                         daemon would send the API key to that server"
+                    ));
+                }
+            }
+        }
         if let Some(url) = &server.url
             && url.starts_with("http://")
             && !["http://127.0.0.1", "http://localhost", "http://[::1]"]

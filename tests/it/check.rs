@@ -500,3 +500,31 @@ fn check_warns_about_a_server_running_code_from_a_tree_tools_write() {
     );
     assert!(!named("mcp.servers.abs.command[2]"), "{warned:#?}");
 }
+
+#[test]
+fn check_warns_about_a_remote_server_sent_the_api_key_file() {
+    let r = root();
+    r.set_config("api", "api_key_file", "\"config/key\"");
+    std::fs::write(r.dir.join("config/key"), "sk-not-a-real-key").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        r.dir.join("config/key"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    let key = r.dir.join("config/key").display().to_string();
+    r.edit_settings(|s| {
+        s["mcp"]["servers"]["r"] = serde_json::json!({
+            "url": "https://mcp.example.com/mcp",
+            "headers_file": {"Authorization": key},
+        });
+    });
+    let out = r.run(&["check"]);
+    let warned = warnings(&out);
+    assert!(
+        warned
+            .iter()
+            .any(|w| w.contains("mcp.servers.r.headers_file.Authorization is the API key file")),
+        "{warned:#?}"
+    );
+}
