@@ -98,6 +98,24 @@ fn writable_code(loaded: &Loaded, name: &str, command: &[String]) -> Vec<String>
         .collect()
 }
 
+/// The warning for `python -m`, which imports the module from its working
+/// directory (the workspace) before its installed packages.
+fn python_module(name: &str, command: &[String]) -> Option<String> {
+    let program = command.first()?;
+    let python = Path::new(program)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("python"));
+    (python && command.iter().skip(1).any(|a| a == "-m")).then(|| {
+        format!(
+            "mcp.servers.{name}: `python -m` imports from its working directory, the \
+             workspace tools write, before its installed packages: a module a tool puts \
+             there under the same name runs as the server; run the module's script by \
+             path (e.g. the venv's bin/ entry point) instead"
+        )
+    })
+}
+
 /// The warnings about servers and MCP rules.
 pub fn warnings(loaded: &Loaded, pins: &crate::protocol::mcp::PinFile) -> Vec<String> {
     let s = &loaded.policy.settings;
@@ -132,6 +150,7 @@ pub fn warnings(loaded: &Loaded, pins: &crate::protocol::mcp::PinFile) -> Vec<St
                 }
             }
             out.extend(writable_code(loaded, name, command));
+            out.extend(python_module(name, command));
             if server.network() {
                 out.push(format!(
                     "mcp.servers.{name} has network: true: the server can reach any host, and \

@@ -479,7 +479,7 @@ fn check_warns_about_a_server_running_code_from_a_tree_tools_write() {
     r.edit_settings(|s| {
         s["mcp"]["servers"]["rel"] = serde_json::json!({"command": ["python3", "server.py"]});
         s["mcp"]["servers"]["abs"] = serde_json::json!({"command": ["node", abs, "stdio"]});
-        s["mcp"]["servers"]["fine"] =
+        s["mcp"]["servers"]["module"] =
             serde_json::json!({"command": ["python3", "-m", "mcp_server_time"]});
     });
     let out = r.run(&["check"]);
@@ -495,10 +495,18 @@ fn check_warns_about_a_server_running_code_from_a_tree_tools_write() {
     assert!(
         !warned
             .iter()
-            .any(|w| w.contains("mcp.servers.fine.command[")),
+            .any(|w| w.contains("mcp.servers.module.command[")),
         "{warned:#?}"
     );
     assert!(!named("mcp.servers.abs.command[2]"), "{warned:#?}");
+    // `python -m` finds the module in the working directory, the workspace, first.
+    assert!(
+        warned
+            .iter()
+            .any(|w| w
+                .contains("mcp.servers.module: `python -m` imports from its working directory")),
+        "{warned:#?}"
+    );
 }
 
 #[test]
