@@ -320,17 +320,34 @@ pub async fn run_reloader(
     events: EventLog,
     cancel: CancellationToken,
 ) -> Result<(), EventError> {
-    watch(live, events, futures::stream::pending().boxed(), cancel).await
+    watch(
+        live,
+        events,
+        futures::stream::pending().boxed(),
+        cancel,
+        None,
+    )
+    .await
+}
+
+/// After a reload: the daemon's shared MCP servers the settings no longer have as
+/// they were started are let go of (a task using one keeps it until it ends).
+fn retain_shared(mcp: Option<&crate::mcp::Hub>, live: &LiveConfig) {
+    if let Some(hub) = mcp {
+        hub.retain_shared(&live.current());
+    }
 }
 
 /// Watches the files, and reloads at every item of `hangups` (SIGHUP, installed by
-/// the command entry), until `cancel` fires. Errors setting up the watcher are
-/// reported and leave `hangups` as the only trigger.
+/// the command entry), until `cancel` fires; after each reload, `mcp`'s shared
+/// servers the settings no longer have are let go of. Errors setting up the
+/// watcher are reported and leave `hangups` as the only trigger.
 pub async fn watch(
     live: Arc<LiveConfig>,
     events: EventLog,
     mut hangups: BoxStream<'static, ()>,
     cancel: CancellationToken,
+    mcp: Option<crate::mcp::Hub>,
 ) -> Result<(), EventError> {
     let (tx, mut rx) = mpsc::unbounded_channel::<notify::Event>();
     let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
@@ -364,6 +381,7 @@ pub async fn watch(
             }
             Some(()) = hangups.next() => {
                 reload_and_record(&live, &events, Trigger::Sighup, None).await?;
+                retain_shared(mcp.as_ref(), &live);
             }
             () = async { match deadline { Some(d) => tokio::time::sleep_until(d.into()).await, None => std::future::pending().await } } => {
                 if debounce.take_due(Instant::now()) {
@@ -374,6 +392,7 @@ pub async fn watch(
                         in_view = now;
                     }
                     reload_and_record(&live, &events, Trigger::Watch, None).await?;
+                    retain_shared(mcp.as_ref(), &live);
                 }
             }
         }

@@ -111,13 +111,6 @@ impl Prepared {
             loaded.clone(),
             reload_judge(&executor, &loaded),
         ));
-        let stop_reloader = stop;
-        let reloader = tracker.spawn(crate::reload::watch(
-            live.clone(),
-            events.clone(),
-            opts.hangups,
-            stop_reloader.clone(),
-        ));
         let mcp = crate::mcp::Hub::new(
             Arc::new(crate::mcp::launch::Sandboxed {
                 executor: executor.clone(),
@@ -125,6 +118,14 @@ impl Prepared {
             Some(events.clone()),
             crate::config::lock_file(&loaded.paths.root),
         );
+        let stop_reloader = stop;
+        let reloader = tracker.spawn(crate::reload::watch(
+            live.clone(),
+            events.clone(),
+            opts.hangups,
+            stop_reloader.clone(),
+            Some(mcp.clone()),
+        ));
         Ok(Services {
             loaded,
             live,

@@ -92,7 +92,7 @@ pub(super) async fn pin_new(
         let Some(s) = env.mcp.server(loaded, name, task_id) else {
             continue;
         };
-        match s.listed(loaded).await {
+        match s.listed(loaded, &env.cancel).await {
             Ok(_) => {}
             Err(McpError::Log(e)) => return Err(e),
             Err(e) => tracing::warn!("{e}; its tools are not offered"),
@@ -167,7 +167,7 @@ pub(super) async fn admit(
     if decision.tier != Tier::Deny
         && let Some(s) = env.mcp.server(loaded, server, task_id)
     {
-        match s.listed(loaded).await {
+        match s.listed(loaded, &env.cancel).await {
             Ok(listed) => {
                 decision = policy::decide_mcp(&loaded.policy, subject(is_current(&listed, pinned)));
             }

@@ -204,6 +204,36 @@ pub fn shared_filesystem(workspace: &Path, transcripts: &Path) -> Option<String>
     })
 }
 
+/// The path lists `check` judges: `allowed_paths`, and each stdio server's own
+/// `read` and `write` (a server is confined like a tool), each with its key and
+/// whom it gives access.
+fn path_lists(s: &crate::config::Settings) -> Vec<(String, String, &Vec<String>)> {
+    let mut lists = vec![
+        (
+            "allowed_paths.read".to_string(),
+            "tools".to_string(),
+            &s.allowed_paths.read,
+        ),
+        (
+            "allowed_paths.write".to_string(),
+            "tools".to_string(),
+            &s.allowed_paths.write,
+        ),
+    ];
+    for (name, server) in &s.mcp.servers {
+        for (list, entries) in [("read", &server.read), ("write", &server.write)] {
+            if let Some(entries) = entries {
+                lists.push((
+                    format!("mcp.servers.{name}.{list}"),
+                    format!("server {name}"),
+                    entries,
+                ));
+            }
+        }
+    }
+    lists
+}
+
 /// Every warning `check` prints about the settings, in a stable order.
 pub fn warnings(loaded: &Loaded, homes: &[PathBuf]) -> Vec<String> {
     let s = &loaded.policy.settings;
@@ -211,11 +241,8 @@ pub fn warnings(loaded: &Loaded, homes: &[PathBuf]) -> Vec<String> {
     let write_guard = guarded_for_write(loaded);
     let read_guard = guarded_for_read(loaded, homes);
     let mut out = Vec::new();
-    let lists = [
-        ("read", &s.allowed_paths.read),
-        ("write", &s.allowed_paths.write),
-    ];
-    for (list, entries) in lists {
+    let lists = path_lists(s);
+    for (list, who, entries) in lists {
         for entry in entries.iter() {
             let allowed = normalise(&resolve(&loaded.paths.root, entry));
             let mut check = |access: &str, guard: &[Guarded], advice: &str| {
@@ -225,25 +252,32 @@ pub fn warnings(loaded: &Loaded, homes: &[PathBuf]) -> Vec<String> {
                     .collect();
                 if !what.is_empty() {
                     out.push(format!(
-                        "allowed_paths.{list} entry {entry:?} gives tools {access} access to {}; \
-                         {advice}",
+                        "{list} entry {entry:?} gives {who} {access} access to {}; {advice}",
                         what.join(", ")
                     ));
                 }
             };
-            if list == "write" {
+            let (actor, readers) = if who == "tools" {
+                ("a tool", "tools need")
+            } else {
+                ("the server", "the server needs")
+            };
+            if list.ends_with(".write") {
                 check(
                     "write",
                     &write_guard,
-                    "a tool could then change its own policy, the audit record or the control \
-                     socket: allow writing to the workspace (or directories outside the root) only",
+                    &format!(
+                        "{actor} could then change its own policy, the audit record or the \
+                         control socket: allow writing to the workspace (or directories outside \
+                         the root) only"
+                    ),
                 );
             }
             // Write access includes read access (docs/sandbox.md: read ∪ write).
             check(
                 "read",
                 &read_guard,
-                "list only the directories tools need to read",
+                &format!("list only the directories {readers} to read"),
             );
         }
     }

@@ -64,6 +64,58 @@ fn found(program: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// Warnings for the entries of a server's `command` that name a file tools may
+/// write (under `allowed_paths.write`; a relative one is found from the server's
+/// working directory, the workspace): whatever a tool puts there runs as the
+/// server, with its variables, write set and network.
+fn writable_code(loaded: &Loaded, name: &str, command: &[String]) -> Vec<String> {
+    let root = &loaded.paths.root;
+    let writable: Vec<PathBuf> = loaded
+        .policy
+        .settings
+        .allowed_paths
+        .write
+        .iter()
+        .map(|p| resolve(root, p))
+        .filter(|p| p.is_dir())
+        .collect();
+    command
+        .iter()
+        .enumerate()
+        .filter_map(|(i, arg)| {
+            let path = loaded.paths.workspace.join(arg);
+            let tree = writable.iter().find(|t| path.starts_with(t))?;
+            path.is_file().then(|| {
+                format!(
+                    "mcp.servers.{name}.command[{i}] {arg:?} is {} in {}, which tools may \
+                     write: what they put there runs as the server, with its variables and \
+                     rights; install the server outside the trees tools write",
+                    loaded.paths.display(&path),
+                    loaded.paths.display(tree)
+                )
+            })
+        })
+        .collect()
+}
+
+/// The warning for `python -m`, which imports the module from its working
+/// directory (the workspace) before its installed packages.
+fn python_module(name: &str, command: &[String]) -> Option<String> {
+    let program = command.first()?;
+    let python = Path::new(program)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("python"));
+    (python && command.iter().skip(1).any(|a| a == "-m")).then(|| {
+        format!(
+            "mcp.servers.{name}: `python -m` imports from its working directory, the \
+             workspace tools write, before its installed packages: a module a tool puts \
+             there under the same name runs as the server; run the module's script by \
+             path (e.g. the venv's bin/ entry point) instead"
+        )
+    })
+}
+
 /// The warnings about servers and MCP rules.
 pub fn warnings(loaded: &Loaded, pins: &crate::protocol::mcp::PinFile) -> Vec<String> {
     let s = &loaded.policy.settings;
@@ -97,11 +149,24 @@ pub fn warnings(loaded: &Loaded, pins: &crate::protocol::mcp::PinFile) -> Vec<St
                     }
                 }
             }
+            out.extend(writable_code(loaded, name, command));
+            out.extend(python_module(name, command));
             if server.network() {
                 out.push(format!(
                     "mcp.servers.{name} has network: true: the server can reach any host, and \
                      send what it reads there"
                 ));
+            }
+        }
+        if let Some(key) = &loaded.config.api.api_key_file {
+            let key = resolve(&loaded.paths.root, key);
+            for (header, file) in server.headers_file() {
+                if resolve(&loaded.paths.root, file) == key {
+                    out.push(format!(
+                        "mcp.servers.{name}.headers_file.{header} is the API key file: the \
+                         daemon would send the API key to that server"
+                    ));
+                }
             }
         }
         if let Some(url) = &server.url

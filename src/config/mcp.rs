@@ -236,7 +236,7 @@ fn validate_server(
                     ),
                 ));
             }
-            validate_remote(key, server, url)
+            validate_remote(key, server, url, api_key_env)
         }
     }
 }
@@ -251,6 +251,17 @@ fn validate_stdio(
     match argv.first() {
         None => return Err((at("command"), "names no program".into())),
         Some(p) if p.is_empty() => return Err((at("command[0]"), "empty program".into())),
+        // Found from the server's working directory, the workspace, which tools
+        // write: whatever they put there would run with the server's rights.
+        Some(p) if p.contains('/') && !p.starts_with('/') => {
+            return Err((
+                at("command[0]"),
+                format!(
+                    "{p:?} is a relative path, which would run from the workspace; give a \
+                     program on the sandbox's PATH or an absolute path"
+                ),
+            ));
+        }
         Some(_) => {}
     }
     if let Some(i) = argv.iter().position(|a| a.contains('\0')) {
@@ -273,17 +284,8 @@ fn validate_stdio(
                 ),
             ));
         }
-        if Some(outer) == api_key_env || outer == FORBIDDEN_ENV {
-            return Err((
-                k,
-                format!("{outer} holds the API key, which never reaches a server"),
-            ));
-        }
-        if outer.starts_with(DAEMON_ENV_PREFIX) {
-            return Err((
-                k,
-                format!("{outer} is the daemon's own variable, which never reaches a server"),
-            ));
+        if let Some(why) = never_sent(outer, api_key_env) {
+            return Err((k, why));
         }
     }
     for (list, paths) in [("read", server.read()), ("write", server.write())] {
@@ -294,7 +296,12 @@ fn validate_stdio(
     Ok(())
 }
 
-fn validate_remote(key: &str, server: &McpServer, url: &str) -> Result<(), McpProblem> {
+fn validate_remote(
+    key: &str,
+    server: &McpServer,
+    url: &str,
+    api_key_env: Option<&str>,
+) -> Result<(), McpProblem> {
     let at = |sub: &str| format!("{key}.{sub}");
     super::file::http_url(url).map_err(|why| (at("url"), format!("{url:?}: {why}")))?;
     let mut seen: Vec<String> = Vec::new();
@@ -327,12 +334,29 @@ fn validate_remote(key: &str, server: &McpServer, url: &str) -> Result<(), McpPr
                     ),
                 ));
             }
+            if list == "headers_env"
+                && let Some(why) = never_sent(source, api_key_env)
+            {
+                return Err((k, why));
+            }
             if list == "headers_file" && source.is_empty() {
                 return Err((k, "empty path".into()));
             }
         }
     }
     Ok(())
+}
+
+/// Why the daemon's variable `var` may never reach a server (in its environment
+/// or a remote one's headers), if it may not.
+fn never_sent(var: &str, api_key_env: Option<&str>) -> Option<String> {
+    if Some(var) == api_key_env || var == FORBIDDEN_ENV {
+        return Some(format!(
+            "{var} holds the API key, which never reaches a server"
+        ));
+    }
+    var.starts_with(DAEMON_ENV_PREFIX)
+        .then(|| format!("{var} is the daemon's own variable, which never reaches a server"))
 }
 
 /// `[A-Za-z_][A-Za-z0-9_]*`.
@@ -481,6 +505,16 @@ mod tests {
             "daemon's own",
         ),
         (
+            r#"{"servers": {"g": {"command": ["./server.sh"]}}}"#,
+            "mcp.servers.g.command[0]",
+            "relative path",
+        ),
+        (
+            r#"{"servers": {"g": {"command": ["bin/server"]}}}"#,
+            "mcp.servers.g.command[0]",
+            "relative path",
+        ),
+        (
             r#"{"servers": {"g": {"command": ["x"], "timeout_secs": 0}}}"#,
             "mcp.servers.g.timeout_secs",
             "greater than 0",
@@ -524,6 +558,21 @@ mod tests {
             r#"{"servers": {"r": {"url": "https://h/", "headers_env": {"A": "V"}, "headers_file": {"a": "/f"}}}}"#,
             "mcp.servers.r.headers_file.a",
             "given twice",
+        ),
+        (
+            r#"{"servers": {"r": {"url": "https://h/", "headers_env": {"A": "ANTHROPIC_API_KEY"}}}}"#,
+            "mcp.servers.r.headers_env.A",
+            "holds the API key",
+        ),
+        (
+            r#"{"servers": {"r": {"url": "https://h/", "headers_env": {"A": "MY_KEY"}}}}"#,
+            "mcp.servers.r.headers_env.A",
+            "holds the API key",
+        ),
+        (
+            r#"{"servers": {"r": {"url": "https://h/", "headers_env": {"A": "HARNESSD_ROOT"}}}}"#,
+            "mcp.servers.r.headers_env.A",
+            "daemon's own",
         ),
         (
             r#"{"servers": {"r": {"url": "https://h/", "headers_file": {"A": ""}}}}"#,

@@ -55,7 +55,7 @@ pub struct ServerRequest<'a> {
     /// Variables added to the tools' environment; the values travel in the job,
     /// never on a command line.
     pub env: &'a [(String, String)],
-    /// Working directory and `HOME`.
+    /// Working directory (its `HOME` is its private `/tmp`, not this).
     pub workspace: &'a Path,
     /// How to confine it, normally [`Confinement::for_server`].
     pub confine: &'a Confinement,

@@ -139,6 +139,26 @@ impl Hub {
         }
     }
 
+    /// Lets go of every shared server `loaded` no longer has as it was started
+    /// (removed, changed, or no longer `shared`), after a reload: one no task uses
+    /// stops now, one a task still uses when that task ends.
+    pub fn retain_shared(&self, loaded: &Loaded) {
+        let gone: Vec<Arc<Server>> = {
+            let mut shared = self.inner.shared.lock().unwrap_or_else(|p| p.into_inner());
+            let names: Vec<String> = shared
+                .iter()
+                .filter(|(name, s)| {
+                    super::spec::server_spec(loaded, name)
+                        .is_none_or(|(spec, is_shared)| !is_shared || spec != *s.spec())
+                })
+                .map(|(name, _)| name.clone())
+                .collect();
+            names.iter().filter_map(|n| shared.remove(n)).collect()
+        };
+        // Dropped outside the lock: a stop kills a process tree.
+        drop(gone);
+    }
+
     /// Stops every shared server (the daemon's end).
     pub fn stop_shared(&self) {
         self.inner

@@ -107,9 +107,14 @@ impl Server {
         *self.last_listed.lock().unwrap_or_else(|p| p.into_inner()) = Some(listed.clone());
     }
 
-    /// The tools it lists now, starting it if it is not running.
-    pub async fn listed(&self, loaded: &Loaded) -> Result<Arc<Vec<ToolDefinition>>, McpError> {
-        Ok(self.connection(loaded).await?.1)
+    /// The tools it lists now, starting it if it is not running; a start (or
+    /// re-list) `cancel` interrupts is given up, the process killed.
+    pub async fn listed(
+        &self,
+        loaded: &Loaded,
+        cancel: &CancellationToken,
+    ) -> Result<Arc<Vec<ToolDefinition>>, McpError> {
+        Ok(self.connection(loaded, cancel).await?.1)
     }
 
     /// Calls `tool`. A server that dies during the call is recorded and its next
@@ -121,7 +126,7 @@ impl Server {
         arguments: serde_json::Map<String, Value>,
         cancel: &CancellationToken,
     ) -> Result<Value, McpError> {
-        let (conn, _, exit) = self.connection(loaded).await?;
+        let (conn, _, exit) = self.connection(loaded, cancel).await?;
         match conn.call(tool, arguments, self.spec.timeout, cancel).await {
             Ok(answer) => {
                 self.state.lock().await.failures = 0;
@@ -175,6 +180,7 @@ impl Server {
     async fn connection(
         &self,
         loaded: &Loaded,
+        cancel: &CancellationToken,
     ) -> Result<
         (
             Arc<Connection>,
@@ -201,8 +207,10 @@ impl Server {
                     retry_in: t - Instant::now(),
                 });
             }
-            match self.start(loaded).await {
+            match self.start(loaded, cancel).await {
                 Ok(live) => state.live = Some(live),
+                // Not the server's failure: the next user starts it at once.
+                Err(e @ McpError::Client(_, ClientError::Cancelled)) => return Err(e),
                 Err(e) => {
                     // A server that cannot start is held back like one that died.
                     state.failures += 1;
@@ -215,7 +223,9 @@ impl Server {
             return Err(McpError::Internal("no live server after a start".into()));
         };
         if live.relist.swap(false, Ordering::SeqCst) {
-            let listed = live.conn.list_tools(self.spec.timeout).await;
+            let listed = self
+                .unless_cancelled(cancel, live.conn.list_tools(self.spec.timeout))
+                .await?;
             let listed = listed.map_err(|e| McpError::Client(self.name().to_string(), e))?;
             self.hub
                 .held_against_pins(self.task_id.as_deref(), self.name(), &listed)
@@ -226,9 +236,26 @@ impl Server {
         Ok((live.conn.clone(), live.listed.clone(), live.exit.clone()))
     }
 
+    /// `work`, unless `cancel` fires first: then it is dropped (a process it
+    /// started is killed) and the error says the task was cancelled.
+    async fn unless_cancelled<T>(
+        &self,
+        cancel: &CancellationToken,
+        work: impl std::future::Future<Output = T>,
+    ) -> Result<T, McpError> {
+        tokio::select! {
+            done = work => Ok(done),
+            () = cancel.cancelled() => {
+                Err(McpError::Client(self.name().to_string(), ClientError::Cancelled))
+            }
+        }
+    }
+
     /// Starts the process (or reaches the remote server), connects, lists its tools
-    /// and holds them against the pins.
-    async fn start(&self, loaded: &Loaded) -> Result<Live, McpError> {
+    /// and holds them against the pins. `cancel` interrupts the start, the
+    /// handshake and the listing (never the pinning, which writes the lock file
+    /// and its record together).
+    async fn start(&self, loaded: &Loaded, cancel: &CancellationToken) -> Result<Live, McpError> {
         let name = self.name().to_string();
         let events = self.hub.events()?;
         let (tx, exit) = watch::channel(None);
@@ -236,20 +263,21 @@ impl Server {
         let (conn, notes, pid, keep) = match &self.spec.transport {
             Transport::Stdio(command) => {
                 let launched: Launched = self
-                    .hub
-                    .launcher()
-                    .launch(loaded, command)
-                    .await
+                    .unless_cancelled(cancel, self.hub.launcher().launch(loaded, command))
+                    .await?
                     .map_err(|why| McpError::Start(name.clone(), why))?;
                 self.watch_exit(launched.exited, tx, stopping.clone(), events.clone());
-                let (conn, notes) = client::connect(launched.read, launched.write)
+                let (conn, notes) = self
+                    .unless_cancelled(cancel, client::connect(launched.read, launched.write))
                     .await
+                    .inspect_err(|_| stop_asked(&stopping))?
                     .map_err(|e| McpError::Client(name.clone(), e))?;
                 (conn, notes, launched.pid, launched.keep)
             }
             Transport::Http(target) => {
-                let (conn, notes) = super::http::connect(target)
-                    .await
+                let (conn, notes) = self
+                    .unless_cancelled(cancel, super::http::connect(target))
+                    .await?
                     .map_err(|e| McpError::Client(name.clone(), e))?;
                 // No process: nothing ends but the connection.
                 let keep: Box<dyn Send + Sync> = Box::new(tx);
@@ -269,9 +297,10 @@ impl Server {
             .await?;
         let relist = Arc::new(AtomicBool::new(false));
         self.forward_notes(notes, relist.clone(), events);
-        let listed = conn
-            .list_tools(self.spec.timeout)
+        let listed = self
+            .unless_cancelled(cancel, conn.list_tools(self.spec.timeout))
             .await
+            .inspect_err(|_| stop_asked(&stopping))?
             .map_err(|e| McpError::Client(name.clone(), e))?;
         self.hub
             .held_against_pins(self.task_id.as_deref(), &name, &listed)
@@ -344,6 +373,12 @@ impl Server {
             }
         });
     }
+}
+
+/// Marks a process about to be killed because its start was cancelled: a stop
+/// asked for, not a death.
+fn stop_asked(stopping: &AtomicBool) {
+    stopping.store(true, Ordering::SeqCst);
 }
 
 /// Whether `listed` holds `tool` exactly as pinned: the call's `current` for policy.

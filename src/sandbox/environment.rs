@@ -43,10 +43,15 @@ pub fn read_only(tmp: &Path) {
     set("GIT_OPTIONAL_LOCKS", "0");
 }
 
-/// Points `TMPDIR` at the server profile's private temporary directory `tmp`
-/// (interpreters such as node and python want one); `HOME` stays the workspace.
+/// Points `TMPDIR` and `HOME` at the server profile's private temporary directory
+/// `tmp` (interpreters such as node and python want one). Not the workspace, which
+/// tools write: python's user site-packages (`~/.local`, whose `.pth` files run at
+/// start), node's `~/.node_modules` and the like would run what they put there
+/// inside the server, with its variables and rights.
 pub fn server(tmp: &Path) {
-    set("TMPDIR", &tmp.display().to_string());
+    let tmp = tmp.display().to_string();
+    set("TMPDIR", &tmp);
+    set("HOME", &tmp);
 }
 
 fn set(key: &str, value: &str) {

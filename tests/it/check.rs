@@ -425,3 +425,114 @@ fn a_huge_bad_rule_is_quoted_by_its_start() {
     );
     assert!(err.len() < 4000, "{} bytes of error", err.len());
 }
+
+#[test]
+fn check_warns_about_a_servers_paths_that_weaken_the_boundary_as_about_the_tools() {
+    let r = root();
+    std::fs::write(r.dir.join("config/key"), "sk-not-a-real-key").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        r.dir.join("config/key"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    r.set_config("api", "api_key_file", "\"config/key\"");
+    r.edit_settings(|s| {
+        s["mcp"]["servers"]["srv"] = serde_json::json!({
+            "command": ["/bin/true"],
+            "write": ["policies", "transcripts", "run", "workspace"],
+            "read": ["config/key", "/proc", "/usr"],
+        });
+    });
+    let out = r.run(&["check"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let warned = warnings(&out);
+    let named = |list: &str, entry: &str| {
+        warned
+            .iter()
+            .any(|w| w.contains(&format!("mcp.servers.srv.{list} entry {entry:?}")))
+    };
+    for (list, entry) in [
+        ("write", "policies"),
+        ("write", "transcripts"),
+        ("write", "run"),
+        ("read", "config/key"),
+        ("read", "/proc"),
+    ] {
+        assert!(
+            named(list, entry),
+            "no warning names {list} {entry:?}: {warned:#?}"
+        );
+    }
+    assert!(!named("write", "workspace"), "{warned:#?}");
+    assert!(!named("read", "/usr"), "{warned:#?}");
+}
+
+#[test]
+fn check_warns_about_a_server_running_code_from_a_tree_tools_write() {
+    let r = root();
+    let ws = r.dir.join("workspace");
+    std::fs::write(ws.join("server.py"), "print()\n").unwrap();
+    std::fs::create_dir_all(ws.join("lib")).unwrap();
+    std::fs::write(ws.join("lib/main.js"), "\n").unwrap();
+    let abs = ws.join("lib/main.js").display().to_string();
+    r.edit_settings(|s| {
+        s["mcp"]["servers"]["rel"] = serde_json::json!({"command": ["python3", "server.py"]});
+        s["mcp"]["servers"]["abs"] = serde_json::json!({"command": ["node", abs, "stdio"]});
+        s["mcp"]["servers"]["module"] =
+            serde_json::json!({"command": ["python3", "-m", "mcp_server_time"]});
+    });
+    let out = r.run(&["check"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let warned = warnings(&out);
+    let named = |key: &str| {
+        warned
+            .iter()
+            .any(|w| w.contains(key) && w.contains("tools may write"))
+    };
+    assert!(named("mcp.servers.rel.command[1]"), "{warned:#?}");
+    assert!(named("mcp.servers.abs.command[1]"), "{warned:#?}");
+    assert!(
+        !warned
+            .iter()
+            .any(|w| w.contains("mcp.servers.module.command[")),
+        "{warned:#?}"
+    );
+    assert!(!named("mcp.servers.abs.command[2]"), "{warned:#?}");
+    // `python -m` finds the module in the working directory, the workspace, first.
+    assert!(
+        warned
+            .iter()
+            .any(|w| w
+                .contains("mcp.servers.module: `python -m` imports from its working directory")),
+        "{warned:#?}"
+    );
+}
+
+#[test]
+fn check_warns_about_a_remote_server_sent_the_api_key_file() {
+    let r = root();
+    r.set_config("api", "api_key_file", "\"config/key\"");
+    std::fs::write(r.dir.join("config/key"), "sk-not-a-real-key").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        r.dir.join("config/key"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    let key = r.dir.join("config/key").display().to_string();
+    r.edit_settings(|s| {
+        s["mcp"]["servers"]["r"] = serde_json::json!({
+            "url": "https://mcp.example.com/mcp",
+            "headers_file": {"Authorization": key},
+        });
+    });
+    let out = r.run(&["check"]);
+    let warned = warnings(&out);
+    assert!(
+        warned
+            .iter()
+            .any(|w| w.contains("mcp.servers.r.headers_file.Authorization is the API key file")),
+        "{warned:#?}"
+    );
+}

@@ -242,3 +242,75 @@ fn approve_remember_of_an_mcp_call_writes_its_narrowest_key_rule() {
         assert_eq!(out.status.code(), Some(3), "{input}: {}", stdout(&out));
     }
 }
+
+#[test]
+fn a_shared_server_removed_from_the_settings_is_stopped_at_the_reload() {
+    let api = FakeApi::start(vec![
+        Reply::tool("a", "mcp__hostile__echo", json!({"text": "first"})),
+        Reply::text("one"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    hostile(&root, json!({"env": {}, "shared": true}));
+    root.edit_settings(|s| s["tools"]["allow"] = json!(["mcp__hostile"]));
+    let d = Daemon::start(&root);
+    let id = d.submit("one");
+    assert_eq!(d.wait_finished(&id)["stop_reason"], "end_turn");
+    let pid = started_pids(&root)[0];
+    assert!(alive(pid), "a shared server outlives its task");
+    let loaded = root.events_of("config_loaded").len();
+    root.edit_settings(|s| {
+        s["mcp"]["servers"]
+            .as_object_mut()
+            .unwrap()
+            .remove("hostile");
+        s["tools"]["allow"] = json!([]);
+    });
+    wait_until("the reload", || {
+        root.events_of("config_loaded").len() > loaded
+    });
+    // No task will ever use it again: it must not keep running (with its write
+    // set and network) until the daemon stops.
+    wait_until("the removed server's end", || !alive(pid));
+    drop(d);
+}
+
+/// The pids of the processes whose command line is `sleep <arg>`.
+fn sleeping(arg: &str) -> Vec<i64> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i64>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if cmdline == format!("sleep\0{arg}\0").as_bytes() && alive(pid) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+#[test]
+fn a_task_cancelled_while_its_server_never_answers_the_handshake_ends_at_once() {
+    let api = FakeApi::start(vec![Reply::text("done")]);
+    let root = TestRoot::new(&api.url);
+    // A program that never speaks: the task's first turn waits for its handshake
+    // to pin its tools.
+    let arg = format!("{}", 7000 + std::process::id() % 1000);
+    crate::common::mcp::add_server(&root, "mute", json!({"command": ["sleep", arg]}));
+    let d = Daemon::start(&root);
+    let id = d.submit("hello");
+    wait_until("the mute server's start", || !sleeping(&arg).is_empty());
+    let started = std::time::Instant::now();
+    let (status, _) = d.request("POST", &format!("/v1/tasks/{id}/cancel"), None);
+    assert_eq!(status, 202);
+    let task = d.wait_finished(&id);
+    assert_eq!(task["stop_reason"], "cancelled", "{task}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "the cancel waited {:?} for the handshake's timeout",
+        started.elapsed()
+    );
+    wait_until("the mute server's end", || sleeping(&arg).is_empty());
+    // A stop the cancel asked for is not a death.
+    assert!(root.events_of("mcp_server_exited").is_empty());
+}

@@ -144,11 +144,39 @@ async fn the_environment_is_the_tool_base_and_exactly_the_named_variables() {
     );
     assert!(!seen.contains_key("ANTHROPIC_API_KEY"));
     assert_eq!(seen["API_TOKEN"], "tok = 1\nline two");
-    assert_eq!(seen["HOME"], f.loaded.paths.workspace.display().to_string());
-    // TMPDIR is the private /tmp, and writable there.
+    // TMPDIR and HOME are the private /tmp, and writable there.
     let tmp = seen["TMPDIR"].as_str().unwrap().to_string();
     assert!(tmp.starts_with("/tmp"), "{tmp}");
+    assert_eq!(seen["HOME"], tmp.as_str());
     assert_eq!(s.ask(&format!("write {tmp}/scratch")).await, "ok");
+}
+
+#[tokio::test]
+async fn code_tools_put_in_the_workspaces_home_files_does_not_run_in_a_server() {
+    // The workspace is what tools (and so the model) write. Were it the server's
+    // HOME, python would load a `.pth` file from its user site-packages there at
+    // start, inside the server, with its variables and rights.
+    let f = Fixture::new();
+    let version = std::process::Command::new("python3")
+        .args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
+        .output()
+        .unwrap();
+    let version = String::from_utf8(version.stdout).unwrap();
+    let site = f
+        .loaded
+        .paths
+        .workspace
+        .join(format!(".local/lib/python{}/site-packages", version.trim()));
+    std::fs::create_dir_all(&site).unwrap();
+    std::fs::write(
+        site.join("planted.pth"),
+        "import os; os.environ['PLANTED'] = 'ran in the server'\n",
+    )
+    .unwrap();
+    let mut s = f.start(&f.confine(&[], &[], false), &[]).await;
+    let seen: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(&s.ask("env").await).unwrap();
+    assert!(!seen.contains_key("PLANTED"), "{seen:?}");
 }
 
 /// A directory outside `/tmp` (whose paths the server's private `/tmp` would hide,
