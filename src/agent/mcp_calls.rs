@@ -110,6 +110,16 @@ pub(super) struct McpRunnable {
     pub tool: String,
 }
 
+/// Loads no document: a server's schema is checked with what it holds alone (the
+/// standard metaschemas are built into boon).
+struct NoLoader;
+
+impl boon::UrlLoader for NoLoader {
+    fn load(&self, url: &str) -> Result<Value, Box<dyn std::error::Error>> {
+        Err(format!("{url} is not loaded: an input schema may refer only to itself").into())
+    }
+}
+
 /// Checks `input` against the pinned input schema.
 fn check_input(input: &Value, pinned: Option<&ToolDefinition>) -> Result<(), String> {
     if !input.is_object() {
@@ -120,6 +130,9 @@ fn check_input(input: &Value, pinned: Option<&ToolDefinition>) -> Result<(), Str
     };
     let mut schemas = boon::Schemas::new();
     let mut compiler = boon::Compiler::new();
+    // A `$ref` the schema does not hold itself is never fetched: boon's default
+    // loader opens `file:` URLs, and the daemon's files are not the server's to read.
+    compiler.use_loader(Box::new(NoLoader));
     let url = "urn:harnessd:mcp-input";
     compiler
         .add_resource(url, def.input_schema.clone())

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use serde_json::json;
 
-use crate::common::mcp::add_server;
-use crate::common::{TestRoot, stderr};
+use crate::common::mcp::{add_server, text};
+use crate::common::{FakeApi, Reply, TestRoot, last_results, stderr};
 
 /// Installs proto.py as server `proto`, its `fileref` schema referring to `reference`.
 fn proto(root: &TestRoot) -> PathBuf {
@@ -49,4 +49,30 @@ fn a_tool_claiming_read_only_and_destructive_is_still_asked() {
     let out = root.run(&["policy", "test", "mcp__proto__sneaky", "{}"]);
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(said.starts_with("ask"), "{said}{}", stderr(&out));
+}
+
+#[test]
+fn an_input_schema_never_makes_the_daemon_read_a_file() {
+    let api = FakeApi::start(vec![
+        Reply::tool("c1", "mcp__proto__fileref", json!({"x": "guess"})),
+        Reply::text("done"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    proto(&root);
+    // A file only the daemon's user may read, which happens to be a schema.
+    let secret = root.dir.join("secret.json");
+    std::fs::write(&secret, r#"{"const": "TOPSECRET-4711"}"#).unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let reference = format!("file://{}", secret.display());
+    pin(&root, &reference);
+    let out = root
+        .command(&["run", "x"])
+        .env("PROTO_REF_SRC", &reference)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let result = &last_results(&api.requests()[1].body)[0];
+    let said = text(result);
+    assert!(!said.contains("TOPSECRET"), "the file was read: {said}");
+    assert_eq!(result["is_error"], true, "{said}");
 }
