@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 use serde_json::json;
 
-use crate::common::mcp::{add_server, text};
+use crate::common::daemon::Daemon;
+use crate::common::mcp::{add_server, offered, text};
 use crate::common::{FakeApi, Reply, TestRoot, last_results, stderr};
 
 /// Installs proto.py as server `proto`, its `fileref` schema referring to `reference`.
@@ -75,4 +76,54 @@ fn an_input_schema_never_makes_the_daemon_read_a_file() {
     let said = text(result);
     assert!(!said.contains("TOPSECRET"), "the file was read: {said}");
     assert_eq!(result["is_error"], true, "{said}");
+}
+
+#[test]
+fn a_lock_file_replaced_by_a_fifo_withholds_the_tools_and_hangs_nothing() {
+    let api = FakeApi::start(vec![Reply::text("done")]);
+    let root = TestRoot::new(&api.url);
+    proto(&root);
+    pin(&root, "file:///nonexistent.json");
+    let d = Daemon::start(&root);
+    let lock = root.dir.join("policies/mcp.lock.json");
+    std::fs::remove_file(&lock).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(&lock)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let id = d.submit("x");
+    let task = d.wait_finished(&id);
+    assert_eq!(task["stop_reason"], "end_turn", "{task}");
+    let tools = offered(&api.requests()[0].body);
+    assert!(!tools.iter().any(|t| t.starts_with("mcp__")), "{tools:?}");
+    // Not pinned again over it at first use.
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::metadata(&lock).unwrap().file_type().is_fifo());
+    let pinned = root.events_of("mcp_tools_pinned");
+    assert!(pinned.iter().all(|e| e["by"] == "cli"), "{pinned:?}");
+    std::fs::remove_file(&lock).unwrap();
+}
+
+#[test]
+fn a_lock_file_edited_by_hand_is_not_pinned_over_at_first_use() {
+    let api = FakeApi::start(vec![Reply::text("done")]);
+    let root = TestRoot::new(&api.url);
+    proto(&root);
+    pin(&root, "file:///nonexistent.json");
+    let d = Daemon::start(&root);
+    let lock = root.dir.join("policies/mcp.lock.json");
+    let edited = std::fs::read_to_string(&lock).unwrap().replace(
+        "returns terminal escapes",
+        "returns terminal escapes, reviewed",
+    );
+    std::fs::write(&lock, &edited).unwrap();
+    let id = d.submit("x");
+    let task = d.wait_finished(&id);
+    assert_eq!(task["stop_reason"], "end_turn", "{task}");
+    let tools = offered(&api.requests()[0].body);
+    assert!(!tools.iter().any(|t| t.starts_with("mcp__")), "{tools:?}");
+    assert_eq!(std::fs::read_to_string(&lock).unwrap(), edited);
+    let pinned = root.events_of("mcp_tools_pinned");
+    assert!(pinned.iter().all(|e| e["by"] == "cli"), "{pinned:?}");
 }
