@@ -26,7 +26,7 @@ fn proto(root: &TestRoot) -> PathBuf {
         json!({
             "command": ["python3", script.display().to_string()],
             "read": [code.display().to_string()],
-            "env": {"PROTO_REF": "PROTO_REF_SRC"},
+            "env": {"PROTO_REF": "PROTO_REF_SRC", "PROTO_MANY": "PROTO_MANY_SRC"},
         }),
     );
     root.edit_settings(|s| s["tools"]["allow"] = json!(["mcp__proto"]));
@@ -126,4 +126,39 @@ fn a_lock_file_edited_by_hand_is_not_pinned_over_at_first_use() {
     assert_eq!(std::fs::read_to_string(&lock).unwrap(), edited);
     let pinned = root.events_of("mcp_tools_pinned");
     assert!(pinned.iter().all(|e| e["by"] == "cli"), "{pinned:?}");
+}
+
+#[test]
+fn a_server_listing_too_many_tools_is_refused_not_pinned() {
+    let root = TestRoot::new("http://127.0.0.1:9");
+    proto(&root);
+    let out = root
+        .command(&["mcp", "list", "--json"])
+        .env("PROTO_MANY_SRC", "1500")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let server = &list["servers"][0];
+    let error = server["error"].as_str().unwrap_or_default();
+    assert!(error.contains("1000 tools"), "{}", server["error"]);
+    assert_eq!(server["tools"], json!([]));
+    let out = root
+        .command(&["mcp", "pin", "proto"])
+        .env("PROTO_MANY_SRC", "1500")
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    assert!(!root.dir.join("policies/mcp.lock.json").exists());
+    // Within the bound it is listed whole, page by page.
+    let out = root
+        .command(&["mcp", "list", "--json"])
+        .env("PROTO_MANY_SRC", "990")
+        .output()
+        .unwrap();
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        list["servers"][0]["tools"].as_array().map(Vec::len),
+        Some(996)
+    );
 }
