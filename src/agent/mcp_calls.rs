@@ -47,6 +47,7 @@ pub(super) fn offered(env: &TaskEnv, loaded: &Loaded) -> Vec<Value> {
                 .is_some_and(|l| !is_current(l, Some(&pin.definition)));
             if drifted
                 || !model_name_accepted(server, name)
+                || !object_schema(&pin.definition.input_schema)
                 || !enabled(loaded, server, name)
                 || policy::mcp_denied_outright(&loaded.policy, server, name)
             {
@@ -56,6 +57,15 @@ pub(super) fn offered(env: &TaskEnv, loaded: &Loaded) -> Vec<Value> {
         }
     }
     tools
+}
+
+/// Whether the Messages API takes `schema` as a tool's input schema: an object
+/// schema (`type` absent, which [`definition`] fills in, or `"object"`). Any other
+/// would fail every request of the task, so the tool is withheld.
+fn object_schema(schema: &Value) -> bool {
+    schema
+        .as_object()
+        .is_some_and(|o| o.get("type").is_none_or(|t| t == "object"))
 }
 
 /// A pinned definition as the model reads it: the server named in the description.

@@ -153,7 +153,7 @@ fn a_server_listing_too_many_tools_is_refused_not_pinned() {
     // Within the bound it is listed whole, page by page.
     let out = root
         .command(&["mcp", "list", "--json"])
-        .env("PROTO_MANY_SRC", "990")
+        .env("PROTO_MANY_SRC", "989")
         .output()
         .unwrap();
     let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -161,4 +161,29 @@ fn a_server_listing_too_many_tools_is_refused_not_pinned() {
         list["servers"][0]["tools"].as_array().map(Vec::len),
         Some(996)
     );
+}
+
+#[test]
+fn a_tool_whose_input_is_not_an_object_is_not_offered() {
+    let api = FakeApi::start(vec![Reply::text("done")]);
+    let root = TestRoot::new(&api.url);
+    proto(&root);
+    pin(&root, "file:///nonexistent.json");
+    let out = root.command(&["run", "x"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let body = &api.requests()[0].body;
+    let tools = offered(body);
+    assert!(
+        tools.contains(&"mcp__proto__escapes".to_string()),
+        "{tools:?}"
+    );
+    assert!(
+        !tools.contains(&"mcp__proto__stringly".to_string()),
+        "{tools:?}"
+    );
+    for t in body["tools"].as_array().unwrap() {
+        if let Some(schema) = t.get("input_schema") {
+            assert_eq!(schema["type"], "object", "{t}");
+        }
+    }
 }
