@@ -264,6 +264,7 @@ impl Connection {
     pub async fn list_tools(&self, timeout: Duration) -> Result<Vec<ToolDefinition>, ClientError> {
         let mut tools = Vec::new();
         let mut bytes = 0usize;
+        let mut names = std::collections::HashSet::new();
         let mut cursor = None;
         for _ in 0..MAX_LIST_PAGES {
             let request = match cursor.take() {
@@ -295,7 +296,16 @@ impl Connection {
                         MAX_LIST_BYTES / (1024 * 1024)
                     )));
                 }
-                tools.push(definition_of(&value)?);
+                let def = definition_of(&value)?;
+                // Pinned by name: a second definition under one name would be
+                // pinned in place of the first, and the first held against it.
+                if !names.insert(def.name.clone()) {
+                    return Err(ClientError::Other(format!(
+                        "the tool list names {:?} twice",
+                        def.name
+                    )));
+                }
+                tools.push(def);
             }
             match page.next_cursor {
                 Some(c) if !c.is_empty() => cursor = Some(c),

@@ -26,7 +26,11 @@ fn proto(root: &TestRoot) -> PathBuf {
         json!({
             "command": ["python3", script.display().to_string()],
             "read": [code.display().to_string()],
-            "env": {"PROTO_REF": "PROTO_REF_SRC", "PROTO_MANY": "PROTO_MANY_SRC"},
+            "env": {
+                "PROTO_REF": "PROTO_REF_SRC",
+                "PROTO_MANY": "PROTO_MANY_SRC",
+                "PROTO_DUP": "PROTO_DUP_SRC",
+            },
         }),
     );
     root.edit_settings(|s| s["tools"]["allow"] = json!(["mcp__proto"]));
@@ -185,5 +189,22 @@ fn a_tool_whose_input_is_not_an_object_is_not_offered() {
         if let Some(schema) = t.get("input_schema") {
             assert_eq!(schema["type"], "object", "{t}");
         }
+    }
+}
+
+#[test]
+fn a_list_naming_a_tool_twice_is_refused() {
+    let root = TestRoot::new("http://127.0.0.1:9");
+    proto(&root);
+    for many in ["0", "700"] {
+        let out = root
+            .command(&["mcp", "pin", "proto"])
+            .env("PROTO_DUP_SRC", "1")
+            .env("PROTO_MANY_SRC", many)
+            .output()
+            .unwrap();
+        assert_ne!(out.status.code(), Some(0), "{many}");
+        assert!(stderr(&out).contains("twice"), "{}", stderr(&out));
+        assert!(!root.dir.join("policies/mcp.lock.json").exists());
     }
 }
