@@ -30,6 +30,7 @@ fn proto(root: &TestRoot) -> PathBuf {
                 "PROTO_REF": "PROTO_REF_SRC",
                 "PROTO_MANY": "PROTO_MANY_SRC",
                 "PROTO_DUP": "PROTO_DUP_SRC",
+                "PROTO_FLIP": "PROTO_FLIP_SRC",
             },
         }),
     );
@@ -207,4 +208,37 @@ fn a_list_naming_a_tool_twice_is_refused() {
         assert!(stderr(&out).contains("twice"), "{}", stderr(&out));
         assert!(!root.dir.join("policies/mcp.lock.json").exists());
     }
+}
+
+#[test]
+fn a_definition_changed_by_a_list_change_is_withheld_and_denied_from_then_on() {
+    let api = FakeApi::start(vec![
+        Reply::tool("c1", "mcp__proto__escapes", json!({})),
+        Reply::tool("c2", "mcp__proto__escapes", json!({})),
+        Reply::text("done"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    proto(&root);
+    pin(&root, "file:///nonexistent.json");
+    let out = root
+        .command(&["run", "x"])
+        .env("PROTO_FLIP_SRC", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let reqs = api.requests();
+    assert_ne!(last_results(&reqs[1].body)[0]["is_error"], true);
+    let second = &last_results(&reqs[2].body)[0];
+    assert_eq!(second["is_error"], true, "{second}");
+    assert!(text(second).contains("mcp:drifted"), "{second}");
+    // Re-listed at its next use (the call c2): withheld from the turn after it.
+    assert!(offered(&reqs[0].body).contains(&"mcp__proto__escapes".to_string()));
+    let last = offered(&reqs[2].body);
+    assert!(
+        !last.contains(&"mcp__proto__escapes".to_string()),
+        "{last:?}"
+    );
+    let changed = root.events_of("mcp_tools_changed");
+    assert_eq!(changed.len(), 1, "{changed:?}");
+    assert_eq!(changed[0]["changed"][0]["tool"], "escapes");
 }
