@@ -158,7 +158,7 @@ fn a_server_listing_too_many_tools_is_refused_not_pinned() {
     // Within the bound it is listed whole, page by page.
     let out = root
         .command(&["mcp", "list", "--json"])
-        .env("PROTO_MANY_SRC", "989")
+        .env("PROTO_MANY_SRC", "987")
         .output()
         .unwrap();
     let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -241,4 +241,34 @@ fn a_definition_changed_by_a_list_change_is_withheld_and_denied_from_then_on() {
     let changed = root.events_of("mcp_tools_changed");
     assert_eq!(changed.len(), 1, "{changed:?}");
     assert_eq!(changed[0]["changed"][0]["tool"], "escapes");
+}
+
+#[test]
+fn an_overlong_line_an_unasked_answer_and_a_bad_line_leave_the_connection_usable() {
+    let api = FakeApi::start(vec![
+        Reply::tool("c1", "mcp__proto__big", json!({})),
+        Reply::tool("c2", "mcp__proto__bigok", json!({})),
+        Reply::text("done"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    proto(&root);
+    root.edit_settings(|s| s["mcp"]["servers"]["proto"]["timeout_secs"] = json!(3));
+    pin(&root, "file:///nonexistent.json");
+    let out = root.command(&["run", "x"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let reqs = api.requests();
+    // The 20 MiB line is dropped, not buffered: its call times out.
+    let big = &last_results(&reqs[1].body)[0];
+    assert_eq!(big["is_error"], true);
+    assert!(text(big).contains("no answer within 3 s"), "{big}");
+    // The same process answers the next call; the model's share is capped and the
+    // whole text kept.
+    let ok = &last_results(&reqs[2].body)[0];
+    assert_ne!(ok["is_error"], true, "{}", &text(ok)[..200]);
+    assert!(text(ok).len() < 100_000);
+    let finished = root.events_of("tool_finished");
+    assert_eq!(finished[1]["truncated"], true);
+    assert_eq!(finished[1]["output_bytes"], 3 * 1024 * 1024);
+    assert_eq!(root.events_of("mcp_server_started").len(), 1);
+    assert!(root.events_of("mcp_server_exited").is_empty());
 }
