@@ -158,7 +158,7 @@ fn a_server_listing_too_many_tools_is_refused_not_pinned() {
     // Within the bound it is listed whole, page by page.
     let out = root
         .command(&["mcp", "list", "--json"])
-        .env("PROTO_MANY_SRC", "987")
+        .env("PROTO_MANY_SRC", "986")
         .output()
         .unwrap();
     let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -271,4 +271,25 @@ fn an_overlong_line_an_unasked_answer_and_a_bad_line_leave_the_connection_usable
     assert_eq!(finished[1]["output_bytes"], 3 * 1024 * 1024);
     assert_eq!(root.events_of("mcp_server_started").len(), 1);
     assert!(root.events_of("mcp_server_exited").is_empty());
+}
+
+#[test]
+fn a_float_in_a_schema_reads_back_as_pinned() {
+    let api = FakeApi::start(vec![
+        Reply::tool("c1", "mcp__proto__floaty", json!({"x": 0})),
+        Reply::text("done"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    proto(&root);
+    pin(&root, "file:///nonexistent.json");
+    // The lock file as written is one its own hashes hold for.
+    let out = root.run(&["policy", "test", "mcp__proto__floaty", "{}"]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.starts_with("allow"), "{said}{}", stderr(&out));
+    let out = root.command(&["run", "x"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(offered(&api.requests()[0].body).contains(&"mcp__proto__floaty".to_string()));
+    let result = &last_results(&api.requests()[1].body)[0];
+    assert_eq!(text(result), "floaty ran", "{result}");
+    assert!(root.events_of("mcp_tools_changed").is_empty());
 }
