@@ -293,3 +293,26 @@ fn a_float_in_a_schema_reads_back_as_pinned() {
     assert_eq!(text(result), "floaty ran", "{result}");
     assert!(root.events_of("mcp_tools_changed").is_empty());
 }
+
+#[test]
+fn a_lock_file_symlink_is_replaced_without_taking_its_targets_owner_or_mode() {
+    use std::os::unix::fs::MetadataExt;
+    let root = TestRoot::new("http://127.0.0.1:9");
+    proto(&root);
+    let target = root.dir.join("elsewhere.json");
+    std::fs::write(&target, "{\"servers\": {}, \"version\": 1}\n").unwrap();
+    std::os::unix::fs::chown(&target, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o4757)).unwrap();
+    let lock = root.dir.join("policies/mcp.lock.json");
+    std::os::unix::fs::symlink(&target, &lock).unwrap();
+    pin(&root, "file:///nonexistent.json");
+    let written = std::fs::symlink_metadata(&lock).unwrap();
+    assert!(written.file_type().is_file());
+    assert_eq!(written.mode() & 0o7777, 0o644);
+    assert_eq!(written.uid(), nix::unistd::geteuid().as_raw());
+    // What it pointed to is untouched.
+    assert_eq!(
+        std::fs::read_to_string(&target).unwrap(),
+        "{\"servers\": {}, \"version\": 1}\n"
+    );
+}
