@@ -47,6 +47,7 @@ pub(super) fn offered(env: &TaskEnv, loaded: &Loaded) -> Vec<Value> {
                 .is_some_and(|l| !is_current(l, Some(&pin.definition)));
             if drifted
                 || !model_name_accepted(server, name)
+                || !object_schema(&pin.definition.input_schema)
                 || !enabled(loaded, server, name)
                 || policy::mcp_denied_outright(&loaded.policy, server, name)
             {
@@ -56,6 +57,15 @@ pub(super) fn offered(env: &TaskEnv, loaded: &Loaded) -> Vec<Value> {
         }
     }
     tools
+}
+
+/// Whether the Messages API takes `schema` as a tool's input schema: an object
+/// schema (`type` absent, which [`definition`] fills in, or `"object"`). Any other
+/// would fail every request of the task, so the tool is withheld.
+fn object_schema(schema: &Value) -> bool {
+    schema
+        .as_object()
+        .is_some_and(|o| o.get("type").is_none_or(|t| t == "object"))
 }
 
 /// A pinned definition as the model reads it: the server named in the description.
@@ -110,6 +120,16 @@ pub(super) struct McpRunnable {
     pub tool: String,
 }
 
+/// Loads no document: a server's schema is checked with what it holds alone (the
+/// standard metaschemas are built into boon).
+struct NoLoader;
+
+impl boon::UrlLoader for NoLoader {
+    fn load(&self, url: &str) -> Result<Value, Box<dyn std::error::Error>> {
+        Err(format!("{url} is not loaded: an input schema may refer only to itself").into())
+    }
+}
+
 /// Checks `input` against the pinned input schema.
 fn check_input(input: &Value, pinned: Option<&ToolDefinition>) -> Result<(), String> {
     if !input.is_object() {
@@ -120,6 +140,9 @@ fn check_input(input: &Value, pinned: Option<&ToolDefinition>) -> Result<(), Str
     };
     let mut schemas = boon::Schemas::new();
     let mut compiler = boon::Compiler::new();
+    // A `$ref` the schema does not hold itself is never fetched: boon's default
+    // loader opens `file:` URLs, and the daemon's files are not the server's to read.
+    compiler.use_loader(Box::new(NoLoader));
     let url = "urn:harnessd:mcp-input";
     compiler
         .add_resource(url, def.input_schema.clone())

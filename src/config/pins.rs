@@ -98,7 +98,8 @@ pub fn parse_pins(text: &str, file: &str) -> Result<PinFile, ConfigError> {
 
 /// Writes `pins` to `path` atomically ([`PinFile::to_text`]): a temporary file
 /// beside it, synced, renamed over it, the directory synced. An existing file
-/// keeps its mode and, when we may, its owner; a new one is 0644.
+/// keeps its permission bits and, when we may, its owner; a new one (or one
+/// replacing a symlink) is 0644.
 pub fn save_pins(path: &Path, pins: &PinFile) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path
@@ -110,7 +111,11 @@ pub fn save_pins(path: &Path, pins: &PinFile) -> std::io::Result<()> {
         std::process::id(),
         fastrand::u32(..)
     ));
-    let like = std::fs::metadata(path).ok();
+    // The file itself, not what a symlink there points to: the rename replaces the
+    // link, and the new file must not take a stranger's owner or mode.
+    let like = std::fs::symlink_metadata(path)
+        .ok()
+        .filter(|m| m.file_type().is_file());
     let written = write_temp(&tmp, pins.to_text().as_bytes(), like.as_ref())
         .and_then(|()| std::fs::rename(&tmp, path));
     if let Err(e) = written {
@@ -121,7 +126,8 @@ pub fn save_pins(path: &Path, pins: &PinFile) -> std::io::Result<()> {
 }
 
 fn write_temp(tmp: &Path, bytes: &[u8], like: Option<&std::fs::Metadata>) -> std::io::Result<()> {
-    let mode = like.map_or(0o644, |m| m.mode() & 0o7777);
+    // Permission bits only: a lock file is never set-id.
+    let mode = like.map_or(0o644, |m| m.mode() & 0o777);
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

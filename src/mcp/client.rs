@@ -246,6 +246,14 @@ fn handshake_of(service: &RunningService<RoleClient, Harness>) -> Result<Handsha
 /// Most pages of a tool list read: a server that hands out cursors forever is cut off.
 const MAX_LIST_PAGES: usize = 100;
 
+/// Most tools one server may list: every list is held against the pins tool by
+/// tool (and offered each turn), so a list of hundreds of thousands would keep the
+/// daemon busy for minutes.
+pub const MAX_TOOLS: usize = 1000;
+
+/// Most bytes (as JSON) one server's whole tool list may take, across its pages.
+pub const MAX_LIST_BYTES: usize = MAX_LINE_BYTES;
+
 /// The outcome of one call: the result as the server sent it (JSON), to be mapped
 /// by `content`.
 pub type CallAnswer = Value;
@@ -255,6 +263,8 @@ impl Connection {
     /// with a stale list: pinning must see what the server says now).
     pub async fn list_tools(&self, timeout: Duration) -> Result<Vec<ToolDefinition>, ClientError> {
         let mut tools = Vec::new();
+        let mut bytes = 0usize;
+        let mut names = std::collections::HashSet::new();
         let mut cursor = None;
         for _ in 0..MAX_LIST_PAGES {
             let request = match cursor.take() {
@@ -277,9 +287,25 @@ impl Connection {
                 ));
             };
             for tool in &page.tools {
-                tools.push(definition_of(
-                    &serde_json::to_value(tool).unwrap_or(Value::Null),
-                )?);
+                let value = serde_json::to_value(tool).unwrap_or(Value::Null);
+                bytes += value.to_string().len();
+                if tools.len() >= MAX_TOOLS || bytes > MAX_LIST_BYTES {
+                    return Err(ClientError::Other(format!(
+                        "the tool list is longer than harnessd takes ({MAX_TOOLS} tools, \
+                         {} MiB)",
+                        MAX_LIST_BYTES / (1024 * 1024)
+                    )));
+                }
+                let def = definition_of(&value)?;
+                // Pinned by name: a second definition under one name would be
+                // pinned in place of the first, and the first held against it.
+                if !names.insert(def.name.clone()) {
+                    return Err(ClientError::Other(format!(
+                        "the tool list names {:?} twice",
+                        def.name
+                    )));
+                }
+                tools.push(def);
             }
             match page.next_cursor {
                 Some(c) if !c.is_empty() => cursor = Some(c),

@@ -15,7 +15,9 @@ type Stamp = (u64, u64, i64, i64, u64);
 /// `policies/mcp.lock.json`, cached by its stamp.
 pub struct PinStore {
     path: PathBuf,
-    cache: Mutex<(Option<Stamp>, Arc<PinFile>)>,
+    /// The stamp read, the pins, and why the file could not be used (then the pins
+    /// are empty).
+    cache: Mutex<(Option<Stamp>, Arc<PinFile>, Option<String>)>,
     writing: tokio::sync::Mutex<()>,
 }
 
@@ -29,7 +31,7 @@ impl PinStore {
     pub fn new(path: PathBuf) -> PinStore {
         PinStore {
             path,
-            cache: Mutex::new((None, Arc::new(PinFile::default()))),
+            cache: Mutex::new((None, Arc::new(PinFile::default()), None)),
             writing: tokio::sync::Mutex::new(()),
         }
     }
@@ -37,36 +39,56 @@ impl PinStore {
     /// The pins now. A lock file that cannot be read counts as pinning nothing, so
     /// every MCP call is denied until it is fixed (and the error is logged).
     pub fn current(&self) -> Arc<PinFile> {
+        self.read().0
+    }
+
+    /// The pins now, and why the file that is there could not be used.
+    fn read(&self) -> (Arc<PinFile>, Option<String>) {
         let now = stamp(&self.path);
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         if cache.0.is_some() && cache.0 == now {
-            return cache.1.clone();
+            return (cache.1.clone(), cache.2.clone());
         }
-        let read = match std::fs::read_to_string(&self.path) {
+        // As the config files are read: a FIFO or device there is refused at once
+        // rather than waited on (under the cache's lock) or read without end.
+        let read = match crate::config::read_regular(&self.path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(PinFile::default()),
             Err(e) => Err(format!("cannot read {}: {e}", self.path.display())),
-            Ok(text) => crate::config::parse_pins(&text, LOCK_FILE).map_err(|e| e.to_string()),
+            Ok(bytes) => String::from_utf8(bytes)
+                .map_err(|e| format!("{LOCK_FILE} is not UTF-8 ({e})"))
+                .and_then(|text| {
+                    crate::config::parse_pins(&text, LOCK_FILE).map_err(|e| e.to_string())
+                }),
         };
-        let pins = match read {
-            Ok(p) => p,
+        let (pins, broken) = match read {
+            Ok(p) => (p, None),
             Err(e) => {
                 tracing::error!("{e}; every MCP tool is withheld until the file is fixed");
-                PinFile::default()
+                (PinFile::default(), Some(e))
             }
         };
-        *cache = (now, Arc::new(pins));
-        cache.1.clone()
+        *cache = (now, Arc::new(pins), broken);
+        (cache.1.clone(), cache.2.clone())
     }
 
     /// Replaces `server`'s pins with `listed` and writes the file atomically; the
-    /// names pinned.
+    /// names pinned. A file that is there but cannot be used is not written over:
+    /// its servers would all count as never pinned, and be pinned again as they
+    /// list themselves now, drift and all.
     pub async fn pin(
         &self,
         server: &str,
         listed: &[ToolDefinition],
     ) -> Result<Vec<String>, McpError> {
         let _one_writer = self.writing.lock().await;
-        let mut file = (*self.current()).clone();
+        let (current, broken) = self.read();
+        if let Some(why) = broken {
+            return Err(McpError::Pins(format!(
+                "{why}; nothing is pinned until the file is fixed (or deleted, to pin \
+                 every server again)"
+            )));
+        }
+        let mut file = (*current).clone();
         crate::config::pin_server(&mut file, server, listed);
         let path = self.path.clone();
         let written = file.clone();
@@ -76,7 +98,8 @@ impl PinStore {
             .map_err(|e| McpError::Pins(e.to_string()))?;
         let mut names: Vec<String> = listed.iter().map(|d| d.name.clone()).collect();
         names.sort();
-        *self.cache.lock().unwrap_or_else(|p| p.into_inner()) = (stamp(&self.path), Arc::new(file));
+        *self.cache.lock().unwrap_or_else(|p| p.into_inner()) =
+            (stamp(&self.path), Arc::new(file), None);
         Ok(names)
     }
 }

@@ -105,9 +105,10 @@ pub struct ToolAnnotations {
 
 impl ToolAnnotations {
     /// Whether the server marks the tool destructive (explicitly: an absent hint
-    /// does not count, or no unannotated tool could ever be allowed).
+    /// does not count, or no unannotated tool could ever be allowed). A read-only
+    /// hint beside it does not take it back: hints only make a tier stricter.
     pub fn destructive(&self) -> bool {
-        self.destructive_hint == Some(true) && self.read_only_hint != Some(true)
+        self.destructive_hint == Some(true)
     }
 }
 

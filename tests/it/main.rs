@@ -47,6 +47,7 @@ mod log_replaced;
 mod loose_ends;
 mod mcp_daemon;
 mod mcp_policy;
+mod mcp_proto;
 mod mcp_reference;
 mod mcp_remote;
 mod mcp_sandbox;
