@@ -66,8 +66,8 @@ fn found(program: &str) -> Option<PathBuf> {
 
 /// Warnings for the entries of a server's `command` that name a file tools may
 /// write (under `allowed_paths.write`; a relative one is found from the server's
-/// working directory, the workspace): whatever a tool puts there runs as the
-/// server, with its variables, write set and network.
+/// working directory, the root): whatever a tool puts there runs as the server,
+/// with its variables, write set and network.
 fn writable_code(loaded: &Loaded, name: &str, command: &[String]) -> Vec<String> {
     let root = &loaded.paths.root;
     let writable: Vec<PathBuf> = loaded
@@ -83,7 +83,7 @@ fn writable_code(loaded: &Loaded, name: &str, command: &[String]) -> Vec<String>
         .iter()
         .enumerate()
         .filter_map(|(i, arg)| {
-            let path = loaded.paths.workspace.join(arg);
+            let path = root.join(arg);
             let tree = writable.iter().find(|t| path.starts_with(t))?;
             path.is_file().then(|| {
                 format!(
@@ -96,24 +96,6 @@ fn writable_code(loaded: &Loaded, name: &str, command: &[String]) -> Vec<String>
             })
         })
         .collect()
-}
-
-/// The warning for `python -m`, which imports the module from its working
-/// directory (the workspace) before its installed packages.
-fn python_module(name: &str, command: &[String]) -> Option<String> {
-    let program = command.first()?;
-    let python = Path::new(program)
-        .file_name()
-        .and_then(|n| n.to_str())
-        .is_some_and(|n| n.starts_with("python"));
-    (python && command.iter().skip(1).any(|a| a == "-m")).then(|| {
-        format!(
-            "mcp.servers.{name}: `python -m` imports from its working directory, the \
-             workspace tools write, before its installed packages: a module a tool puts \
-             there under the same name runs as the server; run the module's script by \
-             path (e.g. the venv's bin/ entry point) instead"
-        )
-    })
 }
 
 /// The warnings about servers and MCP rules.
@@ -150,7 +132,6 @@ pub fn warnings(loaded: &Loaded, pins: &crate::protocol::mcp::PinFile) -> Vec<St
                 }
             }
             out.extend(writable_code(loaded, name, command));
-            out.extend(python_module(name, command));
             if server.network() {
                 out.push(format!(
                     "mcp.servers.{name} has network: true: the server can reach any host, and \

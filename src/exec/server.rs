@@ -309,7 +309,13 @@ fn pump_stderr(name: &str, stderr: impl Read, ready: Sender<Result<(), String>>)
                 }
                 let said = line.strip_prefix(b"harnessd sandbox: ").unwrap_or(&line);
                 refusal.push_str(&escape_bytes(said));
-                refusal.truncate(REFUSAL_BYTES);
+                // Cut on a character boundary: the escaped text may hold any
+                // character of a path the settings named.
+                let mut end = refusal.len().min(REFUSAL_BYTES);
+                while !refusal.is_char_boundary(end) {
+                    end -= 1;
+                }
+                refusal.truncate(end);
             }
             Ok(None) | Err(_) => {
                 let _ = ready.send(Err(refusal));

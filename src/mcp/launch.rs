@@ -100,7 +100,10 @@ impl Launch for Sandboxed {
                     name: &command.name,
                     argv: &command.argv,
                     env: &command.env,
-                    workspace: &loaded.paths.workspace,
+                    // The root, not the workspace: what a server finds relative to
+                    // its working directory (`python -m` imports from there first)
+                    // must not be something tools write.
+                    workspace: &loaded.paths.root,
                     confine: &confine,
                 })
                 .await
@@ -156,7 +159,7 @@ fn bare(loaded: &Loaded, command: &ServerCommand) -> Result<Launched, String> {
         .env_clear()
         .envs(crate::exec::tool_environment(&loaded.paths.workspace))
         .envs(command.env.iter().cloned())
-        .current_dir(&loaded.paths.workspace)
+        .current_dir(&loaded.paths.root)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

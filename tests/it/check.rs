@@ -477,7 +477,8 @@ fn check_warns_about_a_server_running_code_from_a_tree_tools_write() {
     std::fs::write(ws.join("lib/main.js"), "\n").unwrap();
     let abs = ws.join("lib/main.js").display().to_string();
     r.edit_settings(|s| {
-        s["mcp"]["servers"]["rel"] = serde_json::json!({"command": ["python3", "server.py"]});
+        s["mcp"]["servers"]["rel"] =
+            serde_json::json!({"command": ["python3", "workspace/server.py"]});
         s["mcp"]["servers"]["abs"] = serde_json::json!({"command": ["node", abs, "stdio"]});
         s["mcp"]["servers"]["module"] =
             serde_json::json!({"command": ["python3", "-m", "mcp_server_time"]});
@@ -499,14 +500,6 @@ fn check_warns_about_a_server_running_code_from_a_tree_tools_write() {
         "{warned:#?}"
     );
     assert!(!named("mcp.servers.abs.command[2]"), "{warned:#?}");
-    // `python -m` finds the module in the working directory, the workspace, first.
-    assert!(
-        warned
-            .iter()
-            .any(|w| w
-                .contains("mcp.servers.module: `python -m` imports from its working directory")),
-        "{warned:#?}"
-    );
 }
 
 #[test]

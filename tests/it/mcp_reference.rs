@@ -77,7 +77,11 @@ fn the_python_servers_answer_over_the_stateless_revision() {
                 "mcp__time__get_current_time",
                 json!({"timezone": "UTC"}),
             ),
-            ("g1", "mcp__git__git_status", json!({"repo_path": "repo"})),
+            (
+                "g1",
+                "mcp__git__git_status",
+                json!({"repo_path": "workspace/repo"}),
+            ),
         ]),
         Reply::text("done"),
     ]);
@@ -91,6 +95,20 @@ fn the_python_servers_answer_over_the_stateless_revision() {
         .unwrap();
     assert!(git.success());
     std::fs::write(repo.join("new.txt"), "x").unwrap();
+    // A module a tool could plant under the name `python -m` runs: never imported,
+    // since a server's working directory is the root, which tools do not write.
+    let planted = root.workspace().join("mcp_server_time");
+    std::fs::create_dir_all(&planted).unwrap();
+    std::fs::write(
+        planted.join("__init__.py"),
+        "raise SystemExit('hijacked')\n",
+    )
+    .unwrap();
+    std::fs::write(
+        planted.join("__main__.py"),
+        "raise SystemExit('hijacked')\n",
+    )
+    .unwrap();
     python_servers(&root);
     root.edit_settings(|s| s["tools"]["allow"] = json!(["mcp__time", "mcp__git__git_status"]));
     let out = root.run(&["run", "x"]);

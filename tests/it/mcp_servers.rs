@@ -337,11 +337,11 @@ fn a_server_gets_only_its_named_variables_its_read_set_and_no_network() {
                 "mcp__hostile__read_path",
                 json!({"path": "/etc/passwd"}),
             ),
-            // Its own code, in its `read` (relative to its working directory, the workspace).
+            // Its own code, in its `read` (relative to its working directory, the root).
             (
                 "in",
                 "mcp__hostile__read_path",
-                json!({"path": "../mcp-code/hostile.py"}),
+                json!({"path": "mcp-code/hostile.py"}),
             ),
             ("net", "mcp__hostile__connect", json!({"port": port})),
         ]),
