@@ -141,10 +141,12 @@ fn print_servers(servers: &[ServerView]) -> Result<(), CliError> {
         writeln!(out, "no MCP servers in mcp.servers")?;
     }
     for s in servers {
-        let drift = if s.drift.is_empty() {
+        let drift = if s.tools.iter().all(|t| t.pinned_sha256.is_none()) {
+            "not pinned yet (`harnessd mcp pin`, or its first use, pins it)"
+        } else if s.drift.is_empty() {
             "no drift"
         } else {
-            "DRIFT"
+            "DRIFT: review, then `harnessd mcp pin`"
         };
         writeln!(
             out,
