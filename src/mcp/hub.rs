@@ -200,7 +200,7 @@ impl Hub {
     }
 
     /// Accepts `listed` as `server`'s definitions: the lock file is rewritten, then
-    /// `mcp_tools_pinned` recorded.
+    /// `mcp_tools_pinned` recorded; a record that fails takes the rewrite back.
     pub async fn pin(
         &self,
         task_id: Option<&str>,
@@ -209,18 +209,19 @@ impl Hub {
         by: &str,
     ) -> Result<Vec<String>, McpError> {
         let events = self.events()?;
-        let tools = self.inner.pins.pin(server, listed).await?;
-        events
-            .record(
-                task_id,
-                Event::McpToolsPinned {
-                    server: server.to_string(),
-                    tools: tools.clone(),
-                    by: by.to_string(),
-                },
-            )
-            .await?;
-        Ok(tools)
+        let record = |tools: Vec<String>| async move {
+            let event = Event::McpToolsPinned {
+                server: server.to_string(),
+                tools,
+                by: by.to_string(),
+            };
+            events
+                .record(task_id, event)
+                .await
+                .map(|_| ())
+                .map_err(McpError::Log)
+        };
+        self.inner.pins.pin(server, listed, record).await
     }
 }
 

@@ -71,15 +71,22 @@ impl PinStore {
         (cache.1.clone(), cache.2.clone())
     }
 
-    /// Replaces `server`'s pins with `listed` and writes the file atomically; the
-    /// names pinned. A file that is there but cannot be used is not written over:
-    /// its servers would all count as never pinned, and be pinned again as they
-    /// list themselves now, drift and all.
-    pub async fn pin(
+    /// Replaces `server`'s pins with `listed`, writes the file atomically, then
+    /// has `record` record it; the names pinned. A record that fails takes the
+    /// write back (no pin without its record), and is the error. A file that is
+    /// there but cannot be used is not written over: its servers would all count
+    /// as never pinned, and be pinned again as they list themselves now, drift and
+    /// all.
+    pub async fn pin<F, Fut>(
         &self,
         server: &str,
         listed: &[ToolDefinition],
-    ) -> Result<Vec<String>, McpError> {
+        record: F,
+    ) -> Result<Vec<String>, McpError>
+    where
+        F: FnOnce(Vec<String>) -> Fut,
+        Fut: std::future::Future<Output = Result<(), McpError>>,
+    {
         let _one_writer = self.writing.lock().await;
         let (current, broken) = self.read();
         if let Some(why) = broken {
@@ -90,16 +97,28 @@ impl PinStore {
         }
         let mut file = (*current).clone();
         crate::config::pin_server(&mut file, server, listed);
+        self.save(file).await?;
+        let mut names: Vec<String> = listed.iter().map(|d| d.name.clone()).collect();
+        names.sort();
+        if let Err(e) = record(names.clone()).await {
+            if let Err(undo) = self.save((*current).clone()).await {
+                tracing::error!("cannot take an unrecorded pin back out of {LOCK_FILE}: {undo}");
+            }
+            return Err(e);
+        }
+        Ok(names)
+    }
+
+    /// Writes `file` and caches it as what the file holds.
+    async fn save(&self, file: PinFile) -> Result<(), McpError> {
         let path = self.path.clone();
         let written = file.clone();
         tokio::task::spawn_blocking(move || crate::config::save_pins(&path, &written))
             .await
             .map_err(|e| McpError::Internal(e.to_string()))?
             .map_err(|e| McpError::Pins(e.to_string()))?;
-        let mut names: Vec<String> = listed.iter().map(|d| d.name.clone()).collect();
-        names.sort();
         *self.cache.lock().unwrap_or_else(|p| p.into_inner()) =
             (stamp(&self.path), Arc::new(file), None);
-        Ok(names)
+        Ok(())
     }
 }

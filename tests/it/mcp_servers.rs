@@ -435,3 +435,36 @@ fn check_lists_each_server_with_its_sandbox_and_warns_about_what_opens_it() {
     assert_eq!(servers[1]["name"], "hostile");
     assert_eq!(servers[1]["env"], json!(["HOSTILE_STATE"]));
 }
+
+#[test]
+fn a_pin_whose_record_fails_is_taken_back() {
+    let api = FakeApi::start(vec![
+        Reply::tool("p", "mcp__hostile__echo", json!({"text": "one"})),
+        Reply::text("first"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    let state = hostile(&root, json!({}));
+    root.edit_settings(|s| s["tools"]["allow"] = json!(["mcp__hostile__echo"]));
+    assert_eq!(run(&root, &state, &["run", "x"]).status.code(), Some(0));
+    let lock = root.dir.join("policies/mcp.lock.json");
+    let before = std::fs::read_to_string(&lock).unwrap();
+    // The second start serves a changed description; accepting it cannot be recorded.
+    let pin = root
+        .command(&["mcp", "pin", "hostile"])
+        .env("HOSTILE_STATE_SRC", &state)
+        .env("HARNESSD_FAILPOINTS", "events.append=enospc")
+        .output()
+        .unwrap();
+    assert_ne!(pin.status.code(), Some(0), "{}", stderr(&pin));
+    assert_eq!(
+        std::fs::read_to_string(&lock).unwrap(),
+        before,
+        "an unrecorded pin stayed"
+    );
+    assert!(
+        !root
+            .events()
+            .iter()
+            .any(|e| e["type"] == "mcp_tools_pinned" && e["by"] == "cli")
+    );
+}
