@@ -38,12 +38,30 @@ pub enum Note {
 
 /// The client side of a connection: refuses every server request, reports it.
 struct Harness {
-    notes: mpsc::UnboundedSender<Note>,
+    notes: mpsc::Sender<Note>,
+    /// Requests refused so far on this connection.
+    refused: std::sync::atomic::AtomicUsize,
 }
+
+/// Refused requests of one connection that are recorded: a server may send
+/// requests without end, and each would be a line of the audit log. Past this
+/// they are still refused, and one warning says the rest go unrecorded.
+pub const MAX_RECORDED_REFUSALS: usize = 64;
 
 impl Harness {
     fn refuse(&self, method: &str) -> ErrorData {
-        let _ = self.notes.send(Note::Refused(method.to_string()));
+        let n = self
+            .refused
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if n < MAX_RECORDED_REFUSALS {
+            let _ = self.notes.try_send(Note::Refused(method.to_string()));
+        } else if n == MAX_RECORDED_REFUSALS {
+            tracing::warn!(
+                target: "mcp",
+                "an MCP server sent more than {MAX_RECORDED_REFUSALS} requests the client \
+                 refuses; the rest are refused without a record"
+            );
+        }
         ErrorData::new(
             ErrorCode::METHOD_NOT_FOUND,
             format!("harnessd does not serve {method} to MCP servers"),
@@ -94,7 +112,9 @@ impl ClientHandler for Harness {
     }
 
     async fn on_tool_list_changed(&self, _cx: NotificationContext<RoleClient>) {
-        let _ = self.notes.send(Note::ToolsChanged);
+        // A full channel already holds a change to act on, or refusals ahead of it;
+        // room is kept for one change beyond every recorded refusal.
+        let _ = self.notes.try_send(Note::ToolsChanged);
     }
 }
 
@@ -173,7 +193,7 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 pub async fn connect<R, W>(
     read: R,
     write: W,
-) -> Result<(Connection, mpsc::UnboundedReceiver<Note>), ClientError>
+) -> Result<(Connection, mpsc::Receiver<Note>), ClientError>
 where
     R: tokio::io::AsyncRead + Send + Unpin + 'static,
     W: tokio::io::AsyncWrite + Send + Unpin + 'static,
@@ -189,17 +209,21 @@ where
 /// records (refused requests, list changes) as it happens.
 pub async fn connect_transport<T, E, A>(
     transport: T,
-) -> Result<(Connection, mpsc::UnboundedReceiver<Note>), ClientError>
+) -> Result<(Connection, mpsc::Receiver<Note>), ClientError>
 where
     T: rmcp::transport::IntoTransport<RoleClient, E, A>,
     E: std::error::Error + Send + Sync + 'static,
 {
-    let (tx, notes) = mpsc::unbounded_channel();
+    let (tx, notes) = mpsc::channel(MAX_RECORDED_REFUSALS + 1);
     let lifecycle = ClientLifecycleMode::Auto {
         preferred_versions: vec![ProtocolVersion::V_2026_07_28],
         legacy_version: Some(ProtocolVersion::V_2025_11_25),
     };
-    let started = Harness { notes: tx }.serve_with_lifecycle(transport, lifecycle);
+    let harness = Harness {
+        notes: tx,
+        refused: std::sync::atomic::AtomicUsize::new(0),
+    };
+    let started = harness.serve_with_lifecycle(transport, lifecycle);
     let service = match tokio::time::timeout(HANDSHAKE_TIMEOUT, started).await {
         Ok(Ok(service)) => service,
         Ok(Err(e)) => return Err(ClientError::Handshake(e.to_string())),

@@ -54,7 +54,7 @@ fn headers(
 /// Connects to `target`.
 pub async fn connect(
     target: &HttpTarget,
-) -> Result<(Connection, mpsc::UnboundedReceiver<Note>), ClientError> {
+) -> Result<(Connection, mpsc::Receiver<Note>), ClientError> {
     // The SDK's HTTP client brings no TLS provider of its own: ring, as the
     // model client uses. Installing it twice is harmless (the first one stays).
     let _ = rustls::crypto::ring::default_provider().install_default();

@@ -350,7 +350,7 @@ impl Server {
     /// Records each refused request; flags a list change for the next use.
     fn forward_notes(
         &self,
-        mut notes: tokio::sync::mpsc::UnboundedReceiver<Note>,
+        mut notes: tokio::sync::mpsc::Receiver<Note>,
         relist: Arc<AtomicBool>,
         events: crate::events::EventLog,
     ) {

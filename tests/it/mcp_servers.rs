@@ -89,7 +89,7 @@ fn a_server_is_pinned_at_first_use_its_tools_offered_and_called() {
             .as_object()
             .unwrap()
             .len(),
-        10
+        11
     );
     let events = root.events();
     let pinned = of_type(&events, "mcp_tools_pinned");
@@ -466,5 +466,28 @@ fn a_pin_whose_record_fails_is_taken_back() {
             .events()
             .iter()
             .any(|e| e["type"] == "mcp_tools_pinned" && e["by"] == "cli")
+    );
+}
+
+#[test]
+fn a_server_flooding_the_client_with_requests_is_refused_without_flooding_the_log() {
+    let api = FakeApi::start(vec![
+        Reply::tool("f", "mcp__hostile__flood_client", json!({})),
+        Reply::text("done"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    let state = hostile(&root, json!({}));
+    root.edit_settings(|s| s["tools"]["allow"] = json!(["mcp__hostile"]));
+    let out = run(&root, &state, &["run", "x"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        text(&last_results(&api.requests()[1].body)[0]),
+        "200 of 200 refused"
+    );
+    let recorded = root.events_of("mcp_request_refused").len();
+    assert_eq!(
+        recorded,
+        harnessd::mcp::client::MAX_RECORDED_REFUSALS,
+        "{recorded} recorded"
     );
 }
