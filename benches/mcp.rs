@@ -21,11 +21,14 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
 
 use harnessd::config::Loaded;
 use harnessd::mcp::client;
-use harnessd::mcp::launch::{Bare, Launch, Sandboxed, ServerCommand};
+use harnessd::mcp::launch::{ExitStatus, Launch, Launched, Sandboxed, ServerCommand};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -229,4 +232,71 @@ fn main() {
         }
     }
     let _ = std::fs::remove_dir_all(&root);
+}
+
+/// Starts servers without any confinement, to measure what the sandbox costs:
+/// here, not in the crate, where processes are spawned by `exec` alone.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Bare;
+
+impl Launch for Bare {
+    fn launch<'a>(
+        &'a self,
+        loaded: &'a Loaded,
+        command: &'a ServerCommand,
+    ) -> BoxFuture<'a, Result<Launched, String>> {
+        Box::pin(async move { bare(loaded, command) })
+    }
+}
+
+fn bare(loaded: &Loaded, command: &ServerCommand) -> Result<Launched, String> {
+    let (program, args) = command
+        .argv
+        .split_first()
+        .ok_or_else(|| format!("server {}: no command", command.name))?;
+    let mut child = tokio::process::Command::new(program)
+        .args(args)
+        .env_clear()
+        .envs(harnessd::exec::tool_environment(&loaded.paths.workspace))
+        .envs(command.env.iter().cloned())
+        .current_dir(&loaded.paths.root)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("cannot start {program}: {e}"))?;
+    let pid = child.id().unwrap_or(0);
+    let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        return Err("the server's pipes are missing".into());
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (ended, mut exit) = tokio::sync::watch::channel(None);
+    // The child is owned here, not by the future handed out: the process lives
+    // until `keep` is dropped, whoever awaits its end.
+    tokio::spawn(async move {
+        use std::os::unix::process::ExitStatusExt;
+        let status = tokio::select! {
+            s = child.wait() => s,
+            _ = stopped => { let _ = child.kill().await; child.wait().await }
+        };
+        let status = status
+            .map(|s| ExitStatus {
+                code: s.code(),
+                signal: s.signal(),
+            })
+            .unwrap_or_default();
+        let _ = ended.send(Some(status));
+    });
+    let exited = Box::pin(async move {
+        let ended = exit.wait_for(Option::is_some).await.map(|e| *e);
+        ended.ok().flatten().unwrap_or_default()
+    });
+    Ok(Launched {
+        read: Box::pin(stdout),
+        write: Box::pin(stdin),
+        exited,
+        pid,
+        keep: Box::new(stop),
+    })
 }

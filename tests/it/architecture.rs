@@ -411,3 +411,33 @@ fn a_cycle_is_found() {
     acyclic.remove("c");
     assert_eq!(find_cycle(&acyclic), None);
 }
+
+/// Processes are spawned in `exec` (and exec'd by the sandbox helper) alone: a
+/// program started anywhere else would run unconfined.
+#[test]
+fn only_exec_and_the_sandbox_helper_start_processes() {
+    let mut files = Vec::new();
+    rust_files(&src_dir(), &mut files);
+    let spawners: Vec<String> = files
+        .iter()
+        .filter(|f| {
+            !f.starts_with(src_dir().join("exec")) && !f.starts_with(src_dir().join("sandbox"))
+        })
+        .filter(|f| {
+            let text = std::fs::read_to_string(f).unwrap();
+            [
+                "process::Command",
+                "Command::new",
+                "posix_spawn",
+                "nix::unistd::fork",
+            ]
+            .iter()
+            .any(|needle| text.contains(needle))
+        })
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(
+        spawners.is_empty(),
+        "processes started outside exec: {spawners:?}"
+    );
+}
