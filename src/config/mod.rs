@@ -13,6 +13,7 @@ mod key;
 mod live;
 mod mcp;
 mod pins;
+pub mod replace;
 mod settings;
 mod tool_user;
 

@@ -10,8 +10,7 @@
 //! (temporary file, synced, renamed, directory synced), so a reader never sees
 //! half a file.
 
-use std::io::Write;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use super::error::{ConfigError, find_json_value};
@@ -102,45 +101,22 @@ pub fn parse_pins(text: &str, file: &str) -> Result<PinFile, ConfigError> {
 /// replacing a symlink) is 0644.
 pub fn save_pins(path: &Path, pins: &PinFile) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(
-        ".{name}.pin-{}-{:08x}",
-        std::process::id(),
-        fastrand::u32(..)
-    ));
+    let tmp = super::replace::temp_beside(path, "pin");
     // The file itself, not what a symlink there points to: the rename replaces the
     // link, and the new file must not take a stranger's owner or mode.
     let like = std::fs::symlink_metadata(path)
         .ok()
         .filter(|m| m.file_type().is_file());
-    let written = write_temp(&tmp, pins.to_text().as_bytes(), like.as_ref())
+    // Permission bits only: a lock file is never set-id.
+    let mode = like.as_ref().map_or(0o644, |m| m.mode() & 0o777);
+    let owner = like.as_ref().map(|m| (m.uid(), m.gid()));
+    let written = super::replace::write_new(&tmp, pins.to_text().as_bytes(), mode, owner)
         .and_then(|()| std::fs::rename(&tmp, path));
     if let Err(e) = written {
         let _ = std::fs::remove_file(&tmp);
         return Err(e);
     }
     std::fs::File::open(dir)?.sync_all()
-}
-
-fn write_temp(tmp: &Path, bytes: &[u8], like: Option<&std::fs::Metadata>) -> std::io::Result<()> {
-    // Permission bits only: a lock file is never set-id.
-    let mode = like.map_or(0o644, |m| m.mode() & 0o777);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .open(tmp)?;
-    if let Some(m) = like {
-        // Only root may give a file away; anyone else writes it as themselves.
-        let _ = std::os::unix::fs::fchown(&f, Some(m.uid()), Some(m.gid()));
-    }
-    // The creation mode went through the umask: set it exactly.
-    f.set_permissions(std::fs::Permissions::from_mode(mode))?;
-    f.write_all(bytes)?;
-    f.sync_all()
 }
 
 /// Replaces `server`'s entry of `file` with exactly `listed`: each tool with its

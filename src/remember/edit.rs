@@ -11,8 +11,6 @@
 //! read again just before the rename and, if it changed, the whole edit is redone
 //! on the new text.
 
-use std::io::Write;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use jsonc_parser::ParseOptions;
@@ -195,15 +193,7 @@ fn append_allow(text: &str, file: &str, rules: &[String]) -> Result<String, Reme
 /// temporary file gets the old file's mode and, when we may, its owner.
 fn replace_if_unchanged(path: &Path, old: &[u8], new: &[u8]) -> Result<bool, RememberError> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(
-        ".{name}.remember-{}-{:08x}",
-        std::process::id(),
-        fastrand::u32(..)
-    ));
+    let tmp = crate::config::replace::temp_beside(path, "remember");
     let meta = std::fs::metadata(path).map_err(io("stat", path))?;
     let written = write_temp(&tmp, new, &meta);
     if let Err(e) = written {
@@ -232,24 +222,13 @@ fn replace_if_unchanged(path: &Path, old: &[u8], new: &[u8]) -> Result<bool, Rem
 }
 
 /// Creates `tmp` exclusively with `bytes`, the mode and owner of `like`, synced.
+/// Writes the replacement with the old file's mode (set-id bits too: the file is
+/// the operator's, kept as it was) and, when we may, its owner.
 fn write_temp(tmp: &Path, bytes: &[u8], like: &std::fs::Metadata) -> Result<(), RememberError> {
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(like.mode() & 0o7777)
-        .open(tmp)
-        .map_err(io("create", tmp))?;
-    // Only root may give a file away; anyone else writes it as themselves, which
-    // is who could have written the file in place anyway.
-    let _ = std::os::unix::fs::fchown(&f, Some(like.uid()), Some(like.gid()));
-    // The mode given at creation went through the umask: a group-writable file
-    // (the operators group edits it) would come back 0644. Set it exactly.
-    use std::os::unix::fs::PermissionsExt;
-    f.set_permissions(std::fs::Permissions::from_mode(like.mode() & 0o7777))
-        .map_err(io("set the mode of", tmp))?;
-    f.write_all(bytes).map_err(io("write", tmp))?;
-    f.sync_all().map_err(io("sync", tmp))?;
-    Ok(())
+    use std::os::unix::fs::MetadataExt;
+    let owner = Some((like.uid(), like.gid()));
+    crate::config::replace::write_new(tmp, bytes, like.mode() & 0o7777, owner)
+        .map_err(io("write", tmp))
 }
 
 #[cfg(test)]
