@@ -199,8 +199,8 @@ impl Hub {
         Ok(())
     }
 
-    /// Accepts `listed` as `server`'s definitions: the lock file is rewritten, then
-    /// `mcp_tools_pinned` recorded; a record that fails takes the rewrite back.
+    /// Accepts `listed` as `server`'s definitions: `mcp_tools_pinned` is recorded,
+    /// then the lock file rewritten; a record that fails leaves the file as it was.
     pub async fn pin(
         &self,
         task_id: Option<&str>,

@@ -71,12 +71,11 @@ impl PinStore {
         (cache.1.clone(), cache.2.clone())
     }
 
-    /// Replaces `server`'s pins with `listed`, writes the file atomically, then
-    /// has `record` record it; the names pinned. A record that fails takes the
-    /// write back (no pin without its record), and is the error. A file that is
-    /// there but cannot be used is not written over: its servers would all count
-    /// as never pinned, and be pinned again as they list themselves now, drift and
-    /// all.
+    /// Replaces `server`'s pins with `listed`: `record` records it first (no pin
+    /// without its record, written before the change as every record is), then the
+    /// file is written atomically; the names pinned. A file that is there but cannot
+    /// be used is not written over: its servers would all count as never pinned,
+    /// and be pinned again as they list themselves now, drift and all.
     pub async fn pin<F, Fut>(
         &self,
         server: &str,
@@ -97,15 +96,10 @@ impl PinStore {
         }
         let mut file = (*current).clone();
         crate::config::pin_server(&mut file, server, listed);
-        self.save(file).await?;
         let mut names: Vec<String> = listed.iter().map(|d| d.name.clone()).collect();
         names.sort();
-        if let Err(e) = record(names.clone()).await {
-            if let Err(undo) = self.save((*current).clone()).await {
-                tracing::error!("cannot take an unrecorded pin back out of {LOCK_FILE}: {undo}");
-            }
-            return Err(e);
-        }
+        record(names.clone()).await?;
+        self.save(file).await?;
         Ok(names)
     }
 

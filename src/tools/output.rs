@@ -180,10 +180,11 @@ pub fn render_text(
     let (mut content, truncated) = truncate_middle(text, max_chars, 0);
     let mut spool_cut = None;
     if let Some((path, budget)) = out_file {
-        let (granted, reason) = budget.grant(output_bytes);
-        let kept = &text.as_bytes()[..granted as usize];
-        if let Err(e) = write_private(path, kept) {
+        let (mut granted, reason) = budget.grant(output_bytes);
+        if let Err(e) = write_private(path, &text.as_bytes()[..granted as usize]) {
+            // Nothing is kept: the file does not say otherwise.
             budget.give_back(granted);
+            granted = 0;
             tracing::warn!("cannot keep full tool output at {}: {e}", path.display());
         }
         spool_cut = reason.map(|reason| SpoolCut {
