@@ -203,13 +203,14 @@ fn judge_file(
     let new = assemble(&old.paths.root, config_text, settings_text).map_err(err)?;
     // The API key's variable is bound at start (a change waits for a restart),
     // so no server may name the one in force either, whatever the new config says.
-    super::mcp::validate(&new.policy.settings.mcp, Some(&old.config.api.api_key_env)).map_err(
-        |(key, message)| {
+    let key_env = Some(old.config.api.api_key_env.as_str());
+    super::mcp::validate(&new.policy.settings.mcp, key_env)
+        .and_then(|()| super::hooks::validate(&new.policy.settings.hooks, key_env))
+        .map_err(|(key, message)| {
             let file = &new.config.paths.settings;
             let at = super::error::find_json_value(settings_text, &key);
             err(ConfigError::invalid(file, at, key, message))
-        },
-    )?;
+        })?;
     if let Some(judge) = state.judge.as_mut() {
         judge(&new).map_err(err)?;
     }

@@ -247,12 +247,26 @@ fn validate_stdio(
     argv: &[String],
     api_key_env: Option<&str>,
 ) -> Result<(), McpProblem> {
+    validate_command(key, argv)?;
+    validate_env(key, server.env(), api_key_env)?;
+    let at = |sub: &str| format!("{key}.{sub}");
+    for (list, paths) in [("read", server.read()), ("write", server.write())] {
+        if let Some(i) = paths.iter().position(String::is_empty) {
+            return Err((at(&format!("{list}[{i}]")), "empty path".into()));
+        }
+    }
+    Ok(())
+}
+
+/// Checks `key.command`, the program and arguments of a confined operator program
+/// (a stdio server, a hook).
+pub(crate) fn validate_command(key: &str, argv: &[String]) -> Result<(), McpProblem> {
     let at = |sub: &str| format!("{key}.{sub}");
     match argv.first() {
         None => return Err((at("command"), "names no program".into())),
         Some(p) if p.is_empty() => return Err((at("command[0]"), "empty program".into())),
-        // Found from the server's working directory, the workspace, which tools
-        // write: whatever they put there would run with the server's rights.
+        // Found from the program's working directory, which tools may write:
+        // whatever they put there would run with the program's rights.
         Some(p) if p.contains('/') && !p.starts_with('/') => {
             return Err((
                 at("command[0]"),
@@ -267,8 +281,18 @@ fn validate_stdio(
     if let Some(i) = argv.iter().position(|a| a.contains('\0')) {
         return Err((at(&format!("command[{i}]")), "holds a NUL character".into()));
     }
-    for (inner, outer) in server.env() {
-        let k = at(&format!("env.{inner}"));
+    Ok(())
+}
+
+/// Checks `key.env`: each (name in the program, daemon variable) pair names
+/// variables, and none the API key's or the daemon's own.
+pub(crate) fn validate_env<'a>(
+    key: &str,
+    env: impl Iterator<Item = (&'a str, &'a str)>,
+    api_key_env: Option<&str>,
+) -> Result<(), McpProblem> {
+    for (inner, outer) in env {
+        let k = format!("{key}.env.{inner}");
         if !variable_name(inner) {
             return Err((
                 k,
@@ -286,11 +310,6 @@ fn validate_stdio(
         }
         if let Some(why) = never_sent(outer, api_key_env) {
             return Err((k, why));
-        }
-    }
-    for (list, paths) in [("read", server.read()), ("write", server.write())] {
-        if let Some(i) = paths.iter().position(String::is_empty) {
-            return Err((at(&format!("{list}[{i}]")), "empty path".into()));
         }
     }
     Ok(())
@@ -352,11 +371,12 @@ fn validate_remote(
 fn never_sent(var: &str, api_key_env: Option<&str>) -> Option<String> {
     if Some(var) == api_key_env || var == FORBIDDEN_ENV {
         return Some(format!(
-            "{var} holds the API key, which never reaches a server"
+            "{var} holds the API key, which never reaches a server or hook"
         ));
     }
-    var.starts_with(DAEMON_ENV_PREFIX)
-        .then(|| format!("{var} is the daemon's own variable, which never reaches a server"))
+    var.starts_with(DAEMON_ENV_PREFIX).then(|| {
+        format!("{var} is the daemon's own variable, which never reaches a server or hook")
+    })
 }
 
 /// `[A-Za-z_][A-Za-z0-9_]*`.

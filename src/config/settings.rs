@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::error::{ConfigError, find_json_value};
+use super::hooks::HooksSettings;
 use super::mcp::McpSettings;
 use crate::policy::{self, Decision, McpSubject, RuleError, RuleLists};
 use crate::protocol::Tier;
@@ -38,6 +39,9 @@ pub struct Settings {
     /// MCP servers: their tools are called as `mcp__<server>__<tool>` under the
     /// same tiers as built-in tools.
     pub mcp: McpSettings,
+    /// Operator programs consulted before and after tool calls and at a task's
+    /// end, each run confined with its own read set, environment and network.
+    pub hooks: HooksSettings,
 }
 
 /// `allowed_paths`: paths relative to the root unless absolute.
@@ -307,6 +311,7 @@ impl Settings {
             }
         }
         super::mcp::validate(&self.mcp, context.api_key_env).map_err(|(k, m)| bad(k, m))?;
+        super::hooks::validate(&self.hooks, context.api_key_env).map_err(|(k, m)| bad(k, m))?;
         let pins = context.pins.cloned().unwrap_or_default();
         let servers: Vec<String> = self.mcp.servers.keys().cloned().collect();
         let lists = self.tools.rule_lists(&servers, &pins);
