@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::config::{Loaded, SandboxRequire, SandboxSettings, Settings, resolve};
-use crate::sandbox::{Confinement, Limits, Profile, Require};
+use crate::sandbox::{Confinement, Limits, Network, Profile, Require};
 
 impl From<SandboxRequire> for Require {
     fn from(r: SandboxRequire) -> Require {
@@ -30,7 +30,7 @@ impl From<crate::protocol::Profile> for Profile {
 /// [`crate::config::ToolUser::user`], never `s.user`, which may say `"auto"`).
 fn limits(s: &SandboxSettings, user: &str) -> Limits {
     Limits {
-        network: s.network,
+        network: Network::from_bool(s.network),
         cpu_secs: Some(s.cpu_secs),
         memory_mb: s.memory_mb,
         max_processes: s.max_processes,
@@ -70,7 +70,7 @@ impl Confinement {
     ) -> Confinement {
         let settings = &loaded.policy.settings;
         let mut limits = limits(&settings.sandbox, &loaded.tool_user.user);
-        limits.network = network;
+        limits.network = Network::from_bool(network);
         limits.cpu_secs = None;
         let mut all_read: Vec<PathBuf> = settings
             .allowed_paths
@@ -85,6 +85,16 @@ impl Confinement {
             profile: Profile::Server,
             limits,
         }
+    }
+
+    /// The confinement of a hook of the root `loaded`: a server's (the policy's
+    /// `allowed_paths.read` and its own `read`, a private `/tmp`) with no write
+    /// set, its own `network`, and the tools' CPU-time limit, since it is one-shot.
+    pub fn for_hook(loaded: &Loaded, read: &[PathBuf], network: Network) -> Confinement {
+        let mut c = Confinement::for_server(loaded, read, &[], false);
+        c.limits.network = network;
+        c.limits.cpu_secs = Some(loaded.policy.settings.sandbox.cpu_secs);
+        c
     }
 
     /// The confinement `settings` asks for under `profile`, with relative paths
@@ -125,7 +135,7 @@ mod tests {
         assert_eq!(c.write[0], Path::new("/root-dir/workspace"));
         let s = &settings.sandbox;
         let expected = Limits {
-            network: true,
+            network: Network::On,
             cpu_secs: Some(s.cpu_secs),
             memory_mb: s.memory_mb,
             max_processes: s.max_processes,

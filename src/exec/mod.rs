@@ -16,12 +16,14 @@ pub mod budget;
 pub mod capture;
 pub mod cgroup;
 mod confinement;
+mod hook;
 mod relay;
 mod server;
 mod spare;
 pub mod verdict;
 mod workspace;
 
+pub use hook::{HOOK_STDOUT_BYTES, HookRequest, HookRun};
 pub use server::{ServerError, ServerExit, ServerProcess, ServerRequest};
 pub use workspace::{PLANTED_PREFIX, WorkspaceChanges, WorkspaceError, prepare_workspace};
 
@@ -183,6 +185,13 @@ impl Executor {
 
     /// Runs one job to its end. Blocking: call it from a blocking thread.
     pub fn run(&self, req: &ExecRequest<'_>) -> ExecOutcome {
+        self.run_fed(req, None)
+    }
+
+    /// [`Executor::run`], with `input` written after the job on the helper's
+    /// stdin, for a job that keeps it ([`Job::Hook`]): written by a thread of its
+    /// own, so a program that never reads it cannot stall the timeout.
+    fn run_fed(&self, req: &ExecRequest<'_>, input: Option<Vec<u8>>) -> ExecOutcome {
         let started = Instant::now();
         let sinks = sinks(req);
         // Created before the spawn so the helper joins it before it reads its job,
@@ -191,7 +200,7 @@ impl Executor {
             req.confine.limits.memory_mb,
             req.confine.limits.max_processes,
         );
-        let mut child = match self.spawn(req, cgroup.as_ref()) {
+        let mut child = match self.spawn(req, cgroup.as_ref(), input) {
             Ok(child) => child,
             Err(e) => {
                 if let Some(cg) = cgroup {
@@ -240,6 +249,7 @@ impl Executor {
         &self,
         req: &ExecRequest<'_>,
         cgroup: Option<&cgroup::CallCgroup>,
+        input: Option<Vec<u8>>,
     ) -> std::io::Result<Child> {
         let request = HelperRequest {
             job: req.job.clone(),
@@ -247,8 +257,20 @@ impl Executor {
         };
         // A relayed job is a one-off (`harnessd sandbox`): no spare to leave behind.
         let mut child = self.start_helper(&request, req.workspace, cgroup, !req.relay_output)?;
-        // End of stdin: the helper has replaced its own by /dev/null anyway.
-        drop(child.stdin.take());
+        let stdin = child.stdin.take();
+        match (stdin, input) {
+            (Some(mut stdin), Some(input)) => {
+                // A write error is the program's end (it closed its stdin or
+                // exited): what it did then is its answer.
+                std::thread::Builder::new()
+                    .name("exec-stdin".into())
+                    .spawn(move || {
+                        let _ = stdin.write_all(&input);
+                    })?;
+            }
+            // End of stdin: the helper has replaced its own by /dev/null anyway.
+            (stdin, _) => drop(stdin),
+        }
         Ok(child)
     }
 

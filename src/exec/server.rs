@@ -368,7 +368,7 @@ fn read_line_bounded(
 
 /// `bytes` escaped for one log line: text through [`crate::text::escape_line`],
 /// bytes that are not UTF-8 as `\xHH`.
-fn escape_bytes(bytes: &[u8]) -> String {
+pub(super) fn escape_bytes(bytes: &[u8]) -> String {
     let mut out = String::new();
     for chunk in bytes.utf8_chunks() {
         out.push_str(&crate::text::escape_line(chunk.valid()));

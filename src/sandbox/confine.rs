@@ -40,7 +40,7 @@ use nix::unistd::{ForkResult, Gid, Pid, Uid, fork, getppid, setsid};
 
 use std::path::PathBuf;
 
-use super::job::{Confinement, Profile, Require};
+use super::job::{Confinement, Network, Profile, Require};
 use super::landlock::PathSets;
 use super::report::Report;
 
@@ -98,23 +98,27 @@ pub fn apply(c: &Confinement, report: &mut Report) -> Result<(), String> {
         );
     }
     layer(report, "no_new_privs", no_new_privs())?;
-    layer(
-        report,
-        "landlock",
-        super::landlock::restrict(&paths, c.limits.network, report.landlock_abi),
-    )?;
+    let landlock = super::landlock::restrict(&paths, &c.limits.network, report.landlock_abi);
+    // A port list is enforced by Landlock alone: without it the process would
+    // reach every port, so it does not run, whatever `require` says.
+    if let (Network::TcpPorts(_), Err(why)) = (&c.limits.network, &landlock) {
+        return Err(format!("the TCP port list cannot be enforced: {why}"));
+    }
+    layer(report, "landlock", landlock)?;
     let unix_sockets = !same_uid_as_daemon;
     // The daemon's own files are the tool's to chmod when it shares their uid;
     // a read-only process may change nothing, and a server's read set (the
     // workspace, owned by the tool uid) is not its to change either.
     let metadata_by_path = same_uid_as_daemon || c.profile != Profile::Write;
-    let seccomp = super::seccomp::filters(c.limits.network, unix_sockets, metadata_by_path)
+    let seccomp = super::seccomp::filters(&c.limits.network, unix_sockets, metadata_by_path)
         .and_then(|f| super::seccomp::install(&f))
         .map(|()| {
-            let net = match (c.limits.network, unix_sockets) {
-                (true, _) => "",
-                (false, true) => "sockets other than AF_UNIX, ",
-                (false, false) => "every socket (socketpair allowed), ",
+            let net = match (&c.limits.network, unix_sockets) {
+                (Network::On, _) => "",
+                (Network::Off, true) => "sockets other than AF_UNIX, ",
+                (Network::Off, false) => "every socket (socketpair allowed), ",
+                (Network::TcpPorts(_), true) => "sockets other than TCP and AF_UNIX, ",
+                (Network::TcpPorts(_), false) => "sockets other than TCP, ",
             };
             let metadata = if metadata_by_path {
                 "path-based chmod/chown/utimes/setxattr, "

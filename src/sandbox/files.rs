@@ -33,7 +33,8 @@ pub fn run(job: Job) -> i32 {
         | Job::Python { .. }
         | Job::Exec { .. }
         | Job::Probe
-        | Job::McpServer { .. } => Err("not a file job".into()),
+        | Job::McpServer { .. }
+        | Job::Hook { .. } => Err("not a file job".into()),
     };
     match result {
         Ok(text) => {

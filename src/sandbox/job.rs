@@ -64,8 +64,8 @@ pub enum Require {
 /// timeout is not here: the parent enforces it, the helper never sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Limits {
-    /// Whether the process may use the network.
-    pub network: bool,
+    /// What of the network the process may use.
+    pub network: Network,
     /// CPU seconds (RLIMIT_CPU); `None` for none at all: a server lives as long
     /// as its task, and each of its calls is bounded by the caller instead.
     pub cpu_secs: Option<u64>,
@@ -83,6 +83,29 @@ pub struct Limits {
     pub user: String,
     /// Whether every layer is required.
     pub require: Require,
+}
+
+/// What of the network a confined process may use.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Network {
+    /// None: Landlock refuses TCP bind and connect, seccomp every other socket
+    /// but AF_UNIX (tools, unless `sandbox.network`).
+    Off,
+    /// Any socket.
+    On,
+    /// TCP connections to exactly these ports (Landlock), no bind, and no socket
+    /// but TCP over IPv4 or IPv6 and AF_UNIX (seccomp): no UDP, so no DNS. A
+    /// kernel that cannot enforce it (Landlock ABI below 4) refuses the job
+    /// whatever `require` says.
+    TcpPorts(Vec<u16>),
+}
+
+impl Network {
+    /// [`Network::On`] when `on`, else [`Network::Off`].
+    pub fn from_bool(on: bool) -> Network {
+        if on { Network::On } else { Network::Off }
+    }
 }
 
 /// One unit of work for the helper. A file job's `path` is the path the daemon
@@ -144,6 +167,15 @@ pub enum Job {
     /// tool environment the helper was started with; the values travel here, in
     /// the job, never on a command line.
     McpServer {
+        /// Program (found on `PATH` inside the sandbox) and arguments.
+        argv: Vec<String>,
+        /// Variables added to the environment.
+        env: Vec<(String, String)>,
+    },
+    /// A one-shot operator program (a hook): like [`Job::McpServer`] its stdin
+    /// stays the daemon's pipe after the job (it carries the hook's input), and
+    /// `env` is set on top of the tool environment.
+    Hook {
         /// Program (found on `PATH` inside the sandbox) and arguments.
         argv: Vec<String>,
         /// Variables added to the environment.
@@ -228,7 +260,7 @@ mod tests {
                 write: Vec::new(),
                 profile: Profile::Server,
                 limits: Limits {
-                    network: false,
+                    network: Network::Off,
                     cpu_secs: None,
                     memory_mb: 1,
                     max_processes: 1,

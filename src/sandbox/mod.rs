@@ -4,8 +4,9 @@
 //! The executor writes one [`HelperRequest`] on the helper's stdin, as JSON after
 //! its length ([`frame`]). The helper:
 //! 1. reads exactly the request; stdin is then replaced by `/dev/null`, so a tool
-//!    never reads from the daemon — except for a server ([`Job::McpServer`]),
-//!    whose stdin stays the daemon's pipe, the rest of the stream after the job;
+//!    never reads from the daemon — except for a server ([`Job::McpServer`]) or
+//!    a hook ([`Job::Hook`]), whose stdin stays the daemon's pipe, the rest of the
+//!    stream after the job;
 //! 2. confines itself with every layer of `confine` (session, parent-death signal,
 //!    closed descriptors, PID and IPC namespaces, the read-only profile's mount
 //!    namespace and private `/tmp`, rlimits, privilege drop, no_new_privs,
@@ -31,7 +32,8 @@ mod seccomp;
 mod user;
 
 pub use job::{
-    Confinement, HelperRequest, Job, Limits, Profile, Require, SERVER_READY, frame, read_framed,
+    Confinement, HelperRequest, Job, Limits, Network, Profile, Require, SERVER_READY, frame,
+    read_framed,
 };
 pub use report::{Layer, Report, landlock_abi};
 pub use user::resolve_user;
@@ -58,8 +60,8 @@ pub fn helper_main() -> i32 {
         Ok(req) => req,
         Err(e) => return setup_failed(&e),
     };
-    let server = matches!(req.job, Job::McpServer { .. });
-    if !server && let Err(e) = stdin_from_dev_null() {
+    let keeps_stdin = matches!(req.job, Job::McpServer { .. } | Job::Hook { .. });
+    if !keeps_stdin && let Err(e) = stdin_from_dev_null() {
         return setup_failed(&format!("cannot reopen stdin on /dev/null: {e}"));
     }
     let mut report = Report {
@@ -76,7 +78,8 @@ pub fn helper_main() -> i32 {
             Some((program, args)) => exec(Command::new(program).args(args)),
             None => setup_failed("no command given"),
         },
-        Job::McpServer { argv, env } => serve(&argv, &env),
+        Job::McpServer { argv, env } => become_program(&argv, &env, true),
+        Job::Hook { argv, env } => become_program(&argv, &env, false),
         Job::Probe => {
             let json = serde_json::to_string(&report).unwrap_or_default();
             let mut out = std::io::stdout().lock();
@@ -89,11 +92,12 @@ pub fn helper_main() -> i32 {
     }
 }
 
-/// Becomes the server `argv` with `env` added, once its program is found where
-/// the confined process can run it: a program that is missing or outside the read
-/// set is refused before [`SERVER_READY`], so the daemon can tell the sandbox's
-/// refusal from the server's own failure.
-fn serve(argv: &[String], env: &[(String, String)]) -> i32 {
+/// Becomes the program `argv` (a server or a hook) with `env` added, once it is
+/// found where the confined process can run it. For a server (`announce`) a
+/// program that is missing or outside the read set is refused before
+/// [`SERVER_READY`], so the daemon can tell the sandbox's refusal from the
+/// server's own failure.
+fn become_program(argv: &[String], env: &[(String, String)], announce: bool) -> i32 {
     let Some((program, args)) = argv.split_first() else {
         return setup_failed("no command given");
     };
@@ -111,7 +115,7 @@ fn serve(argv: &[String], env: &[(String, String)]) -> i32 {
             return 127;
         }
     };
-    if writeln!(std::io::stderr(), "{SERVER_READY}").is_err() {
+    if announce && writeln!(std::io::stderr(), "{SERVER_READY}").is_err() {
         return SETUP_FAILED;
     }
     exec(Command::new(path).arg0(program).args(args))

@@ -25,6 +25,7 @@
 
 use std::collections::BTreeMap;
 
+use super::job::Network;
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
     SeccompRule, TargetArch,
@@ -110,7 +111,7 @@ fn compile(
 /// `metadata_by_path`: whether the path-based mode, owner, timestamp and xattr
 /// changes are refused (see the module doc).
 pub fn filters(
-    network: bool,
+    network: &Network,
     unix_sockets: bool,
     metadata_by_path: bool,
 ) -> Result<Vec<BpfProgram>, SeccompError> {
@@ -179,8 +180,10 @@ pub fn filters(
     if metadata_by_path {
         refuse_metadata_by_path(&mut eperm)?;
     }
-    if !network {
-        refuse_sockets(&mut eperm, unix_sockets)?;
+    match network {
+        Network::On => {}
+        Network::Off => refuse_sockets(&mut eperm, unix_sockets)?,
+        Network::TcpPorts(_) => refuse_all_but_tcp(&mut eperm, unix_sockets)?,
     }
     Ok(vec![
         compile(enosys, SeccompAction::Errno(libc::ENOSYS as u32))?,
@@ -225,6 +228,46 @@ fn refuse_sockets(
     Ok(())
 }
 
+/// Adds every socket but TCP over IPv4 and IPv6 (and AF_UNIX when
+/// `unix_sockets`) to `eperm`: Landlock governs TCP ports and nothing else, so
+/// UDP (DNS included), SCTP and MPTCP streams, raw and netlink sockets are
+/// refused here. `socketpair` of AF_UNIX stays.
+fn refuse_all_but_tcp(
+    eperm: &mut BTreeMap<i64, Vec<SeccompRule>>,
+    unix_sockets: bool,
+) -> Result<(), SeccompError> {
+    let rule = |conds: Vec<SeccompCondition>| SeccompRule::new(conds).map_err(err);
+    let inet = [libc::AF_INET as u64, libc::AF_INET6 as u64];
+    let mut other_family = vec![
+        arg(0, SeccompCmpOp::Ne, inet[0])?,
+        arg(0, SeccompCmpOp::Ne, inet[1])?,
+    ];
+    if unix_sockets {
+        other_family.push(arg(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?);
+    }
+    let mut rules = vec![rule(other_family)?];
+    // The type's low bits (SOCK_NONBLOCK and SOCK_CLOEXEC are above them) must
+    // say SOCK_STREAM; the protocol must be TCP's, given or implied.
+    const SOCK_TYPE_MASK: u64 = 0xf;
+    for family in inet {
+        for other in (0..=SOCK_TYPE_MASK).filter(|t| *t != libc::SOCK_STREAM as u64) {
+            rules.push(rule(vec![
+                arg(0, SeccompCmpOp::Eq, family)?,
+                arg(1, SeccompCmpOp::MaskedEq(SOCK_TYPE_MASK), other)?,
+            ])?);
+        }
+        rules.push(rule(vec![
+            arg(0, SeccompCmpOp::Eq, family)?,
+            arg(2, SeccompCmpOp::Ne, 0)?,
+            arg(2, SeccompCmpOp::Ne, libc::IPPROTO_TCP as u64)?,
+        ])?);
+    }
+    eperm.insert(libc::SYS_socket, rules);
+    let not_unix = arg(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?;
+    eperm.insert(libc::SYS_socketpair, vec![rule(vec![not_unix])?]);
+    Ok(())
+}
+
 /// Installs the filters on the calling thread (and what it execs). Requires
 /// `no_new_privs` (or CAP_SYS_ADMIN).
 pub fn install(filters: &[BpfProgram]) -> Result<(), SeccompError> {
@@ -240,10 +283,10 @@ mod tests {
 
     #[test]
     fn every_combination_of_filters_compiles() {
-        for network in [false, true] {
+        for network in [Network::Off, Network::On, Network::TcpPorts(vec![443])] {
             for unix_sockets in [false, true] {
                 for metadata_by_path in [false, true] {
-                    let f = filters(network, unix_sockets, metadata_by_path);
+                    let f = filters(&network, unix_sockets, metadata_by_path);
                     assert!(f.is_ok_and(|f| f.len() == 2));
                 }
             }
