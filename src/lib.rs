@@ -28,6 +28,7 @@
 //! - [`policy`]: pure allow / ask / deny decisions and the shell splitter.
 //! - [`approval`]: who answers `ask` calls.
 //! - [`tools`]: tool schemas, validation, results.
+//! - [`hooks`]: operator programs consulted around tool calls, run confined.
 //! - [`remember`]: "always allow this call": the narrowest rules, written into
 //!   settings.json in place, the policy reloaded and the change recorded.
 //! - [`exec`]: the only place processes are spawned; bounded output, timeouts,
@@ -57,6 +58,7 @@ pub mod daemon;
 pub mod disk;
 pub mod events;
 pub mod exec;
+pub mod hooks;
 pub mod llm;
 pub mod mcp;
 pub mod policy;

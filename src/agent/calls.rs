@@ -200,10 +200,13 @@ async fn admit(
         parsed,
         tools::Verdict {
             judged,
-            decision,
-            refusal,
+            mut decision,
+            mut refusal,
         },
     ) = decide_off_runtime(tool, parsed, loaded).await;
+    if let Some(why) = super::hooks::pre_tool(env, task_id, loaded, call, &mut decision).await? {
+        refusal = Some(why);
+    }
     env.services
         .events
         .record(
@@ -465,7 +468,8 @@ async fn run_admitted(
         }))
         .await;
         for (r, (ran, duration)) in batch.iter().zip(outputs) {
-            let (result, file) = ran?;
+            let (mut result, file) = ran?;
+            super::hooks::post_tool(env, task_id, &r.loaded, &r.call, &mut result).await?;
             let file = file.map(|f| loaded.paths.display(&f));
             let (id, tool) = (&r.call.id, &r.call.name);
             finished(env, task_id, id, tool, &result, duration, file.clone()).await?;

@@ -65,6 +65,15 @@ impl TaskRun<'_> {
             error: error.clone(),
         })
         .await?;
+        let ended = super::hooks::Ended {
+            task_id: &self.spec.task_id,
+            stop_reason,
+            turns: self.turn,
+            usage: self.transcript.usage,
+            usd: self.transcript.usd,
+            answer: &answer,
+        };
+        super::hooks::task_finished(self.env, &self.loaded.clone(), ended).await?;
         Ok(TaskOutcome {
             stop_reason,
             answer,

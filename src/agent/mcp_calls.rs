@@ -198,6 +198,10 @@ pub(super) async fn admit(
             Err(e) => start_error = Some(e.to_string()),
         }
     }
+    let hook_refusal = match start_error {
+        None => super::hooks::pre_tool(env, task_id, loaded, call, &mut decision).await?,
+        Some(_) => None,
+    };
     record_decision(env, task_id, call, &decision).await?;
     if let Some(e) = start_error {
         return Err(NotRun::Refused(ToolResult::error(format!(
@@ -210,7 +214,9 @@ pub(super) async fn admit(
     };
     match decision.tier {
         Tier::Allow => Ok(runnable),
-        Tier::Deny => Err(NotRun::Refused(ToolResult::error(denied(&decision)))),
+        Tier::Deny => Err(NotRun::Refused(ToolResult::error(
+            hook_refusal.unwrap_or_else(|| denied(&decision)),
+        ))),
         Tier::Ask => {
             super::calls::ask(env, task_id, call, decision.rule_label()).await?;
             Ok(runnable)

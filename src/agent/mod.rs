@@ -19,6 +19,7 @@ mod calls;
 mod compact;
 mod finish;
 mod guard;
+mod hooks;
 mod limits;
 mod mcp_calls;
 pub mod reconcile;

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::protocol::HookPoint;
 use crate::protocol::mcp::valid_server_name;
 
 /// Seconds a hook may run when it gives no `timeout_secs`.
@@ -111,28 +112,6 @@ impl<'de> Deserialize<'de> for HookNetwork {
     }
 }
 
-/// The three points, by their key in `hooks`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HookPoint {
-    /// `pre_tool`.
-    PreTool,
-    /// `post_tool`.
-    PostTool,
-    /// `task_finished`.
-    TaskFinished,
-}
-
-impl HookPoint {
-    /// Its key in `hooks`.
-    pub fn key(self) -> &'static str {
-        match self {
-            HookPoint::PreTool => "pre_tool",
-            HookPoint::PostTool => "post_tool",
-            HookPoint::TaskFinished => "task_finished",
-        }
-    }
-}
-
 impl HooksSettings {
     /// The hooks of `point`, in order.
     pub fn at(&self, point: HookPoint) -> &[Hook] {
@@ -206,11 +185,11 @@ pub(crate) fn validate(
     ] {
         let mut names: Vec<&str> = Vec::new();
         for (i, hook) in hooks.at(point).iter().enumerate() {
-            let key = format!("hooks.{}[{i}]", point.key());
+            let key = format!("hooks.{}[{i}]", point.as_str());
             if names.contains(&hook.name.as_str()) {
                 return Err((
                     format!("{key}.name"),
-                    format!("hook {:?} is named twice in {}", hook.name, point.key()),
+                    format!("hook {:?} is named twice in {}", hook.name, point.as_str()),
                 ));
             }
             names.push(&hook.name);

@@ -24,7 +24,7 @@ pub use file::{
     ApiConfig, AuditConfig, AuditSync, Config, ContextConfig, DaemonConfig, LoopConfig,
     PathsConfig, ToolsConfig, shown_url,
 };
-pub use hooks::{DEFAULT_HOOK_TIMEOUT_SECS, Hook, HookNetwork, HookPoint, HooksSettings};
+pub use hooks::{DEFAULT_HOOK_TIMEOUT_SECS, Hook, HookNetwork, HooksSettings};
 pub use key::ApiKey;
 pub use live::{FileOutcome, Judge, LiveConfig, ReloadOutcome, Verdict};
 pub use mcp::{McpServer, McpSettings, McpTransport};

@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::protocol::{
-    BaseUrlFrom, CheckpointReason, CompactionMethod, Decision, Profile, Source, StopReason,
-    TaskStatus, Tier, Trigger, Usage,
+    BaseUrlFrom, CheckpointReason, CompactionMethod, Decision, HookPoint, HookVerdict, Profile,
+    Source, StopReason, TaskStatus, Tier, Trigger, Usage,
 };
 
 /// One auditable event.
@@ -281,6 +281,25 @@ pub enum Event {
         /// (text a deny rule cannot see).
         #[serde(skip_serializing_if = "Option::is_none")]
         raised: Option<String>,
+    },
+    /// A hook ran (`hooks` in settings.json): recorded before what it decided
+    /// takes effect. A pre_tool hook's deny or ask shows again in the call's
+    /// `policy_decision` as `rule: "hook:<name>"`.
+    HookDecision {
+        /// The hook's name.
+        hook: String,
+        /// `pre_tool`, `post_tool` or `task_finished`.
+        point: HookPoint,
+        /// The call it was consulted about; none for `task_finished`.
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        tool_use_id: Option<String>,
+        /// `deny`, `ask`, `allow`, `continue`, `replace` or `failed`.
+        decision: HookVerdict,
+        /// The hook's reason, or why it failed (escaped, cut).
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        reason: Option<String>,
+        /// Wall-clock time of the run.
+        duration_ms: u64,
     },
     /// A human is asked to approve a call.
     ApprovalRequested {
@@ -559,6 +578,7 @@ impl Event {
             Event::ModelError { .. } => "model_error",
             Event::ToolRequested { .. } => "tool_requested",
             Event::PolicyDecision { .. } => "policy_decision",
+            Event::HookDecision { .. } => "hook_decision",
             Event::ApprovalRequested { .. } => "approval_requested",
             Event::ApprovalResolved { .. } => "approval_resolved",
             Event::ToolFinished { .. } => "tool_finished",
@@ -664,7 +684,7 @@ mod tests {
         ] {
             assert!(types.iter().any(|x| x == t), "{t} missing from {types:?}");
         }
-        assert_eq!(types.len(), 30, "{types:?}");
+        assert_eq!(types.len(), 31, "{types:?}");
     }
 
     /// Lines of older versions read back typed: a remembered rule's sentence as

@@ -136,6 +136,63 @@ impl Decision {
     }
 }
 
+/// Where a hook is consulted (`hook_decision.point`; the keys of `hooks` in
+/// settings.json).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum HookPoint {
+    /// After the policy decided a call, before the decision is recorded.
+    PreTool,
+    /// After a call ran, before the model sees its result.
+    PostTool,
+    /// After `task_finished` was recorded.
+    TaskFinished,
+}
+
+impl HookPoint {
+    /// The word recorded, and the key in `hooks`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookPoint::PreTool => "pre_tool",
+            HookPoint::PostTool => "post_tool",
+            HookPoint::TaskFinished => "task_finished",
+        }
+    }
+}
+
+/// What one hook run came to (`hook_decision.decision`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum HookVerdict {
+    /// pre_tool: the call is refused (also a pre_tool hook that failed).
+    Deny,
+    /// pre_tool: the call needs a human's approval.
+    Ask,
+    /// pre_tool: the hook allowed the call (counted only as `may_allow` says).
+    Allow,
+    /// The hook left things as they were.
+    Continue,
+    /// post_tool: the hook replaced the text the model sees.
+    Replace,
+    /// post_tool or task_finished: the hook failed (did not start, exited
+    /// non-zero, timed out, answered nonsense); nothing changed.
+    Failed,
+}
+
+impl HookVerdict {
+    /// The word recorded.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookVerdict::Deny => "deny",
+            HookVerdict::Ask => "ask",
+            HookVerdict::Allow => "allow",
+            HookVerdict::Continue => "continue",
+            HookVerdict::Replace => "replace",
+            HookVerdict::Failed => "failed",
+        }
+    }
+}
+
 /// Why a checkpoint was written (`checkpoint.reason`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]

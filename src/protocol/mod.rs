@@ -20,7 +20,8 @@ pub mod usage;
 
 pub use approval::ApprovalRequest;
 pub use audit::{
-    BaseUrlFrom, CheckpointReason, CompactionMethod, Decision, Profile, Source, Trigger,
+    BaseUrlFrom, CheckpointReason, CompactionMethod, Decision, HookPoint, HookVerdict, Profile,
+    Source, Trigger,
 };
 pub use control::{
     Approval, ApprovalList, DecisionRequest, DecisionResponse, ErrorBody, ErrorDetail,

@@ -49,7 +49,7 @@ const LAYERS: &[&[&str]] = &[
     &["policy"],
     &["config"],
     &["events", "llm", "exec", "approval"],
-    &["tools"],
+    &["tools", "hooks"],
     &["mcp"],
     &["agent", "reload"],
     &["services", "control", "remember"],

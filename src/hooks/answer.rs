@@ -1,0 +1,124 @@
+//! A hook's answer read: one JSON object on stdout from a run that exited 0, and
+//! what it says for its point. Anything else is a failure, said in words for the
+//! record (escaped and cut: a hook's text is not trusted either).
+
+use serde_json::{Map, Value};
+
+use crate::config::Hook;
+use crate::exec::{Ending, HOOK_STDOUT_BYTES, HookRun};
+
+/// Characters of a hook's reason kept in the record.
+const REASON_CHARS: usize = 500;
+
+/// A pre_tool hook's decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PreAnswer {
+    /// Refuse the call.
+    Deny,
+    /// Ask a human.
+    Ask,
+    /// Allow (counted only with `may_allow`).
+    Allow,
+    /// Leave the decision.
+    Continue,
+}
+
+/// The object a run answered, or why there is none.
+pub(super) fn object(run: &HookRun, hook: &Hook) -> Result<Map<String, Value>, String> {
+    match &run.ending {
+        Ending::Exited(0) => {}
+        Ending::Exited(code) => return Err(format!("exited with code {code}")),
+        Ending::Signaled(sig) => return Err(format!("killed by signal {sig}")),
+        Ending::TimedOut => {
+            return Err(format!("timed out after {} s", hook.timeout_secs()));
+        }
+        Ending::Flooded => return Err("flooded its output".into()),
+        Ending::Cancelled => return Err("cancelled".into()),
+        Ending::SpawnFailed(e) => return Err(format!("did not start: {}", cut(e))),
+    }
+    let Some(stdout) = &run.stdout else {
+        return Err(format!("answered more than {HOOK_STDOUT_BYTES} bytes"));
+    };
+    match serde_json::from_slice::<Value>(stdout) {
+        Ok(Value::Object(o)) => Ok(o),
+        Ok(_) | Err(_) => Err(format!(
+            "answered nonsense, not one JSON object: {}",
+            cut(&String::from_utf8_lossy(stdout))
+        )),
+    }
+}
+
+/// A pre_tool answer: `{"decision": "deny" | "ask" | "allow" | "continue",
+/// "reason"?: "…"}`.
+pub fn parse_pre(o: &Map<String, Value>) -> Result<(PreAnswer, Option<String>), String> {
+    let decision = match o.get("decision").and_then(Value::as_str) {
+        Some("deny") => PreAnswer::Deny,
+        Some("ask") => PreAnswer::Ask,
+        Some("allow") => PreAnswer::Allow,
+        Some("continue") => PreAnswer::Continue,
+        _ => {
+            return Err(
+                "answered no decision (\"deny\", \"ask\", \"allow\" or \"continue\")".into(),
+            );
+        }
+    };
+    Ok((decision, reason(o)?))
+}
+
+/// A post_tool answer: `{"result": "…"}` replaces the model's text; `{}` or
+/// `{"decision": "continue"}` keeps it.
+pub fn parse_post(o: &Map<String, Value>) -> Result<Option<String>, String> {
+    match o.get("result") {
+        Some(Value::String(text)) => Ok(Some(text.clone())),
+        Some(_) => Err("answered a `result` that is not a string".into()),
+        None => Ok(None),
+    }
+}
+
+pub(super) fn reason(o: &Map<String, Value>) -> Result<Option<String>, String> {
+    match o.get("reason") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(r)) => Ok(Some(cut(r))),
+        Some(_) => Err("answered a `reason` that is not a string".into()),
+    }
+}
+
+/// `text` cut to [`REASON_CHARS`] and made one inert line.
+fn cut(text: &str) -> String {
+    let (text, _) = crate::text::truncate_middle(text.trim(), REASON_CHARS, 0);
+    crate::text::escape_line(&text).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(text: &str) -> Map<String, Value> {
+        serde_json::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn a_pre_tool_answer_names_one_of_four_decisions() {
+        assert_eq!(
+            parse_pre(&obj(r#"{"decision": "deny", "reason": "no\u001b[31m"}"#)).unwrap(),
+            (PreAnswer::Deny, Some("no\\x1b[31m".into()))
+        );
+        assert_eq!(
+            parse_pre(&obj(r#"{"decision": "continue"}"#)).unwrap().0,
+            PreAnswer::Continue
+        );
+        assert!(parse_pre(&obj(r#"{"decision": "maybe"}"#)).is_err());
+        assert!(parse_pre(&obj(r#"{"reason": "x"}"#)).is_err());
+        assert!(parse_pre(&obj(r#"{"decision": "allow", "reason": 3}"#)).is_err());
+    }
+
+    #[test]
+    fn a_post_tool_answer_replaces_only_with_a_string() {
+        assert_eq!(
+            parse_post(&obj(r#"{"result": "x"}"#)).unwrap(),
+            Some("x".into())
+        );
+        assert_eq!(parse_post(&obj("{}")).unwrap(), None);
+        assert!(parse_post(&obj(r#"{"result": 1}"#)).is_err());
+    }
+}
