@@ -276,6 +276,10 @@ pub enum PolicyCommand {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// Also run the pre_tool hooks on the call (confined, as for a task) and
+        /// show each one's answer; the exit code is then the final decision.
+        #[arg(long)]
+        hooks: bool,
     },
     /// Print the JSON Schema of settings.json (shipped as policies/settings.schema.json).
     Schema,

@@ -82,8 +82,14 @@ fn dispatch(cli: Cli, helper: std::path::PathBuf) -> Result<ExitCode, CliError> 
         }
         Command::Mcp { command } => commands::mcp::run(&root, command, &helper),
         Command::Policy { command } => match command {
-            PolicyCommand::Test { tool, input, json } => {
-                commands::policy::test(&root, &tool, &input, json)
+            PolicyCommand::Test {
+                tool,
+                input,
+                json,
+                hooks,
+            } => {
+                let hooks = hooks.then_some(helper.as_path());
+                commands::policy::test(&root, &tool, &input, json, hooks)
             }
             PolicyCommand::Schema => commands::policy::schema(),
         },

@@ -1,15 +1,19 @@
-//! `harnessd policy test TOOL INPUT` (what would policy decide, and why) and
+//! `harnessd policy test TOOL INPUT` (what would policy decide, and why; with
+//! `--hooks`, what the pre_tool hooks make of it) and
 //! `harnessd policy schema` (the JSON Schema of settings.json).
 
 use super::error::{CliError, exit};
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use serde_json::{Value, json};
 
 use super::EXIT_CONFIG;
 use crate::config::Loaded;
+use crate::hooks;
+use crate::protocol::Tier;
 use crate::protocol::mcp::McpToolName;
 use crate::text::{escape_json, escape_line, escape_text};
 use crate::tools::{self, ToolInput, ToolName};
@@ -174,18 +178,29 @@ fn exit_code(report: &Value) -> i32 {
 /// (deny); 2 when the call cannot be judged. The exit code is the decision even
 /// when stdout is a closed pipe (`| head`): the report is a courtesy, the code is
 /// the answer.
-pub fn test(root: &Path, tool: &str, arg: &str, json_out: bool) -> Result<ExitCode, CliError> {
+/// With `hooks` (the sandbox helper), the pre_tool hooks run on the call too.
+pub fn test(
+    root: &Path,
+    tool: &str,
+    arg: &str,
+    json_out: bool,
+    hooks: Option<&Path>,
+) -> Result<ExitCode, CliError> {
     let loaded = match crate::commands::load_root(root) {
         Ok(l) => l,
         Err(code) => return Ok(exit(code)),
     };
-    let report = match evaluate(&loaded, tool, &input_from_arg(tool, arg)) {
+    let input = input_from_arg(tool, arg);
+    let mut report = match evaluate(&loaded, tool, &input) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: {}", escape_text(&e));
             return Ok(exit(EXIT_CONFIG));
         }
     };
+    if let Some(helper) = hooks {
+        run_hooks(&Arc::new(loaded), helper, tool, &input, &mut report)?;
+    }
     let mut out = std::io::stdout().lock();
     let written = if json_out {
         serde_json::to_string_pretty(&report)
@@ -198,6 +213,51 @@ pub fn test(root: &Path, tool: &str, arg: &str, json_out: bool) -> Result<ExitCo
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
         _ => Ok(exit(exit_code(&report))),
     }
+}
+
+/// Runs the pre_tool hooks on the sample call, confined as for a task, and puts
+/// their answers and the final decision into `report`.
+fn run_hooks(
+    loaded: &Arc<Loaded>,
+    helper: &Path,
+    tool: &str,
+    input: &Value,
+    report: &mut Value,
+) -> Result<(), CliError> {
+    let tier = match report["tier"].as_str() {
+        Some("allow") => Tier::Allow,
+        Some("ask") => Tier::Ask,
+        _ => Tier::Deny,
+    };
+    let decided = hooks::Decided {
+        tier,
+        rule: report["rule"].as_str().unwrap_or("default").to_string(),
+        raised: report["raised"].is_string(),
+    };
+    let call = hooks::Call {
+        task_id: "policy-test",
+        tool,
+        tool_use_id: "toolu_policy_test",
+        input,
+    };
+    let executor = crate::exec::Executor::new(helper.to_path_buf());
+    let never = tokio_util::sync::CancellationToken::new();
+    let out = super::runtime()?.block_on(hooks::pre_tool(&executor, loaded, call, decided, &never));
+    report["tier"] = out.decided.tier.as_str().into();
+    report["rule"] = out.decided.rule.into();
+    report["hooks"] = out
+        .records
+        .iter()
+        .map(|r| {
+            json!({
+                "hook": r.hook,
+                "decision": r.decision.as_str(),
+                "reason": r.reason,
+                "duration_ms": r.duration_ms,
+            })
+        })
+        .collect();
+    Ok(())
 }
 
 /// The human-readable report of `policy test`.
@@ -257,6 +317,19 @@ fn print_report(out: &mut impl Write, report: &Value) -> std::io::Result<()> {
         for p in parts {
             writeln!(out, "  - {}", escape_line(p.as_str().unwrap_or("")))?;
         }
+    }
+    for h in report["hooks"].as_array().into_iter().flatten() {
+        writeln!(
+            out,
+            "hook {}: {} ({} ms){}",
+            field(&h["hook"]),
+            field(&h["decision"]),
+            h["duration_ms"].as_u64().unwrap_or(0),
+            h["reason"]
+                .as_str()
+                .map(|r| format!(": {}", escape_line(r)))
+                .unwrap_or_default()
+        )?;
     }
     if let Some(entries) = report["programs"].as_array() {
         writeln!(out, "program table entries met:")?;
