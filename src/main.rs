@@ -6,7 +6,7 @@ use clap::Parser;
 use std::io::Write as _;
 use std::process::ExitCode;
 
-use harnessd::cli::{AuditCommand, Cli, Command, PolicyCommand};
+use harnessd::cli::{AuditCommand, Cli, Command};
 use harnessd::commands;
 use harnessd::commands::clients::ClientCommand;
 use harnessd::commands::error::{CliError, exit};
@@ -81,18 +81,7 @@ fn dispatch(cli: Cli, helper: std::path::PathBuf) -> Result<ExitCode, CliError> 
             commands::sandbox::run(&root, command, sandbox_profile(read_only), &helper)
         }
         Command::Mcp { command } => commands::mcp::run(&root, command, &helper),
-        Command::Policy { command } => match command {
-            PolicyCommand::Test {
-                tool,
-                input,
-                json,
-                hooks,
-            } => {
-                let hooks = hooks.then_some(helper.as_path());
-                commands::policy::test(&root, &tool, &input, json, hooks)
-            }
-            PolicyCommand::Schema => commands::policy::schema(),
-        },
+        Command::Policy { command } => commands::policy::dispatch(&root, command, &helper),
         Command::Audit { command } => match command {
             AuditCommand::Verify { head, json } => {
                 commands::audit::verify(&root, head.as_ref(), json)

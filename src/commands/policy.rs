@@ -178,6 +178,23 @@ fn exit_code(report: &Value) -> i32 {
 /// (deny); 2 when the call cannot be judged. The exit code is the decision even
 /// when stdout is a closed pipe (`| head`): the report is a courtesy, the code is
 /// the answer.
+/// Runs one `policy` subcommand; `helper` is the sandbox helper hooks run in.
+pub fn dispatch(
+    root: &Path,
+    command: crate::cli::PolicyCommand,
+    helper: &Path,
+) -> Result<ExitCode, CliError> {
+    match command {
+        crate::cli::PolicyCommand::Test {
+            tool,
+            input,
+            json,
+            hooks,
+        } => test(root, &tool, &input, json, hooks.then_some(helper)),
+        crate::cli::PolicyCommand::Schema => schema(),
+    }
+}
+
 /// With `hooks` (the sandbox helper), the pre_tool hooks run on the call too.
 pub fn test(
     root: &Path,
