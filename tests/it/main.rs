@@ -36,6 +36,7 @@ mod failpoints;
 mod forged_log_files;
 mod forged_transcripts;
 mod guard;
+mod hooks;
 mod hostile_call_text;
 mod hostile_commands;
 mod inprocess;
