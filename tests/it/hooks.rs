@@ -408,3 +408,72 @@ fn policy_test_hooks_runs_them_and_exits_with_the_final_decision() {
         assert!(text.contains("hook judge: "), "{text}");
     }
 }
+
+/// The pid of a running process whose command line holds `marker`.
+fn pid_running(marker: &str) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        cmdline.contains(marker).then_some(pid)
+    })
+}
+
+#[test]
+fn a_tool_cannot_read_a_running_hooks_environment_nor_its_read_paths() {
+    let api = FakeApi::start(read_scores());
+    let root = TestRoot::new(&api.url);
+    std::fs::create_dir_all(root.dir.join("hook-data")).unwrap();
+    std::fs::write(root.dir.join("hook-data/token"), "hook-only-token").unwrap();
+    // Tools may read /proc here, so only the kernel's cross-domain check stands
+    // between a tool and the hook's /proc/PID/environ.
+    root.edit_settings(|s| {
+        s["allowed_paths"]["read"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!("/proc"));
+    });
+    let marker = format!("hold-{}", std::process::id());
+    let mut h = hook(&root, "holder", &["sleep", "60", &marker]);
+    h["timeout_secs"] = json!(120);
+    h["read"] = json!(["hooks", "hook-data"]);
+    h["env"] = json!({"HOOK_TOKEN": "DAEMON_HOOK_TOKEN"});
+    set_hooks(&root, "pre_tool", vec![h]);
+    let mut run = root
+        .command(&["run", "x"])
+        .env("DAEMON_HOOK_TOKEN", "the-hooks-secret")
+        .spawn()
+        .unwrap();
+    let mut pid = None;
+    wait_until("the hook running", || {
+        pid = pid_running(&marker).filter(|p| {
+            // The program, not the helper that became it a moment later.
+            std::fs::read(format!("/proc/{p}/environ"))
+                .is_ok_and(|e| String::from_utf8_lossy(&e).contains("the-hooks-secret"))
+        });
+        pid.is_some()
+    });
+    let pid = pid.unwrap();
+    let environ = format!("/proc/{pid}/environ");
+    let token = root.dir.join("hook-data/token").display().to_string();
+    let out = crate::common::sandbox::run(&root, false, None, &["cat", &environ, &token]);
+    let (said, err) = (stdout(&out), stderr(&out));
+    let _ = run.kill();
+    let _ = run.wait();
+    assert!(!out.status.success(), "{said} {err}");
+    assert!(
+        !said.contains("the-hooks-secret") && !said.contains("hook-only-token"),
+        "{said}"
+    );
+    assert!(
+        err.contains(&format!("{environ}: Permission denied")),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("{token}: Permission denied")),
+        "{err}"
+    );
+    // The tool does see /proc: its own environment is readable.
+    let own = crate::common::sandbox::run(&root, false, None, &["cat", "/proc/self/environ"]);
+    assert!(own.status.success(), "{}", stderr(&own));
+}
