@@ -477,3 +477,67 @@ fn a_tool_cannot_read_a_running_hooks_environment_nor_its_read_paths() {
     let own = crate::common::sandbox::run(&root, false, None, &["cat", "/proc/self/environ"]);
     assert!(own.status.success(), "{}", stderr(&own));
 }
+
+#[test]
+fn mcp_calls_go_through_pre_tool_and_post_tool_hooks_by_tool_glob() {
+    let api = FakeApi::start(vec![
+        Reply::tools(&[
+            (
+                "now",
+                "mcp__time__get_current_time",
+                json!({"timezone": "UTC"}),
+            ),
+            (
+                "conv",
+                "mcp__time__convert_time",
+                json!({"source_timezone": "UTC", "time": "12:00", "target_timezone": "UTC"}),
+            ),
+            ("r", "read_file", json!({"path": "scores.csv"})),
+        ]),
+        Reply::text("done"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    crate::common::mcp::python_servers(&root);
+    root.edit_settings(|s| s["tools"]["allow"] = json!(["mcp__time", "read_file"]));
+    let mut guard = answering(
+        &root,
+        "guard",
+        r#"{"decision": "deny", "reason": "no converting"}"#,
+    );
+    guard["tools"] = json!(["mcp__*__convert_*"]);
+    let mut scrub = answering(&root, "scrub", r#"{"result": "REDACTED"}"#);
+    scrub["tools"] = json!(["mcp__time__get_*"]);
+    set_hooks(&root, "pre_tool", vec![guard]);
+    set_hooks(&root, "post_tool", vec![scrub]);
+    let out = root.run(&["run", "x"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let r = last_results(&api.requests()[1].body);
+    assert_eq!(r[0]["content"], "REDACTED", "{}", r[0]);
+    assert_eq!(r[1]["is_error"], true);
+    assert!(
+        r[1]["content"].as_str().unwrap().contains("no converting"),
+        "{}",
+        r[1]
+    );
+    assert!(
+        r[2]["content"].as_str().unwrap().contains("alice"),
+        "{}",
+        r[2]
+    );
+    let decided = root.events_of("policy_decision");
+    let conv = decided.iter().find(|d| d["tool_use_id"] == "conv").unwrap();
+    assert_eq!(
+        (&conv["tier"], &conv["rule"]),
+        (&json!("deny"), &json!("hook:guard"))
+    );
+    let runs = root.events_of("hook_decision");
+    let ids: Vec<&str> = runs
+        .iter()
+        .map(|r| r["tool_use_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        ["conv", "now"],
+        "a hook runs only for the tools its globs name"
+    );
+}
