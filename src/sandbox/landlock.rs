@@ -102,3 +102,19 @@ pub fn restrict(paths: &PathSets, network: &Network, kernel_abi: u32) -> Result<
     }
     Ok(detail)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Refused before any ruleset is made: nothing of the calling test is confined.
+    #[test]
+    fn a_port_list_is_refused_on_a_kernel_that_cannot_limit_tcp_ports() {
+        let paths = PathSets {
+            read: Vec::new(),
+            write: Vec::new(),
+        };
+        let e = restrict(&paths, &Network::TcpPorts(vec![443]), NET_ABI - 1).unwrap_err();
+        assert!(e.contains("cannot limit TCP to ports"), "{e}");
+    }
+}

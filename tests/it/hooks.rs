@@ -541,3 +541,44 @@ fn mcp_calls_go_through_pre_tool_and_post_tool_hooks_by_tool_glob() {
         "a hook runs only for the tools its globs name"
     );
 }
+
+#[test]
+fn hooks_are_reloaded_with_the_settings_and_a_call_uses_those_it_was_decided_under() {
+    let mut replies = read_scores();
+    replies.extend(read_scores());
+    let api = FakeApi::start(replies);
+    let root = TestRoot::new(&api.url);
+    let guard = answering(&root, "guard", r#"{"decision": "deny"}"#);
+    set_hooks(&root, "pre_tool", vec![guard]);
+    let d = Daemon::start(&root);
+    let first = d.submit("read it");
+    d.wait_finished(&first);
+    set_hooks(&root, "pre_tool", vec![hook(&root, "echo", &["echo"])]);
+    wait_until("the reload", || {
+        root.events_of("config_loaded")
+            .iter()
+            .any(|e| e["trigger"] != "start")
+    });
+    let second = d.submit("read it again");
+    d.wait_finished(&second);
+    let reqs = api.requests();
+    assert_eq!(last_results(&reqs[1].body)[0]["is_error"], true);
+    assert!(
+        last_results(&reqs[3].body)[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("alice")
+    );
+    let hooks: Vec<(Value, Value)> = root
+        .events_of("hook_decision")
+        .iter()
+        .map(|r| (r["hook"].clone(), r["decision"].clone()))
+        .collect();
+    assert_eq!(
+        hooks,
+        [
+            (json!("guard"), json!("deny")),
+            (json!("echo"), json!("continue"))
+        ]
+    );
+}
