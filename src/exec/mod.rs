@@ -256,7 +256,10 @@ impl Executor {
             confine: req.confine.clone(),
         };
         // A relayed job is a one-off (`harnessd sandbox`): no spare to leave behind.
-        let mut child = self.start_helper(&request, req.workspace, cgroup, !req.relay_output)?;
+        // A fed one (a hook) runs from the root, not the workspace: taking the spare
+        // would swap the tools' warm helper for one in the hook's directory.
+        let spare = !req.relay_output && input.is_none();
+        let mut child = self.start_helper(&request, req.workspace, cgroup, spare)?;
         let stdin = child.stdin.take();
         match (stdin, input) {
             (Some(mut stdin), Some(input)) => {
