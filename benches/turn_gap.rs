@@ -10,6 +10,11 @@
 //!   median gap (the fake writes each stream at once, so this is the client's
 //!   framing and assembly, not the network).
 //!
+//! `BENCH_INTEGRATIONS=N` instead runs N rounds of the same task three ways,
+//! alternating — plain, with a trivial `pre_tool` hook on every call, and with
+//! telemetry exported to a local sink — and prints the median of each way's
+//! median gap, with the hook program's own run time for comparison.
+//!
 //! Run: `cargo bench --bench turn_gap` (prints the figures; asserts nothing).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
@@ -23,7 +28,17 @@ use std::time::{Duration, Instant};
 use fake_api::{FakeApi, Reply};
 use serde_json::json;
 
-fn setup(api_url: &str, turns: usize, stream: bool) -> std::path::PathBuf {
+/// What a run adds to the plain task.
+#[derive(Clone, Copy, PartialEq)]
+enum Extra {
+    None,
+    /// A `pre_tool` hook on every call: a program that answers without reading.
+    Hook,
+    /// Traces exported over OTLP/HTTP to a sink that answers 200 at once.
+    Telemetry(u16),
+}
+
+fn setup(api_url: &str, turns: usize, stream: bool, extra: Extra) -> std::path::PathBuf {
     let sync = std::env::var("BENCH_SYNC").unwrap_or_else(|_| "before_action".into());
     let max_turns = format!("max_turns = {}", turns + 1);
     // BENCH_SYNC=off measures without the audit log's fdatasync before actions.
@@ -51,7 +66,72 @@ fn setup(api_url: &str, turns: usize, stream: bool) -> std::path::PathBuf {
         &dir.join("policies/settings.json"),
         &[("\"run_bash(ls *)\"", "\"run_bash(echo *)\"")],
     );
+    match extra {
+        Extra::None => {}
+        Extra::Hook => add_hook(&dir.join("policies/settings.json")),
+        Extra::Telemetry(port) => {
+            let path = dir.join("config/config.toml");
+            let mut text = std::fs::read_to_string(&path).unwrap();
+            text.push_str(&format!(
+                "\n[telemetry]\notlp_endpoint = \"http://127.0.0.1:{port}\"\n"
+            ));
+            std::fs::write(&path, text).unwrap();
+        }
+    }
     dir
+}
+
+/// The cheapest hook there is: `echo` prints the answer and never reads stdin.
+const HOOK_ANSWER: &str = r#"{"decision":"continue"}"#;
+
+fn add_hook(settings: &std::path::Path) {
+    let mut value: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(settings).unwrap()).unwrap();
+    value["hooks"] = json!({
+        "pre_tool": [{"name": "noop", "command": ["/bin/echo", HOOK_ANSWER]}]
+    });
+    std::fs::write(settings, serde_json::to_string_pretty(&value).unwrap()).unwrap();
+}
+
+/// An OTLP/HTTP sink that reads each request and answers 200 with an empty body.
+fn start_sink() -> u16 {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut stream = stream;
+                loop {
+                    let mut length = 0usize;
+                    let mut line = String::new();
+                    loop {
+                        line.clear();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let lower = line.to_ascii_lowercase();
+                        if let Some(v) = lower.strip_prefix("content-length:") {
+                            length = v.trim().parse().unwrap_or(0);
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                    }
+                    let mut body = vec![0u8; length];
+                    if reader.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    let reply = "HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
+                    if stream.write_all(reply.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
 }
 
 fn median(v: &mut [Duration]) -> Duration {
@@ -60,8 +140,15 @@ fn median(v: &mut [Duration]) -> Duration {
 }
 
 fn main() {
-    let streamed = run(true);
-    let plain = run(false);
+    if let Some(rounds) = std::env::var("BENCH_INTEGRATIONS")
+        .ok()
+        .and_then(|n| n.parse::<usize>().ok())
+    {
+        integrations(rounds);
+        return;
+    }
+    let streamed = run(true, Extra::None);
+    let plain = run(false, Extra::None);
     println!(
         "turn_gap: streaming adds {:+.3} ms to the median gap ({:.3} ms streamed, {:.3} ms plain)",
         ms(streamed) - ms(plain),
@@ -70,8 +157,45 @@ fn main() {
     );
 }
 
+/// Rounds of plain / hook / telemetry, alternating; prints what each adds.
+fn integrations(rounds: usize) {
+    let port = start_sink();
+    let ways = [Extra::None, Extra::Hook, Extra::Telemetry(port)];
+    let mut medians: Vec<Vec<Duration>> = vec![Vec::new(); ways.len()];
+    for _ in 0..rounds {
+        for (i, way) in ways.iter().enumerate() {
+            medians[i].push(run(true, *way));
+        }
+    }
+    let mut echo: Vec<Duration> = (0..200)
+        .map(|_| {
+            let started = Instant::now();
+            let status = Command::new("/bin/echo")
+                .arg(HOOK_ANSWER)
+                .stdout(Stdio::null())
+                .status()
+                .unwrap();
+            assert!(status.success());
+            started.elapsed()
+        })
+        .collect();
+    let off = ms(median(&mut medians[0]));
+    let hook = ms(median(&mut medians[1]));
+    let telemetry = ms(median(&mut medians[2]));
+    println!("turn_gap integrations: median of {rounds} medians, streamed");
+    println!(
+        "  off {off:.3} ms; pre_tool hook {hook:.3} ms ({:+.3} ms); telemetry {telemetry:.3} ms ({:+.3} ms)",
+        hook - off,
+        telemetry - off
+    );
+    println!(
+        "  the hook program alone (/bin/echo, unconfined fork+exec+wait): median {:.3} ms",
+        ms(median(&mut echo))
+    );
+}
+
 /// One task, streamed or not; prints its figures and returns its median gap.
-fn run(stream: bool) -> Duration {
+fn run(stream: bool, extra: Extra) -> Duration {
     // BENCH_TOOL=get_time measures the loop without a child process, for comparison.
     let in_process = std::env::var("BENCH_TOOL").is_ok_and(|t| t == "get_time");
     // BENCH_TURNS changes the task's length (default 50); BENCH_SYNC=off turns the
@@ -94,7 +218,7 @@ fn run(stream: bool) -> Duration {
     let api = FakeApi::start(script);
     // The whole stream in one write: what is measured is harnessd's side.
     api.stream_chunks_of(0);
-    let root = setup(&api.url, turns, stream);
+    let root = setup(&api.url, turns, stream, extra);
     let started = Instant::now();
     let child = Command::new(env!("CARGO_BIN_EXE_harnessd"))
         .arg("--root")
@@ -125,7 +249,12 @@ fn run(stream: bool) -> Duration {
     } else {
         "run_bash(\"echo hi\")"
     };
-    let mode = if stream { "streamed" } else { "not streamed" };
+    let mode = match (stream, extra) {
+        (true, Extra::None) => "streamed",
+        (false, _) => "not streamed",
+        (true, Extra::Hook) => "streamed, with a pre_tool hook",
+        (true, Extra::Telemetry(_)) => "streamed, with telemetry",
+    };
     println!("turn_gap: {turns} turns of {tool} against a zero-latency fake API, {mode}");
     println!(
         "  gap response→next request: median {:.2} ms, p90 {:.2} ms, min {:.2} ms, max {:.2} ms",
