@@ -103,6 +103,7 @@ fn dispatch(cli: Cli, helper: std::path::PathBuf) -> Result<ExitCode, CliError> 
             max_turns,
             strict,
             model,
+            traceparent,
             file,
             json,
             task,
@@ -115,6 +116,7 @@ fn dispatch(cli: Cli, helper: std::path::PathBuf) -> Result<ExitCode, CliError> 
                 prompt,
                 max_turns,
                 model,
+                traceparent,
                 wait,
                 strict,
             };

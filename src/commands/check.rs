@@ -341,6 +341,11 @@ pub fn run(
         Ok(l) => l,
         Err(code) => return Ok(exit(code)),
     };
+    // The OTEL_* variables `run` and `serve` would read: a bad one fails here too.
+    if let Err(e) = crate::telemetry::Settings::resolve(&loaded.config.telemetry, &env) {
+        eprintln!("error: {}", crate::text::escape_text(&e.to_string()));
+        return Ok(exit(EXIT_CONFIG));
+    }
     let findings = Findings::gather(&loaded, helper, env);
     let report = report_json(&loaded, &findings);
     // docs/policy.md: a full sandbox that cannot be had is a configuration this host

@@ -85,6 +85,7 @@ mod stream_deadline;
 mod streaming;
 mod strict_exit;
 mod systemd;
+mod telemetry;
 mod terminal;
 mod tool_uid;
 mod tools;
