@@ -201,3 +201,61 @@ fn export_loop<E: SpanExporter>(shared: &Shared, exporter: &E) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::mpsc;
+
+    use opentelemetry::trace::{Tracer as _, TracerProvider as _};
+    use opentelemetry_sdk::trace::SdkTracerProvider;
+
+    use super::*;
+
+    /// An exporter that sends nothing until let go, then counts what it gets.
+    #[derive(Debug)]
+    struct Held {
+        go: Mutex<mpsc::Receiver<()>>,
+        exported: Arc<AtomicU64>,
+    }
+
+    impl SpanExporter for Held {
+        async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+            let _ = self.go.lock().unwrap().recv();
+            self.exported
+                .fetch_add(batch.len() as u64, Ordering::SeqCst);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_stalled_collector_costs_counted_spans_never_an_unbounded_queue() {
+        let (go, held) = mpsc::channel();
+        let exported = Arc::new(AtomicU64::new(0));
+        let exporter = Held {
+            go: Mutex::new(held),
+            exported: exported.clone(),
+        };
+        let dropped = Counter::default();
+        let resource = opentelemetry_sdk::Resource::builder_empty().build();
+        let processor = Bounded::start(exporter, &resource, dropped.clone()).unwrap();
+        let shared = processor.shared.clone();
+        let provider = SdkTracerProvider::builder()
+            .with_span_processor(processor)
+            .build();
+        let tracer = provider.tracer("test");
+        let total = QUEUE_SPANS as u64 * 2;
+        for i in 0..total {
+            // Ending a span never waits, however stalled the export is.
+            tracer.in_span(format!("s{i}"), |_| {});
+            assert!(shared.lock().queue.len() <= QUEUE_SPANS);
+        }
+        // At most the queue and one batch in flight are held; the rest is counted.
+        assert!(dropped.get() >= total - (QUEUE_SPANS + BATCH_SPANS) as u64);
+        for _ in 0..total {
+            let _ = go.send(());
+        }
+        provider.force_flush().unwrap();
+        assert_eq!(exported.load(Ordering::SeqCst) + dropped.get(), total);
+    }
+}

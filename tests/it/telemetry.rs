@@ -461,3 +461,124 @@ fn the_environment_turns_export_on_and_names_the_service() {
     assert_eq!(resource["deployment.environment"], "test");
     assert_eq!(resource["team"], "ops,sre");
 }
+
+/// The pending approval of call `tool_use_id`, if it is waiting.
+fn pending(d: &Daemon, tool_use_id: &str) -> Option<String> {
+    let (_, list) = d.request("GET", "/v1/approvals", None);
+    list["approvals"]
+        .as_array()?
+        .iter()
+        .find(|a| a["tool_use_id"] == tool_use_id)
+        .map(|a| a["approval_id"].as_str().unwrap().to_string())
+}
+
+#[test]
+fn an_approval_is_a_child_of_its_call_and_a_resumed_run_is_a_trace_of_its_own() {
+    let receiver = Receiver::start();
+    let write = |id: &str| Reply::tool(id, "write_file", json!({"path": "a.txt", "content": id}));
+    let api = FakeApi::start(vec![write("w1"), write("w2"), Reply::text("written")]);
+    let root = TestRoot::new(&api.url);
+    root.edit_settings(|s| s["tools"]["ask"] = json!(["write_file"]));
+    root.set_config("telemetry", "otlp_endpoint", &receiver.endpoint());
+    let d = Daemon::start(&root);
+    let id = d.submit("write a file");
+    wait_until("the first approval", || pending(&d, "w1").is_some());
+    let (status, _) = d.request("POST", &format!("/v1/tasks/{id}/cancel"), None);
+    assert_eq!(status, 202);
+    d.wait_finished(&id);
+    let (status, _) = d.request("POST", &format!("/v1/tasks/{id}/resume"), None);
+    assert_eq!(status, 202);
+    wait_until("the second approval", || pending(&d, "w2").is_some());
+    let approval = pending(&d, "w2").unwrap();
+    let (status, v) = d.request(
+        "POST",
+        &format!("/v1/approvals/{approval}"),
+        Some(r#"{"decision":"approve"}"#),
+    );
+    assert_eq!(status, 200, "{v}");
+    d.wait_finished(&id);
+
+    let first = root.events_of("task_started")[0]["trace_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let second = root.events_of("task_resumed")[0]["trace_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(first, second, "each run of a task is a trace of its own");
+
+    // The cancelled run: its call waited for an approval the cancel answered.
+    let spans = receiver.trace(&first);
+    let agent = one(&spans, "invoke_agent");
+    assert_eq!(agent["attributes"]["harnessd.stop_reason"], "cancelled");
+    let call = one(&spans, "execute_tool");
+    assert_eq!(call["attributes"]["harnessd.tier"], "ask");
+    assert_eq!(
+        call["status"]["code"], 2,
+        "a call that did not run is an error: {call}"
+    );
+    let wait = one(&spans, "approval");
+    assert_eq!(wait["parent_span_id"], call["span_id"]);
+    assert_eq!(wait["attributes"]["harnessd.approval.decision"], "denied");
+    assert_eq!(wait["attributes"]["harnessd.approver"], "cancel");
+
+    // The resumed run: approved, and run.
+    let spans = receiver.trace(&second);
+    let call = one(&spans, "execute_tool");
+    assert_eq!(call["attributes"]["gen_ai.tool.call.id"], "w2");
+    let resolved = root
+        .events_of("approval_resolved")
+        .into_iter()
+        .find(|e| e["tool_use_id"] == "w2")
+        .unwrap();
+    assert_eq!(call["attributes"]["harnessd.approver"], resolved["by"]);
+    assert_ne!(call["status"]["code"], 2, "{call}");
+    let wait = one(&spans, "approval");
+    assert_eq!(wait["parent_span_id"], call["span_id"]);
+    assert_eq!(wait["attributes"]["harnessd.approval.decision"], "approved");
+    assert_eq!(
+        wait["attributes"]["harnessd.approval_id"],
+        approval.as_str()
+    );
+}
+
+#[test]
+fn a_traceparent_header_is_taken_and_telemetry_changes_wait_for_a_restart() {
+    use std::io::{Read, Write};
+    let receiver = Receiver::start();
+    let api = FakeApi::start(vec![Reply::text("done")]);
+    let root = TestRoot::new(&api.url);
+    root.set_config("telemetry", "otlp_endpoint", &receiver.endpoint());
+    let d = Daemon::start(&root);
+    let body = r#"{"prompt":"p"}"#;
+    let send = |traceparent: &str| -> String {
+        let mut s =
+            std::os::unix::net::UnixStream::connect(root.dir.join("run/harnessd.sock")).unwrap();
+        let request = format!(
+            "POST /v1/tasks HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+             traceparent: {traceparent}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        s.write_all(request.as_bytes()).unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).unwrap();
+        answer
+    };
+    let refused = send("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7");
+    assert!(refused.starts_with("HTTP/1.1 400"), "{refused}");
+    assert!(refused.contains("traceparent"), "{refused}");
+    let accepted = send(&format!("00-{TRACE}-{PARENT}-01"));
+    assert!(accepted.starts_with("HTTP/1.1 202"), "{accepted}");
+    let agent = one(&receiver.trace(TRACE), "invoke_agent").clone();
+    assert_eq!(agent["parent_span_id"], PARENT);
+
+    // The exporter is set up at start: a change is said to need a restart.
+    root.set_config("telemetry", "content", "true");
+    unsafe { libc::kill(d.pid(), libc::SIGHUP) };
+    wait_until("the reload is recorded", || {
+        root.events_of("config_loaded")
+            .iter()
+            .any(|e| e["trigger"] != "start" && e["restart_needed"] == json!(["telemetry"]))
+    });
+}
