@@ -11,9 +11,10 @@ use serde::{Deserialize, Serialize};
 #[serde(deny_unknown_fields, default)]
 pub struct TelemetryConfig {
     /// OTLP/HTTP endpoint traces are exported to (protobuf, `/v1/traces` appended),
-    /// e.g. `"http://127.0.0.1:4318"`; unset: no export, unless the environment
-    /// variable `OTEL_EXPORTER_OTLP_ENDPOINT` is set, which overrides it. Read at
-    /// start: a change needs a restart.
+    /// e.g. `"http://127.0.0.1:4318"`; unset: no export. The environment variables
+    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (the whole URL) and
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` override it, and `OTEL_SDK_DISABLED=true`
+    /// turns export off. Read at start: a change needs a restart.
     pub otlp_endpoint: Option<String>,
     /// Spans carry the prompt, each call's input and the start of its output (as the
     /// audit log holds them); off, they carry names, ids, counts and decisions only.

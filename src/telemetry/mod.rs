@@ -38,6 +38,10 @@ use crate::events::Record;
 
 /// The variable that, when set, overrides `telemetry.otlp_endpoint`.
 pub const ENDPOINT_ENV: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+/// The traces URL itself, over [`ENDPOINT_ENV`].
+pub const TRACES_ENDPOINT_ENV: &str = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
+/// `true`: no export, whatever else says.
+pub const DISABLED_ENV: &str = "OTEL_SDK_DISABLED";
 /// The service's name (default `harnessd`).
 pub const SERVICE_NAME_ENV: &str = "OTEL_SERVICE_NAME";
 /// More resource attributes, `key=value,key=value`.
@@ -59,11 +63,13 @@ pub struct Settings {
 
 impl Settings {
     /// `[telemetry]` with the environment (through `env`) over it:
-    /// `OTEL_EXPORTER_OTLP_ENDPOINT` wins over `otlp_endpoint`, as
-    /// `ANTHROPIC_BASE_URL` wins over `api.base_url` (the SDKs' convention);
-    /// `OTEL_SERVICE_NAME` over a `service.name` in `OTEL_RESOURCE_ATTRIBUTES`,
-    /// over `harnessd`. `None`: no endpoint anywhere, telemetry is off. A bad
-    /// variable is a config error naming it.
+    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (the traces URL itself), else
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` (`/v1/traces` appended), else
+    /// `otlp_endpoint` — the environment winning as `ANTHROPIC_BASE_URL` wins over
+    /// `api.base_url` (the SDKs' convention); `OTEL_SDK_DISABLED=true` turns it all
+    /// off. `OTEL_SERVICE_NAME` over a `service.name` in `OTEL_RESOURCE_ATTRIBUTES`,
+    /// over `harnessd`. `None`: telemetry is off. A bad variable is a config error
+    /// naming it.
     pub fn resolve(
         config: &TelemetryConfig,
         env: &dyn Fn(&str) -> Option<String>,
@@ -74,21 +80,30 @@ impl Settings {
             Some(text) => resource_attributes(&text)?,
             None => Vec::new(),
         };
-        let endpoint = match set(ENDPOINT_ENV) {
-            Some(url) => {
-                crate::config::http_url(&url).map_err(|why| {
-                    env_error(
-                        ENDPOINT_ENV,
-                        format!("{url:?} is not an http(s) URL ({why}); fix it or unset it"),
-                    )
-                })?;
-                url
-            }
-            None => match &config.otlp_endpoint {
-                Some(url) => url.clone(),
+        let url_of = |name: &str| -> Result<Option<String>, ConfigError> {
+            let Some(url) = set(name) else {
+                return Ok(None);
+            };
+            crate::config::http_url(&url).map_err(|why| {
+                env_error(
+                    name,
+                    format!("{url:?} is not an http(s) URL ({why}); fix it or unset it"),
+                )
+            })?;
+            Ok(Some(url))
+        };
+        let base = |url: &str| format!("{}/v1/traces", url.trim_end_matches('/'));
+        let traces_url = match (url_of(TRACES_ENDPOINT_ENV)?, url_of(ENDPOINT_ENV)?) {
+            (Some(url), _) => url,
+            (None, Some(url)) => base(&url),
+            (None, None) => match &config.otlp_endpoint {
+                Some(url) => base(url),
                 None => return Ok(None),
             },
         };
+        if set(DISABLED_ENV).is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
+            return Ok(None);
+        }
         let mut resource = vec![
             ("service.name".to_string(), "harnessd".to_string()),
             (
@@ -101,7 +116,7 @@ impl Settings {
             resource.push(("service.name".to_string(), name));
         }
         Ok(Some(Settings {
-            traces_url: format!("{}/v1/traces", endpoint.trim_end_matches('/')),
+            traces_url,
             content: config.content,
             resource,
         }))

@@ -160,6 +160,10 @@ impl Observer<'_> {
 
     fn chat_started(&self, spans: &mut TaskSpans, turn: u32, at: SystemTime) {
         if let Some(open) = spans.chat.take() {
+            // Sent again after a failure (a context too long, compacted): this
+            // request got no response.
+            open.span()
+                .set_status(Status::error("no response; the request was sent again"));
             open.span().end_with_timestamp(at);
         }
         let span = self

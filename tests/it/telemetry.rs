@@ -460,6 +460,26 @@ fn the_environment_turns_export_on_and_names_the_service() {
     assert_eq!(resource["service.name"], "ops-agent");
     assert_eq!(resource["deployment.environment"], "test");
     assert_eq!(resource["team"], "ops,sre");
+
+    // The traces URL itself, over the file; OTEL_SDK_DISABLED turns it all off.
+    let api = FakeApi::start(vec![Reply::text("done"), Reply::text("done")]);
+    let root = TestRoot::new(&api.url);
+    root.set_config("telemetry", "otlp_endpoint", "\"http://127.0.0.1:9\"");
+    let traces = format!("http://127.0.0.1:{}/v1/traces", receiver.port);
+    let run = |disabled: &str| {
+        let out = root
+            .command(&["run", "go"])
+            .env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &traces)
+            .env("OTEL_SDK_DISABLED", disabled)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+    };
+    run("true");
+    assert!(root.events_of("task_started")[0].get("trace_id").is_none());
+    run("false");
+    let trace = root.events_of("task_started")[1]["trace_id"].clone();
+    assert_eq!(receiver.trace(trace.as_str().unwrap()).len(), 2);
 }
 
 /// The pending approval of call `tool_use_id`, if it is waiting.
