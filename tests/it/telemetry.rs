@@ -602,3 +602,34 @@ fn a_traceparent_header_is_taken_and_telemetry_changes_wait_for_a_restart() {
             .any(|e| e["trigger"] != "start" && e["restart_needed"] == json!(["telemetry"]))
     });
 }
+
+#[test]
+fn failures_are_error_spans() {
+    let receiver = Receiver::start();
+    // A call of a tool that is not offered is refused; then the model's 400 ends
+    // the task with an error.
+    let api = FakeApi::start(vec![
+        Reply::tool("tu_x", "no_such_tool", json!({})),
+        Reply::error(400, "invalid_request_error", "the request is malformed"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    root.set_config("telemetry", "otlp_endpoint", &receiver.endpoint());
+    let out = root.run(&["run", "go"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let spans = receiver.spans();
+    let call = one(&spans, "execute_tool no_such_tool");
+    assert_eq!(call["status"]["code"], 2, "{call}");
+    let mut chats = named(&spans, "chat ");
+    chats.sort_by_key(|c| c["attributes"]["harnessd.turn"].as_i64());
+    assert_eq!(chats.len(), 2);
+    assert_eq!(chats[0]["status"]["code"], 0, "the first request succeeded");
+    let failed = chats[1];
+    assert_eq!(failed["status"]["code"], 2, "{failed}");
+    let attempt = &failed["events"][0];
+    assert_eq!(attempt["name"], "model_error");
+    assert_eq!(attempt["attributes"]["http.response.status_code"], 400);
+    let agent = one(&spans, "invoke_agent");
+    assert_eq!(agent["status"]["code"], 2);
+    let error = root.events_of("task_finished")[0]["error"].clone();
+    assert_eq!(agent["status"]["message"], error, "{agent}");
+}
