@@ -475,6 +475,17 @@ fn the_environment_turns_export_on_and_names_the_service() {
             .unwrap();
         assert!(out.status.success(), "{}", stderr(&out));
     };
+    let shown = stdout(
+        &root
+            .command(&["check"])
+            .env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &traces)
+            .output()
+            .unwrap(),
+    );
+    assert!(
+        shown.contains(&format!("telemetry  traces to {traces} · content off")),
+        "{shown}"
+    );
     run("true");
     assert!(root.events_of("task_started")[0].get("trace_id").is_none());
     run("false");
