@@ -383,3 +383,63 @@ fn remote_parent(p: &TraceParent) -> Context {
     let sc = SpanContext::new(trace_id, span_id, flags, true, TraceState::default());
     Context::new().with_remote_span_context(sc)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve(file: Option<&str>, vars: &[(&str, &str)]) -> Result<Option<Settings>, String> {
+        let config = TelemetryConfig {
+            otlp_endpoint: file.map(str::to_string),
+            content: false,
+        };
+        let env = |name: &str| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        };
+        Settings::resolve(&config, &env).map_err(|e| e.to_string())
+    }
+
+    fn url(file: Option<&str>, vars: &[(&str, &str)]) -> Option<String> {
+        resolve(file, vars).unwrap().map(|s| s.traces_url)
+    }
+
+    #[test]
+    fn the_environment_wins_over_the_file_and_the_traces_url_over_the_base() {
+        let file = Some("http://file:4318");
+        assert_eq!(url(None, &[]), None);
+        assert_eq!(url(file, &[]).unwrap(), "http://file:4318/v1/traces");
+        let base = (ENDPOINT_ENV, "http://env:4318/");
+        assert_eq!(url(file, &[base]).unwrap(), "http://env:4318/v1/traces");
+        let traces = (TRACES_ENDPOINT_ENV, "http://env:4318/custom");
+        assert_eq!(
+            url(file, &[base, traces]).unwrap(),
+            "http://env:4318/custom"
+        );
+        assert_eq!(url(file, &[base, (DISABLED_ENV, "TRUE")]), None);
+        assert!(url(file, &[(DISABLED_ENV, "false")]).is_some());
+        // An empty variable is as good as unset.
+        assert_eq!(
+            url(file, &[(ENDPOINT_ENV, " ")]).unwrap(),
+            "http://file:4318/v1/traces"
+        );
+    }
+
+    #[test]
+    fn the_service_is_named_by_the_most_specific_setting() {
+        let name = |vars: &[(&str, &str)]| {
+            let s = resolve(Some("http://c:4318"), vars).unwrap().unwrap();
+            let map: HashMap<String, String> = s.resource.into_iter().collect();
+            map["service.name"].clone()
+        };
+        assert_eq!(name(&[]), "harnessd");
+        let attrs = (RESOURCE_ENV, "service.name=from-attrs, team = a%20b");
+        assert_eq!(name(&[attrs]), "from-attrs");
+        assert_eq!(name(&[attrs, (SERVICE_NAME_ENV, "from-name")]), "from-name");
+        for bad in ["team", "=x", "team=%zz", "team=%4"] {
+            let e = resolve(None, &[(RESOURCE_ENV, bad)]).unwrap_err();
+            assert!(e.contains(RESOURCE_ENV), "{bad}: {e}");
+        }
+    }
+}
