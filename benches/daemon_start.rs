@@ -113,6 +113,7 @@ fn transcript(i: usize) -> Transcript {
         source: Some(harnessd::protocol::Source::Api),
         by: Some("uid:1000".into()),
         resume_queued: false,
+        traceparent: None,
     }
 }
 

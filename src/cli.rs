@@ -49,6 +49,10 @@ pub enum Command {
         /// Override api.model for this task.
         #[arg(long)]
         model: Option<String>,
+        /// Join the caller's trace: a W3C traceparent
+        /// (00-<trace id>-<parent id>-<flags>); the task's spans go under it.
+        #[arg(long, env = "TRACEPARENT", value_name = "TP")]
+        traceparent: Option<String>,
         /// With `--wait`: exit 5 when the task ended its turn but a call was denied,
         /// refused by the sandbox, or its approval timed out.
         #[arg(long, requires = "wait")]

@@ -36,6 +36,7 @@
 //! - [`sandbox`]: the child side, re-executed from this binary; every confinement
 //!   layer.
 //! - [`events`]: the audit log writer.
+//! - [`telemetry`]: OTLP traces made from the audit log's records.
 //! - [`commands`]: one module per subcommand; [`cli`] holds their clap types.
 //! - [`protocol`]: the shared vocabulary, a leaf every layer may use: tool names,
 //!   token counts and prices, task status and stop reason, tier, the approval
@@ -67,5 +68,6 @@ pub mod reload;
 pub mod remember;
 pub mod sandbox;
 pub mod services;
+pub mod telemetry;
 pub mod text;
 pub mod tools;

@@ -98,6 +98,7 @@ fn dispatch(cli: Cli, helper: std::path::PathBuf) -> Result<ExitCode, CliError> 
             max_turns,
             strict,
             model,
+            traceparent,
             file,
             json,
             task,
@@ -110,6 +111,7 @@ fn dispatch(cli: Cli, helper: std::path::PathBuf) -> Result<ExitCode, CliError> 
                 prompt,
                 max_turns,
                 model,
+                traceparent,
                 wait,
                 strict,
             };

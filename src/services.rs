@@ -28,6 +28,7 @@ use crate::exec::{Executor, WorkspaceError, prepare_workspace, verdict};
 use crate::llm::{AnthropicClient, LlmError, ResponseBudget};
 use crate::protocol::Trigger;
 use crate::sandbox::{Confinement, Report};
+use crate::telemetry::Telemetry;
 
 /// Why start-up failed.
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +56,8 @@ pub struct Prepared {
     /// The config and policy as loaded.
     pub loaded: Arc<Loaded>,
     client: AnthropicClient,
+    /// Trace export, when `[telemetry]` or the environment asks for it.
+    telemetry: Option<crate::telemetry::Settings>,
 }
 
 impl Prepared {
@@ -63,14 +66,19 @@ impl Prepared {
     /// key is a config error before any request.
     pub fn load(root: &Path, env: impl Fn(&str) -> Option<String>) -> Result<Prepared, StartError> {
         let loaded = Arc::new(load(root)?);
-        let key = ApiKey::load(&loaded, env)?;
+        let key = ApiKey::load(&loaded, &env)?;
         let config = &loaded.config;
         // Validation made sure one response fits; a failure here is a bug.
         let budget =
             ResponseBudget::new(config.response_budget_bytes(), config.response_cost_bytes())
                 .map_err(|e| LlmError::Client(e.to_string()))?;
         let client = AnthropicClient::new(&config.api, key, budget)?;
-        Ok(Prepared { loaded, client })
+        let telemetry = crate::telemetry::Settings::resolve(&config.telemetry, &env)?;
+        Ok(Prepared {
+            loaded,
+            client,
+            telemetry,
+        })
     }
 
     /// Opens the audit log, prepares the workspace, probes the sandbox and starts
@@ -90,7 +98,11 @@ impl Prepared {
         stop: CancellationToken,
     ) -> Result<Services, StartError> {
         let loaded = self.loaded;
-        let events = open_audit_log(&loaded, opts.tap).await?;
+        let telemetry = match &self.telemetry {
+            Some(settings) => Telemetry::start(settings, loaded.paths.root.clone())?,
+            None => Telemetry::off(),
+        };
+        let events = open_audit_log(&loaded, telemetry.tee(opts.tap)).await?;
         let mut executor = Executor::new(opts.helper);
         // Its warnings (a planted `.tmp` moved aside…) are logged where they arise.
         prepare_workspace(&loaded.paths.workspace, &loaded.tool_user.user)?;
@@ -134,6 +146,7 @@ impl Prepared {
             executor,
             probe,
             mcp,
+            telemetry,
             stop_reloader,
             reloader,
         })
@@ -172,6 +185,8 @@ pub struct Services {
     pub probe: Result<Report, String>,
     /// MCP servers: started in the sandbox, pinned in the root's lock file.
     pub mcp: crate::mcp::Hub,
+    /// Trace export (off unless configured).
+    pub telemetry: Telemetry,
     /// Cancelled by [`Services::shutdown`]: the reloader stops watching.
     stop_reloader: CancellationToken,
     /// The reloader; awaited at shutdown so no reload is recorded after it.
@@ -199,6 +214,7 @@ impl Services {
             live_text: None,
             unsaved: crate::agent::Unsaved::default(),
             mcp: self.mcp.clone(),
+            telemetry: self.telemetry.clone(),
         }
     }
 
@@ -213,6 +229,8 @@ impl Services {
         // rmdir and the kill check block briefly: off the runtime's workers. A
         // failure is logged where it happens; the next start sweeps what is left.
         let _ = tokio::task::spawn_blocking(crate::exec::remove_pooled_cgroups).await;
+        // The last spans leave within a short bound: `run` exits soon after.
+        self.telemetry.shutdown(self.events.head().0).await;
     }
 }
 

@@ -74,6 +74,8 @@ pub struct TaskServices {
     pub unsaved: Unsaved,
     /// MCP servers: the pins, the launcher, the daemon's shared servers.
     pub mcp: crate::mcp::Hub,
+    /// Trace export: each run's root span is opened here, before its first record.
+    pub telemetry: crate::telemetry::Telemetry,
 }
 
 impl TaskServices {

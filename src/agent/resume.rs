@@ -11,26 +11,39 @@ impl TaskRun<'_> {
     /// The task's first event — `task_started`, or `task_resumed` with the history
     /// made ready to send again — and the transcript saved before any request.
     pub(super) async fn start(&mut self) -> Result<(), Halt> {
+        let model = if self.transcript.model.is_empty() {
+            self.loaded.config.api.model.clone()
+        } else {
+            self.transcript.model.clone()
+        };
+        // Before the first record, which names the run's trace.
+        let trace_id = self
+            .env
+            .services
+            .telemetry
+            .begin_task(
+                &self.spec.task_id,
+                &model,
+                self.transcript.traceparent.as_deref(),
+            )
+            .map(|t| t.trace_id);
         if !starts_fresh(self.spec) {
             if !self.spec.resume_recorded {
                 self.record(Event::TaskResumed {
                     turns_so_far: self.turn,
                     source: self.spec.source,
                     by: self.spec.by.clone(),
+                    trace_id,
                 })
                 .await?;
             }
             self.prepare_resume().await?;
         } else {
-            let model = if self.transcript.model.is_empty() {
-                self.loaded.config.api.model.clone()
-            } else {
-                self.transcript.model.clone()
-            };
             self.record(Event::TaskStarted {
                 prompt: self.spec.prompt.clone(),
                 model,
                 source: self.spec.source,
+                trace_id,
             })
             .await?;
         }
@@ -116,6 +129,7 @@ fn fresh_transcript(spec: &TaskSpec) -> Transcript {
         source: Some(spec.source),
         by: None,
         resume_queued: false,
+        traceparent: None,
     }
 }
 

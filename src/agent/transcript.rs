@@ -156,6 +156,10 @@ pub struct Transcript {
     /// `queued` transcript without it was never started and starts as a new task.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub resume_queued: bool,
+    /// The W3C `traceparent` the task was submitted with: every run of it is traced
+    /// within the caller's trace, after a restart too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 impl Transcript {

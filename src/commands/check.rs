@@ -63,10 +63,17 @@ struct Findings {
     key_warning: Option<String>,
     enforcement: Enforcement,
     boundary: Vec<String>,
+    /// Where traces would go (`None`: off), as `run` and `serve` would resolve it.
+    telemetry: Option<crate::telemetry::Settings>,
 }
 
 impl Findings {
-    fn gather(loaded: &Loaded, helper: &Path, env: impl Fn(&str) -> Option<String>) -> Self {
+    fn gather(
+        loaded: &Loaded,
+        helper: &Path,
+        env: impl Fn(&str) -> Option<String>,
+        telemetry: Option<crate::telemetry::Settings>,
+    ) -> Self {
         let key_warning = ApiKey::load(loaded, env).err().map(|e| e.to_string());
         let enforcement = Enforcement::probe(loaded, &Executor::new(helper.to_path_buf()));
         // `check` makes no other call: the probes' pooled cgroups are removed
@@ -82,6 +89,7 @@ impl Findings {
             key_warning,
             enforcement,
             boundary,
+            telemetry,
         }
     }
 }
@@ -125,6 +133,10 @@ fn report_json(loaded: &Loaded, f: &Findings) -> Value {
         "output": loaded.policy.settings.output,
         "sandbox": loaded.policy.settings.sandbox,
         "mcp": super::check_mcp::servers(loaded),
+        "telemetry": f.telemetry.as_ref().map(|t| json!({
+            "traces_url": crate::config::shown_url(&t.traces_url),
+            "content": t.content,
+        })),
         "tool_user": {
             "user": loaded.tool_user.user,
             "kept_in": loaded.tool_user.kept_in.as_ref().map(|p| loaded.paths.display(p)),
@@ -188,6 +200,18 @@ fn print_config(out: &mut impl Write, loaded: &Loaded, report: &Value) -> std::i
             ""
         }
     )?;
+    let telemetry = &report["telemetry"];
+    if telemetry.is_null() {
+        writeln!(out, "telemetry  off")?;
+    } else {
+        let content = if telemetry["content"] == true {
+            "on"
+        } else {
+            "off"
+        };
+        let url = field(&telemetry["traces_url"]);
+        writeln!(out, "telemetry  traces to {url} · content {content}")?;
+    }
     let l = &loaded.config.loop_;
     writeln!(
         out,
@@ -341,7 +365,15 @@ pub fn run(
         Ok(l) => l,
         Err(code) => return Ok(exit(code)),
     };
-    let findings = Findings::gather(&loaded, helper, env);
+    // The OTEL_* variables `run` and `serve` would read: a bad one fails here too.
+    let telemetry = match crate::telemetry::Settings::resolve(&loaded.config.telemetry, &env) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {}", crate::text::escape_text(&e.to_string()));
+            return Ok(exit(EXIT_CONFIG));
+        }
+    };
+    let findings = Findings::gather(&loaded, helper, env, telemetry);
     let report = report_json(&loaded, &findings);
     // docs/policy.md: a full sandbox that cannot be had is a configuration this host
     // cannot run, so it fails like any config error, not with an "ok".

@@ -37,6 +37,8 @@ pub enum ClientCommand {
         max_turns: Option<u32>,
         /// Override of api.model.
         model: Option<String>,
+        /// The caller's W3C traceparent.
+        traceparent: Option<String>,
         /// Follow it to the end and exit like `run`.
         wait: bool,
         /// With `wait`: exit 5 when a call was denied or refused.
@@ -176,6 +178,7 @@ async fn run_async(
             prompt,
             max_turns,
             model,
+            traceparent,
             wait,
             strict,
         } => {
@@ -183,6 +186,7 @@ async fn run_async(
                 prompt,
                 max_turns,
                 model,
+                traceparent,
             };
             let wait = wait.then_some(strict);
             submit(socket, body, wait, json_out, prefix).await

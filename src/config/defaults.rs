@@ -35,6 +35,7 @@ const EXAMPLES: &[(&str, &str)] = &[
         "[\"read_file\", \"list_dir\", \"get_time\"]",
     ),
     ("daemon.operators_group", "\"harnessd-operators\""),
+    ("telemetry.otlp_endpoint", "\"http://127.0.0.1:4318\""),
 ];
 
 /// Sections that are maps with no entry by default, shown as a commented entry.

@@ -157,7 +157,7 @@ pub fn find_key(text: &str, key_path: &str) -> Option<Location> {
         ];
         let hit = candidates
             .iter()
-            .filter_map(|c| text[from..].find(c.as_str()).map(|i| from + i))
+            .filter_map(|c| uncommented(text, from, c))
             .min()?;
         found = Some(hit);
         from = hit + 1;
@@ -167,6 +167,19 @@ pub fn find_key(text: &str, key_path: &str) -> Option<Location> {
         let skip = usize::from(text[offset..].starts_with(['"', '[']));
         Location::of_offset(text, offset + skip)
     })
+}
+
+/// The first `pattern` in `text` from `from` that is not in a comment: the
+/// generated files show unset keys as commented examples (`# key = …`), and an
+/// error about the key set below one points at the one set.
+fn uncommented(text: &str, from: usize, pattern: &str) -> Option<usize> {
+    text[from..]
+        .match_indices(pattern)
+        .map(|(i, _)| from + i)
+        .find(|&at| {
+            let line_start = text[..at].rfind('\n').map_or(0, |n| n + 1);
+            !text[line_start..at].contains('#')
+        })
 }
 
 /// Finds where the JSON value at `key_path` (dotted, with `[i]` for an item of an

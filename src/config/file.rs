@@ -33,6 +33,8 @@ pub struct Config {
     /// Prices in US dollars per million tokens, by model id, adding to or replacing
     /// the built-in ones for current Claude models.
     pub pricing: std::collections::BTreeMap<String, crate::protocol::Price>,
+    /// Trace export over OTLP/HTTP.
+    pub telemetry: super::telemetry::TelemetryConfig,
 }
 
 /// `[context]`.
@@ -281,7 +283,12 @@ impl Config {
             .and_then(|()| self.validate_thinking_and_key())
             .and_then(|()| self.validate_cost())
             .and_then(|()| validate_operators_group(self.daemon.operators_group.as_deref()))
-            .and_then(|()| validate_enabled_tools(self.tools.enabled.as_deref()));
+            .and_then(|()| validate_enabled_tools(self.tools.enabled.as_deref()))
+            .and_then(|()| {
+                self.telemetry
+                    .validate()
+                    .or_else(|(key, message)| Bad::at(key, message))
+            });
         checked.map_err(|Bad { key, message }| {
             ConfigError::invalid(file, find_key(text, &key), key, message)
         })

@@ -236,6 +236,11 @@ fn keep_start_bound(new: &mut Loaded, old: &Loaded) -> Vec<String> {
         restart_needed.push("daemon.operators_group".to_string());
         new.config.daemon.operators_group = old.config.daemon.operators_group.clone();
     }
+    // The exporter and its endpoint are set up once, at start.
+    if new.config.telemetry != old.config.telemetry {
+        restart_needed.push("telemetry".to_string());
+        new.config.telemetry = old.config.telemetry.clone();
+    }
     // The accept loop sizes its connection slots once, at start.
     if new.config.daemon.max_connections != old.config.daemon.max_connections {
         restart_needed.push("daemon.max_connections".to_string());

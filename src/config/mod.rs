@@ -16,10 +16,12 @@ mod mcp;
 mod pins;
 pub mod replace;
 mod settings;
+mod telemetry;
 mod tool_user;
 
 pub use debounce::Debouncer;
 pub use error::{ConfigError, Invalid, Location, find_key};
+pub(crate) use file::http_url;
 pub use file::{
     ApiConfig, AuditConfig, AuditSync, Config, ContextConfig, DaemonConfig, LoopConfig,
     PathsConfig, ToolsConfig, shown_url,
@@ -33,6 +35,7 @@ pub use settings::{
     AllowedPaths, CompiledSettings, OutputSettings, SandboxRequire, SandboxSettings, Settings,
     SettingsContext, ToolTiers,
 };
+pub use telemetry::TelemetryConfig;
 pub use tool_user::{
     AUTO, FIRST_UID, LAST_UID, REGISTRY_DIR, ToolUser, ToolUserError, UID_FILE, resolve_tool_user,
 };

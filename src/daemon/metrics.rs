@@ -43,8 +43,9 @@ fn labels(pairs: &[(&str, &str)]) -> Labels {
 }
 
 impl Metrics {
-    /// Registers every metric.
-    pub fn new() -> Arc<Metrics> {
+    /// Registers every metric; `spans_dropped` is telemetry's own count (spans it
+    /// could not queue or send), read as it is.
+    pub fn new(spans_dropped: Counter) -> Arc<Metrics> {
         let mut registry = PromRegistry::with_prefix("harnessd");
         let m = Metrics {
             tasks: Family::default(),
@@ -106,6 +107,11 @@ impl Metrics {
             "MCP server events by server and kind: started, exited (without being asked), \
              refused (a request of the server refused), changed (definitions drifted)",
             m.mcp_events.clone(),
+        );
+        registry.register(
+            "telemetry_spans_dropped",
+            "Trace spans not exported: the export queue was full or the collector did not take them",
+            spans_dropped,
         );
         Arc::new(Metrics { registry, ..m })
     }
@@ -215,7 +221,7 @@ mod tests {
 
     #[test]
     fn priced_responses_add_to_the_cost_and_unpriced_ones_do_not() {
-        let m = Metrics::new();
+        let m = Metrics::new(Counter::default());
         let response = |usd: Option<f64>| Event::ModelResponse {
             turn: 1,
             stop_reason: "end_turn".into(),

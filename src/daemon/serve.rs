@@ -222,7 +222,7 @@ async fn wire(
 ) -> Result<(AppState, Scheduler), ServeError> {
     let (live_tx, _) = broadcast::channel::<Value>(1024);
     let (text_live_tx, _) = broadcast::channel::<Value>(1024);
-    let metrics = Metrics::new();
+    let metrics = Metrics::new(services.telemetry.spans_dropped());
     let registry = Registry::default();
     let observe = {
         let (metrics, registry) = (metrics.clone(), registry.clone());

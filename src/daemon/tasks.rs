@@ -191,6 +191,7 @@ impl Scheduler {
         max_turns: Option<u32>,
         model: Option<String>,
         by: String,
+        traceparent: Option<String>,
     ) -> Result<String, SubmitError> {
         // Held until the task is queued: the queue does not close in between.
         let _open = self.gate.read().await;
@@ -230,7 +231,10 @@ impl Scheduler {
         }
         let loaded = self.services.config.current();
         let model = model.unwrap_or_else(|| loaded.config.api.model.clone());
-        let transcript = queued_transcript(&spec, model, by);
+        let transcript = Transcript {
+            traceparent,
+            ..queued_transcript(&spec, model, by)
+        };
         if let Err(e) = transcript
             .save_async(loaded.paths.transcripts.clone())
             .await
@@ -363,10 +367,21 @@ impl Scheduler {
             self.release(claim);
             return Err(SubmitError::Stopping);
         }
+        // The run's span opens at acceptance, so `task_resumed` can name its trace.
+        let trace_id = self
+            .services
+            .telemetry
+            .begin_task(
+                &transcript.task_id,
+                &transcript.model,
+                transcript.traceparent.as_deref(),
+            )
+            .map(|t| t.trace_id);
         let event = Event::TaskResumed {
             turns_so_far: transcript.turns.len() as u32,
             source: Source::Api,
             by: by.clone(),
+            trace_id,
         };
         if let Err(e) = self
             .services

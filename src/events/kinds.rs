@@ -154,6 +154,11 @@ pub enum Event {
         model: String,
         /// `cli` or `api`.
         source: Source,
+        /// The trace this run's spans are exported in (32 hex digits): its own when
+        /// telemetry is on, else the caller's `traceparent`'s, if one was given;
+        /// absent otherwise.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trace_id: Option<String>,
     },
     /// A task continues from its transcript.
     TaskResumed {
@@ -163,6 +168,11 @@ pub enum Event {
         source: Source,
         /// Who resumed it: `uid:N (name)` or `cli`.
         by: String,
+        /// The trace of this run, as in `task_started`: each run of a task is a
+        /// trace of its own (within the caller's, when the task came with a
+        /// `traceparent`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trace_id: Option<String>,
     },
     /// A task was cancelled on request.
     TaskCancelled {

@@ -22,6 +22,10 @@ pub struct SubmitRequest {
     /// Override of `api.model` for this task; it keeps it when resumed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// A W3C `traceparent` (the `traceparent` header may carry it instead): the
+    /// task's spans join the caller's trace, under its span.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 /// The answer to `POST /v1/tasks` (202).
@@ -194,6 +198,7 @@ mod tests {
             prompt: "p".into(),
             max_turns: None,
             model: None,
+            traceparent: None,
         };
         assert_eq!(serde_json::to_string(&submit).unwrap(), r#"{"prompt":"p"}"#);
         let answer = DecisionRequest::new(false, None);

@@ -33,6 +33,7 @@ use crate::common::{rust_files, src_dir};
 /// - `events` (the audit log), `llm` (the model client), `exec` (spawns the
 ///   helper, converting settings into sandbox types), `approval`: each on its own;
 ///   `llm` reports failed attempts to its caller instead of writing events.
+/// - `telemetry`: traces made from the audit log's records, over `events`.
 /// - `tools`: the tool runner, over policy, exec and sandbox.
 /// - `mcp`: MCP servers (their processes through `exec`, the SDK's client, the
 ///   pins), over `tools` for the result a call becomes.
@@ -49,6 +50,7 @@ const LAYERS: &[&[&str]] = &[
     &["policy"],
     &["config"],
     &["events", "llm", "exec", "approval"],
+    &["telemetry"],
     &["tools", "hooks"],
     &["mcp"],
     &["agent", "reload"],

@@ -42,9 +42,11 @@ fn refused(e: SubmitError, prefix: String) -> ApiError {
 pub(super) async fn submit(
     State(s): State<AppState>,
     ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: axum::http::HeaderMap,
     body: Result<Json<SubmitRequest>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Json(body) = body?;
+    let traceparent = traceparent_of(&headers, body.traceparent.as_deref())?;
     if body.prompt.trim().is_empty() {
         return Err(ApiError::bad_request("prompt must not be empty"));
     }
@@ -57,10 +59,32 @@ pub(super) async fn submit(
     let by = peer.by();
     let id = s
         .scheduler
-        .submit(body.prompt, body.max_turns, body.model, by)
+        .submit(body.prompt, body.max_turns, body.model, by, traceparent)
         .await
         .map_err(|e| refused(e, String::new()))?;
     Ok((StatusCode::ACCEPTED, Json(SubmitResponse { task_id: id })).into_response())
+}
+
+/// The caller's trace, from the body's `traceparent` or else the header of that
+/// name (the W3C way); refused (400) unless it is a valid one.
+fn traceparent_of(
+    headers: &axum::http::HeaderMap,
+    in_body: Option<&str>,
+) -> Result<Option<String>, ApiError> {
+    let given = match in_body {
+        Some(tp) => tp.to_string(),
+        None => match headers.get("traceparent") {
+            None => return Ok(None),
+            Some(v) => v
+                .to_str()
+                .map_err(|_| ApiError::bad_request("traceparent: the header is not ASCII"))?
+                .trim()
+                .to_string(),
+        },
+    };
+    crate::telemetry::TraceParent::parse(&given)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    Ok(Some(given))
 }
 
 /// Tasks per page when `limit` is not given, and the most a page holds.
