@@ -249,12 +249,7 @@ fn run(stream: bool, extra: Extra) -> Duration {
     } else {
         "run_bash(\"echo hi\")"
     };
-    let mode = match (stream, extra) {
-        (true, Extra::None) => "streamed",
-        (false, _) => "not streamed",
-        (true, Extra::Hook) => "streamed, with a pre_tool hook",
-        (true, Extra::Telemetry(_)) => "streamed, with telemetry",
-    };
+    let mode = label(stream, extra);
     println!("turn_gap: {turns} turns of {tool} against a zero-latency fake API, {mode}");
     println!(
         "  gap response→next request: median {:.2} ms, p90 {:.2} ms, min {:.2} ms, max {:.2} ms",
@@ -284,6 +279,15 @@ fn run(stream: bool, extra: Extra) -> Duration {
     println!("  whole task: {:.1} ms", ms(total));
     let _ = std::fs::remove_dir_all(&root);
     med
+}
+
+fn label(stream: bool, extra: Extra) -> &'static str {
+    match (stream, extra) {
+        (true, Extra::None) => "streamed",
+        (false, _) => "not streamed",
+        (true, Extra::Hook) => "streamed, with a pre_tool hook",
+        (true, Extra::Telemetry(_)) => "streamed, with telemetry",
+    }
 }
 
 fn ms(d: Duration) -> f64 {
