@@ -644,3 +644,41 @@ fn failures_are_error_spans() {
     let error = root.events_of("task_finished")[0]["error"].clone();
     assert_eq!(agent["status"]["message"], error, "{agent}");
 }
+
+#[test]
+fn a_hooks_run_is_an_event_of_its_calls_span() {
+    let receiver = Receiver::start();
+    let api = two_turns();
+    let root = TestRoot::new(&api.url);
+    root.set_config("telemetry", "otlp_endpoint", &receiver.endpoint());
+    root.edit_settings(|s| {
+        s["hooks"]["pre_tool"] = json!([{
+            "name": "noop",
+            "command": ["/bin/echo", r#"{"decision": "continue", "reason": "secret words"}"#]
+        }]);
+    });
+    let out = root.run(&["run", "list the workspace"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let trace_id = root.events_of("task_started")[0]["trace_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let spans = receiver.trace(&trace_id);
+    let tool = one(&spans, "execute_tool ");
+    let events = tool["events"].as_array().unwrap();
+    let hook = events
+        .iter()
+        .find(|e| e["name"] == "hook_decision")
+        .unwrap_or_else(|| panic!("no hook_decision event: {tool:#}"));
+    let a = &hook["attributes"];
+    assert_eq!(a["harnessd.hook.name"], "noop");
+    assert_eq!(a["harnessd.hook.point"], "pre_tool");
+    assert_eq!(a["harnessd.hook.decision"], "continue");
+    assert!(a["harnessd.hook.duration_ms"].is_i64() || a["harnessd.hook.duration_ms"].is_u64());
+    assert!(
+        !serde_json::to_string(&spans)
+            .unwrap()
+            .contains("secret words"),
+        "a hook's reason is content"
+    );
+}
