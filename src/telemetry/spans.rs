@@ -15,7 +15,7 @@ use opentelemetry::{Array, Context, KeyValue, StringValue, Value};
 use opentelemetry_sdk::trace::SdkTracer;
 
 use crate::events::{Event, Record};
-use crate::protocol::{Decision, HookPoint, HookVerdict, StopReason, Tier, Usage};
+use crate::protocol::{Decision, StopReason, Tier, Usage};
 
 /// Characters of a tool's output exported with `telemetry.content`, read from the
 /// start of its kept output file.
@@ -115,14 +115,7 @@ impl Observer<'_> {
                 rule,
                 ..
             } => decided(spans, tool_use_id, *tier, rule),
-            Event::HookDecision {
-                hook,
-                point,
-                tool_use_id: Some(id),
-                decision,
-                duration_ms,
-                ..
-            } => hook_ran(spans, id, hook, *point, *decision, *duration_ms, at),
+            Event::HookDecision { .. } => hook_ran(spans, &record.event, at),
             Event::ApprovalRequested {
                 approval_id,
                 tool_use_id,
@@ -345,15 +338,18 @@ fn model_error(spans: &TaskSpans, status: Option<u16>, attempt: u32, at: SystemT
 
 /// A hook's run about a call, as an event of the call's span (its reason is
 /// the operator's program's text: content, so not exported).
-fn hook_ran(
-    spans: &TaskSpans,
-    id: &str,
-    hook: &str,
-    point: HookPoint,
-    decision: HookVerdict,
-    duration_ms: u64,
-    at: SystemTime,
-) {
+fn hook_ran(spans: &TaskSpans, event: &Event, at: SystemTime) {
+    let Event::HookDecision {
+        hook,
+        point,
+        tool_use_id: Some(id),
+        decision,
+        duration_ms,
+        ..
+    } = event
+    else {
+        return;
+    };
     let Some(call) = spans.tools.get(id) else {
         return;
     };
@@ -364,7 +360,7 @@ fn hook_ran(
             KeyValue::new("harnessd.hook.name", hook.to_string()),
             KeyValue::new("harnessd.hook.point", point.as_str()),
             KeyValue::new("harnessd.hook.decision", decision.as_str()),
-            KeyValue::new("harnessd.hook.duration_ms", to_i64(duration_ms)),
+            KeyValue::new("harnessd.hook.duration_ms", to_i64(*duration_ms)),
         ],
     );
 }
