@@ -70,12 +70,14 @@ fn setup(api_url: &str, turns: usize, stream: bool, extra: Extra) -> std::path::
         Extra::None => {}
         Extra::Hook => add_hook(&dir.join("policies/settings.json")),
         Extra::Telemetry(port) => {
-            let path = dir.join("config/config.toml");
-            let mut text = std::fs::read_to_string(&path).unwrap();
-            text.push_str(&format!(
-                "\n[telemetry]\notlp_endpoint = \"http://127.0.0.1:{port}\"\n"
-            ));
-            std::fs::write(&path, text).unwrap();
+            let endpoint = format!("otlp_endpoint = \"http://127.0.0.1:{port}\"");
+            edit_file(
+                &dir.join("config/config.toml"),
+                &[(
+                    "# otlp_endpoint = \"http://127.0.0.1:4318\"",
+                    endpoint.as_str(),
+                )],
+            );
         }
     }
     dir
