@@ -281,6 +281,26 @@ fn a_port_list_hook_reaches_its_port_and_no_other() {
     assert!(no_connection(&other), "the other port was reached");
 }
 
+/// Landlock governs connect(2) and bind(2) only: sendto(2) with MSG_FASTOPEN
+/// connects without the one, listen(2) on an unbound socket binds without the
+/// other.
+#[test]
+fn a_port_list_hook_reaches_no_other_port_by_tcp_fast_open_and_cannot_listen() {
+    let listed = TcpListener::bind("127.0.0.1:0").unwrap();
+    let other = TcpListener::bind("127.0.0.1:0").unwrap();
+    let (a, b) = (
+        listed.local_addr().unwrap().port(),
+        other.local_addr().unwrap().port(),
+    );
+    let (_root, seen) = escape_attempts(json!([a]), &[], &[b]);
+    assert!(
+        seen.contains(&format!("fastopen {b}: Operation not permitted")),
+        "{seen}"
+    );
+    assert!(seen.contains("listen: Operation not permitted"), "{seen}");
+    assert!(no_connection(&other), "the other port was reached: {seen}");
+}
+
 #[test]
 fn a_hooks_ask_under_serve_is_an_approval_that_can_be_approved() {
     let api = FakeApi::start(read_scores());
