@@ -208,6 +208,38 @@ fn may_allow_lifts_a_rules_ask_but_never_a_deny_rule_nor_a_raise() {
     );
 }
 
+/// A hook `name` with `may_allow` answering `allow`.
+fn lifting(root: &TestRoot, name: &str) -> Value {
+    let mut h = answering(root, name, r#"{"decision": "allow"}"#);
+    h["may_allow"] = json!(true);
+    h
+}
+
+#[test]
+fn may_allow_does_not_lift_an_ask_an_earlier_hook_answered() {
+    let api = FakeApi::start(vec![
+        Reply::tool(
+            "w",
+            "write_file",
+            json!({"path": "lifted.txt", "content": "x"}),
+        ),
+        Reply::text("done"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    // write_file is asked by a rule; the first hook asks too, the second allows.
+    let asker = answering(&root, "asker", r#"{"decision": "ask"}"#);
+    set_hooks(&root, "pre_tool", vec![asker, lifting(&root, "lift")]);
+    let out = root.run(&["run", "x"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let decided = &root.events_of("policy_decision")[0];
+    assert_eq!(decided["tier"], "ask", "{decided}");
+    assert!(!root.workspace().join("lifted.txt").exists());
+    let runs = root.events_of("hook_decision");
+    let lift = runs.iter().find(|r| r["hook"] == "lift").unwrap();
+    let reason = lift["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("another hook asked"), "{lift}");
+}
+
 /// A hook installed to try `paths` for writing and 127.0.0.1 at `ports`, with
 /// `network`; returns what it saw.
 fn escape_attempts(network: Value, paths: &[String], ports: &[u16]) -> (TestRoot, String) {
