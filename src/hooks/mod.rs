@@ -61,8 +61,9 @@ pub struct Decided {
     pub tier: Tier,
     /// The rule label (`default`, a rule's text, `hook:<name>` once a hook decided).
     pub rule: String,
-    /// Whether harnessd raised the call itself (unseen text, an unpinned MCP
-    /// tool): no hook's `allow` lifts it.
+    /// Whether harnessd raised the call itself, or would raise an allow of it
+    /// (text a deny rule cannot see, a destructive MCP tool): no hook's `allow`
+    /// lifts it.
     pub raised: bool,
 }
 
@@ -169,7 +170,7 @@ fn apply(
             } else if decided.tier != Tier::Ask {
                 None
             } else if decided.raised {
-                Some("allow not counted: harnessd itself raised this call to ask")
+                Some("allow not counted: harnessd itself raises this call to ask")
             } else if asked || decided.rule.starts_with("hook:") {
                 Some("allow not counted: another hook asked")
             } else {

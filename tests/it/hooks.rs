@@ -216,6 +216,35 @@ fn lifting(root: &TestRoot, name: &str) -> Value {
 }
 
 #[test]
+fn may_allow_does_not_lift_a_rules_ask_of_text_a_deny_rule_cannot_see() {
+    // The shipped settings: run_bash asked whole, `run_bash(rm -rf *)` denied. An
+    // allow rule for this command would be raised to ask; a hook's allow is no more.
+    let api = FakeApi::start(vec![
+        Reply::tool(
+            "hidden",
+            "run_bash",
+            json!({"command": "$(echo rm) -rf victim"}),
+        ),
+        Reply::text("done"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    std::fs::create_dir_all(root.workspace().join("victim")).unwrap();
+    set_hooks(&root, "pre_tool", vec![lifting(&root, "lift")]);
+    let out = root.run(&["run", "x"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let decided = &root.events_of("policy_decision")[0];
+    assert_eq!(
+        (&decided["tier"], &decided["rule"]),
+        (&json!("ask"), &json!("run_bash")),
+        "{decided}"
+    );
+    assert!(root.workspace().join("victim").exists(), "the rm ran");
+    let run = &root.events_of("hook_decision")[0];
+    let reason = run["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("not counted"), "{run}");
+}
+
+#[test]
 fn may_allow_does_not_lift_an_ask_an_earlier_hook_answered() {
     let api = FakeApi::start(vec![
         Reply::tool(
