@@ -138,6 +138,27 @@ fn a_hook_that_times_out_fails_or_answers_garbage_denies() {
     }
 }
 
+/// The deadline of the largest timeout settings take is past what an `Instant`
+/// holds: the wait panicked before the tree was killed, so the hook was denied as
+/// failed and left running.
+#[test]
+fn a_hook_with_the_largest_timeout_is_waited_for_and_answers() {
+    let api = FakeApi::start(read_scores());
+    let root = TestRoot::new(&api.url);
+    let mut h = answering(&root, "patient", r#"{"decision": "continue"}"#);
+    h["timeout_secs"] = json!(u64::MAX);
+    set_hooks(&root, "pre_tool", vec![h]);
+    let out = root.run(&["run", "x"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let run = &root.events_of("hook_decision")[0];
+    assert_eq!(run["decision"], "continue", "{run}");
+    let result = &last_results(&api.requests()[1].body)[0];
+    assert!(
+        result["content"].as_str().unwrap().contains("alice"),
+        "{result}"
+    );
+}
+
 #[test]
 fn may_allow_lifts_a_rules_ask_but_never_a_deny_rule_nor_a_raise() {
     let api = FakeApi::start(vec![
