@@ -66,7 +66,7 @@ pub(super) async fn pre_tool(
     let decided = Decided {
         tier: decision.tier,
         rule: decision.rule_label(),
-        raised: decision.raised.is_some(),
+        raised: decision.raised.is_some() || decision.unseen.is_some(),
     };
     let out = hooks::pre_tool(
         &env.services.executor,

@@ -49,6 +49,9 @@ pub fn evaluate(loaded: &Loaded, tool: &str, input: &Value) -> Result<Value, Str
     });
     if let Some(why) = &decision.raised {
         out["raised"] = why.as_str().into();
+    } else if let Some(why) = &decision.unseen {
+        // Already asked by a rule: what would raise an allow of it, a hook's too.
+        out["unseen"] = why.as_str().into();
     }
     if let Some(refusal) = verdict.refusal {
         out["refused"] = refusal.into();
@@ -249,7 +252,7 @@ fn run_hooks(
     let decided = hooks::Decided {
         tier,
         rule: report["rule"].as_str().unwrap_or("default").to_string(),
-        raised: report["raised"].is_string(),
+        raised: report["raised"].is_string() || report["unseen"].is_string(),
     };
     let call = hooks::Call {
         task_id: "policy-test",

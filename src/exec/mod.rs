@@ -439,11 +439,15 @@ fn wait(
     req: &ExecRequest<'_>,
     flooded: &std::sync::atomic::AtomicBool,
 ) -> Ending {
-    let deadline = Instant::now() + req.timeout;
+    // A timeout past what an `Instant` holds is no deadline (rather than a panic
+    // that would skip killing the tree).
+    let deadline = Instant::now().checked_add(req.timeout);
     // Short slices so cancellation is noticed; an exit is noticed at once.
     let slice = Duration::from_millis(50);
     loop {
-        let left = deadline.saturating_duration_since(Instant::now());
+        let left = deadline.map_or(Duration::MAX, |d| {
+            d.saturating_duration_since(Instant::now())
+        });
         if left.is_zero() {
             return Ending::TimedOut;
         }

@@ -61,8 +61,9 @@ pub struct Decided {
     pub tier: Tier,
     /// The rule label (`default`, a rule's text, `hook:<name>` once a hook decided).
     pub rule: String,
-    /// Whether harnessd raised the call itself (unseen text, an unpinned MCP
-    /// tool): no hook's `allow` lifts it.
+    /// Whether harnessd raised the call itself, or would raise an allow of it
+    /// (text a deny rule cannot see, a destructive MCP tool): no hook's `allow`
+    /// lifts it.
     pub raised: bool,
 }
 
@@ -95,6 +96,9 @@ pub async fn pre_tool(
         return out;
     }
     let hooks = &loaded.policy.settings.hooks.pre_tool;
+    // Whether a hook answered `ask`: a later hook's `allow` does not lift that,
+    // even when the call was already asked and the ask left the rule as it was.
+    let mut asked = false;
     for hook in hooks.iter().filter(|h| h.applies_to(call.tool)) {
         let input = json!({
             "point": HookPoint::PreTool.as_str(),
@@ -109,7 +113,8 @@ pub async fn pre_tool(
             Ok(a) => a,
             Err(why) => (PreAnswer::Deny, Some(format!("hook failed: {why}"))),
         };
-        let (decision, note) = apply(&mut out.decided, hook, answer);
+        let (decision, note) = apply(&mut out.decided, hook, answer, asked);
+        asked |= answer == PreAnswer::Ask;
         let reason = match (reason, note) {
             (Some(r), Some(n)) => Some(format!("{r} ({n})")),
             (r, n) => r.or(n),
@@ -137,9 +142,14 @@ fn hook_rule(hook: &Hook) -> String {
     format!("hook:{}", hook.name)
 }
 
-/// Applies one answer to `decided`; returns what is recorded and a note when an
-/// `allow` did not count.
-fn apply(decided: &mut Decided, hook: &Hook, answer: PreAnswer) -> (HookVerdict, Option<String>) {
+/// Applies one answer to `decided` (`asked`: an earlier hook answered `ask`);
+/// returns what is recorded and a note when an `allow` did not count.
+fn apply(
+    decided: &mut Decided,
+    hook: &Hook,
+    answer: PreAnswer,
+    asked: bool,
+) -> (HookVerdict, Option<String>) {
     match answer {
         PreAnswer::Deny => {
             decided.tier = Tier::Deny;
@@ -160,8 +170,8 @@ fn apply(decided: &mut Decided, hook: &Hook, answer: PreAnswer) -> (HookVerdict,
             } else if decided.tier != Tier::Ask {
                 None
             } else if decided.raised {
-                Some("allow not counted: harnessd itself raised this call to ask")
-            } else if decided.rule.starts_with("hook:") {
+                Some("allow not counted: harnessd itself raises this call to ask")
+            } else if asked || decided.rule.starts_with("hook:") {
                 Some("allow not counted: another hook asked")
             } else {
                 decided.tier = Tier::Allow;

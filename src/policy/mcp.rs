@@ -366,6 +366,7 @@ pub fn decide_mcp(policy: &super::Policy, subject: McpSubject<'_>) -> Decision {
         rule: rule.map(str::to_string),
         profile: Profile::Write,
         raised,
+        unseen: None,
         shell: None,
     };
     if !m.servers.contains(server) {

@@ -170,6 +170,10 @@ pub struct Decision {
     /// an MCP tool that is not pinned or has drifted, to `deny`), if it did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub raised: Option<String>,
+    /// What a deny rule cannot see in the call, whatever the tier: why an allow
+    /// of it (a rule's, or a pre_tool hook's) is raised to ask.
+    #[serde(skip)]
+    pub unseen: Option<String>,
     /// For `run_bash`: the simple commands seen and whether the command was provable.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shell: Option<ShellView>,
@@ -283,6 +287,7 @@ pub fn decide(policy: &Policy, subject: Subject<'_>) -> Decision {
         rule,
         profile,
         raised: None,
+        unseen: raised.clone(),
         shell: shell_view.clone(),
     };
     if let Some(r) = deny {
@@ -917,6 +922,7 @@ mod tests {
                 rule: Some("run_bash".into()),
                 profile: Profile::Write,
                 raised: None,
+                unseen: None,
                 shell: d.shell.clone(),
             }
         );
@@ -946,6 +952,7 @@ mod tests {
                 rule: None,
                 profile: Profile::Write,
                 raised: None,
+                unseen: None,
                 shell: None,
             }
         );

@@ -117,8 +117,10 @@ pub fn apply(c: &Confinement, report: &mut Report) -> Result<(), String> {
                 (Network::On, _) => "",
                 (Network::Off, true) => "sockets other than AF_UNIX, ",
                 (Network::Off, false) => "every socket (socketpair allowed), ",
-                (Network::TcpPorts(_), true) => "sockets other than TCP and AF_UNIX, ",
-                (Network::TcpPorts(_), false) => "sockets other than TCP, ",
+                (Network::TcpPorts(_), true) => {
+                    "sockets other than TCP and AF_UNIX, TCP fast open, listen, "
+                }
+                (Network::TcpPorts(_), false) => "sockets other than TCP, TCP fast open, listen, ",
             };
             let metadata = if metadata_by_path {
                 "path-based chmod/chown/utimes/setxattr, "

@@ -95,7 +95,8 @@ pub enum Network {
     /// Any socket.
     On,
     /// TCP connections to exactly these ports (Landlock), no bind, and no socket
-    /// but TCP over IPv4 or IPv6 and AF_UNIX (seccomp): no UDP, so no DNS. A
+    /// but TCP over IPv4 or IPv6 and AF_UNIX, no TCP fast open and no `listen`
+    /// (seccomp): no UDP, so no DNS. A
     /// kernel that cannot enforce it (Landlock ABI below 4) refuses the job
     /// whatever `require` says.
     TcpPorts(Vec<u16>),

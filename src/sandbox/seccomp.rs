@@ -231,7 +231,8 @@ fn refuse_sockets(
 /// Adds every socket but TCP over IPv4 and IPv6 (and AF_UNIX when
 /// `unix_sockets`) to `eperm`: Landlock governs TCP ports and nothing else, so
 /// UDP (DNS included), SCTP and MPTCP streams, raw and netlink sockets are
-/// refused here. `socketpair` of AF_UNIX stays.
+/// refused here, and so are TCP fast open sends and `listen`. `socketpair` of
+/// AF_UNIX stays.
 fn refuse_all_but_tcp(
     eperm: &mut BTreeMap<i64, Vec<SeccompRule>>,
     unix_sockets: bool,
@@ -265,6 +266,19 @@ fn refuse_all_but_tcp(
     eperm.insert(libc::SYS_socket, rules);
     let not_unix = arg(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?;
     eperm.insert(libc::SYS_socketpair, vec![rule(vec![not_unix])?]);
+    // Landlock checks connect(2) and bind(2), not what does their work without
+    // them: a send with MSG_FASTOPEN connects an unconnected TCP socket to any
+    // port, and listen(2) on an unbound one binds an ephemeral port.
+    let fast_open = libc::MSG_FASTOPEN as u64;
+    for (nr, flags) in [
+        (libc::SYS_sendto, 3),
+        (libc::SYS_sendmsg, 2),
+        (libc::SYS_sendmmsg, 3),
+    ] {
+        let with = arg(flags, SeccompCmpOp::MaskedEq(fast_open), fast_open)?;
+        eperm.insert(nr, vec![rule(vec![with])?]);
+    }
+    eperm.insert(libc::SYS_listen, vec![]);
     Ok(())
 }
 

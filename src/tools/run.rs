@@ -101,6 +101,7 @@ pub fn decide(tool: ToolName, input: &ToolInput, loaded: &Loaded) -> Verdict {
                 rule: Some(e.rule().into()),
                 profile: crate::protocol::Profile::Write,
                 raised: None,
+                unseen: None,
                 shell: None,
             },
             refusal: Some(e.to_string()),

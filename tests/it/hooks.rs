@@ -108,10 +108,16 @@ fn a_deny_hook_stops_a_call_the_policy_allows_and_later_hooks_do_not_run() {
 
 #[test]
 fn a_hook_that_times_out_fails_or_answers_garbage_denies() {
-    let cases: [(&[&str], &str); 3] = [
+    let cases: [(&[&str], &str); 4] = [
         (&["sleep", "30"], "timed out after 1 s"),
         (&["exit", "3"], "exited with code 3"),
         (&["answer", "yes, fine"], "answered nonsense"),
+        // Parsers disagree on which of two values wins; model text spliced into a
+        // hook's answer after its `deny` would otherwise have the last word.
+        (
+            &["answer", r#"{"decision": "deny", "decision": "continue"}"#],
+            "named `decision` twice",
+        ),
     ];
     for (args, why) in cases {
         let api = FakeApi::start(read_scores());
@@ -130,6 +136,27 @@ fn a_hook_that_times_out_fails_or_answers_garbage_denies() {
         let reason = run["reason"].as_str().unwrap();
         assert!(reason.contains(why), "{args:?}: {reason}");
     }
+}
+
+/// The deadline of the largest timeout settings take is past what an `Instant`
+/// holds: the wait panicked before the tree was killed, so the hook was denied as
+/// failed and left running.
+#[test]
+fn a_hook_with_the_largest_timeout_is_waited_for_and_answers() {
+    let api = FakeApi::start(read_scores());
+    let root = TestRoot::new(&api.url);
+    let mut h = answering(&root, "patient", r#"{"decision": "continue"}"#);
+    h["timeout_secs"] = json!(u64::MAX);
+    set_hooks(&root, "pre_tool", vec![h]);
+    let out = root.run(&["run", "x"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let run = &root.events_of("hook_decision")[0];
+    assert_eq!(run["decision"], "continue", "{run}");
+    let result = &last_results(&api.requests()[1].body)[0];
+    assert!(
+        result["content"].as_str().unwrap().contains("alice"),
+        "{result}"
+    );
 }
 
 #[test]
@@ -208,6 +235,67 @@ fn may_allow_lifts_a_rules_ask_but_never_a_deny_rule_nor_a_raise() {
     );
 }
 
+/// A hook `name` with `may_allow` answering `allow`.
+fn lifting(root: &TestRoot, name: &str) -> Value {
+    let mut h = answering(root, name, r#"{"decision": "allow"}"#);
+    h["may_allow"] = json!(true);
+    h
+}
+
+#[test]
+fn may_allow_does_not_lift_a_rules_ask_of_text_a_deny_rule_cannot_see() {
+    // The shipped settings: run_bash asked whole, `run_bash(rm -rf *)` denied. An
+    // allow rule for this command would be raised to ask; a hook's allow is no more.
+    let api = FakeApi::start(vec![
+        Reply::tool(
+            "hidden",
+            "run_bash",
+            json!({"command": "$(echo rm) -rf victim"}),
+        ),
+        Reply::text("done"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    std::fs::create_dir_all(root.workspace().join("victim")).unwrap();
+    set_hooks(&root, "pre_tool", vec![lifting(&root, "lift")]);
+    let out = root.run(&["run", "x"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let decided = &root.events_of("policy_decision")[0];
+    assert_eq!(
+        (&decided["tier"], &decided["rule"]),
+        (&json!("ask"), &json!("run_bash")),
+        "{decided}"
+    );
+    assert!(root.workspace().join("victim").exists(), "the rm ran");
+    let run = &root.events_of("hook_decision")[0];
+    let reason = run["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("not counted"), "{run}");
+}
+
+#[test]
+fn may_allow_does_not_lift_an_ask_an_earlier_hook_answered() {
+    let api = FakeApi::start(vec![
+        Reply::tool(
+            "w",
+            "write_file",
+            json!({"path": "lifted.txt", "content": "x"}),
+        ),
+        Reply::text("done"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    // write_file is asked by a rule; the first hook asks too, the second allows.
+    let asker = answering(&root, "asker", r#"{"decision": "ask"}"#);
+    set_hooks(&root, "pre_tool", vec![asker, lifting(&root, "lift")]);
+    let out = root.run(&["run", "x"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let decided = &root.events_of("policy_decision")[0];
+    assert_eq!(decided["tier"], "ask", "{decided}");
+    assert!(!root.workspace().join("lifted.txt").exists());
+    let runs = root.events_of("hook_decision");
+    let lift = runs.iter().find(|r| r["hook"] == "lift").unwrap();
+    let reason = lift["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("another hook asked"), "{lift}");
+}
+
 /// A hook installed to try `paths` for writing and 127.0.0.1 at `ports`, with
 /// `network`; returns what it saw.
 fn escape_attempts(network: Value, paths: &[String], ports: &[u16]) -> (TestRoot, String) {
@@ -279,6 +367,26 @@ fn a_port_list_hook_reaches_its_port_and_no_other() {
     listed.set_nonblocking(true).unwrap();
     assert!(listed.accept().is_ok(), "the listed port was not reached");
     assert!(no_connection(&other), "the other port was reached");
+}
+
+/// Landlock governs connect(2) and bind(2) only: sendto(2) with MSG_FASTOPEN
+/// connects without the one, listen(2) on an unbound socket binds without the
+/// other.
+#[test]
+fn a_port_list_hook_reaches_no_other_port_by_tcp_fast_open_and_cannot_listen() {
+    let listed = TcpListener::bind("127.0.0.1:0").unwrap();
+    let other = TcpListener::bind("127.0.0.1:0").unwrap();
+    let (a, b) = (
+        listed.local_addr().unwrap().port(),
+        other.local_addr().unwrap().port(),
+    );
+    let (_root, seen) = escape_attempts(json!([a]), &[], &[b]);
+    assert!(
+        seen.contains(&format!("fastopen {b}: Operation not permitted")),
+        "{seen}"
+    );
+    assert!(seen.contains("listen: Operation not permitted"), "{seen}");
+    assert!(no_connection(&other), "the other port was reached: {seen}");
 }
 
 #[test]
