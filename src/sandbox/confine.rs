@@ -127,7 +127,7 @@ pub fn apply(c: &Confinement, report: &mut Report) -> Result<(), String> {
             } else {
                 ""
             };
-            format!("refused: {net}{metadata}ptrace, process_vm, io_uring, mount, namespaces, keyctl, bpf, perf_event_open, TIOCSTI/TIOCLINUX")
+            format!("refused: {net}{metadata}ptrace, process_vm, io_uring, mount, namespaces, keyctl, bpf, perf_event_open, TIOCSTI/TIOCLINUX, x32 calls")
         })
         .map_err(|e| e.to_string());
     layer(report, "seccomp", seccomp)

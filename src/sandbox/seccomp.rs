@@ -185,10 +185,44 @@ pub fn filters(
         Network::Off => refuse_sockets(&mut eperm, unix_sockets)?,
         Network::TcpPorts(_) => refuse_all_but_tcp(&mut eperm, unix_sockets)?,
     }
-    Ok(vec![
+    let mut programs = vec![
         compile(enosys, SeccompAction::Errno(libc::ENOSYS as u32))?,
         compile(eperm, SeccompAction::Errno(libc::EPERM as u32))?,
+    ];
+    programs.extend(refuse_x32());
+    Ok(programs)
+}
+
+/// The bit that marks an x32 system call on x86_64.
+#[cfg(target_arch = "x86_64")]
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+
+/// On x86_64, a filter answering EPERM to every x32 call. An x32 call reports the
+/// x86_64 architecture with its number offset by [`X32_SYSCALL_BIT`], so the
+/// filters above, which match numbers, would let `socket` or `ptrace` through by
+/// that door on a kernel built with x32 support. Four instructions:
+/// load the number; at or past the bit, EPERM; else allow.
+#[cfg(target_arch = "x86_64")]
+fn refuse_x32() -> Option<BpfProgram> {
+    use seccompiler::sock_filter;
+    const LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+    const JGE_K: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
+    const RET_K: u16 = 0x06; // BPF_RET | BPF_K
+    const RET_ERRNO: u32 = 0x0005_0000; // SECCOMP_RET_ERRNO
+    const RET_ALLOW: u32 = 0x7fff_0000; // SECCOMP_RET_ALLOW
+    let op = |code, jt, jf, k| sock_filter { code, jt, jf, k };
+    Some(vec![
+        op(LD_W_ABS, 0, 0, 0), // seccomp_data.nr
+        op(JGE_K, 0, 1, X32_SYSCALL_BIT),
+        op(RET_K, 0, 0, RET_ERRNO | libc::EPERM as u32),
+        op(RET_K, 0, 0, RET_ALLOW),
     ])
+}
+
+/// Other architectures have no second numbering to close.
+#[cfg(not(target_arch = "x86_64"))]
+fn refuse_x32() -> Option<BpfProgram> {
+    None
 }
 
 /// Adds the path-based mode, owner, timestamp and xattr changes to `eperm`.

@@ -78,6 +78,7 @@ mod sandbox_git;
 mod sandbox_ipc;
 mod sandbox_metadata;
 mod sandbox_read_only;
+mod sandbox_x32;
 mod shell_diff;
 mod shutdown;
 mod stalled_answers;
