@@ -33,6 +33,9 @@ pub struct Config {
     /// Prices in US dollars per million tokens, by model id, adding to or replacing
     /// the built-in ones for current Claude models.
     pub pricing: std::collections::BTreeMap<String, crate::protocol::Price>,
+    /// Notification sinks: each `[[notify]]` table is a webhook that the events it
+    /// names are POSTed to, read from the audit log after the sink's cursor.
+    pub notify: Vec<super::notify::NotifySink>,
 }
 
 /// `[context]`.
@@ -281,9 +284,14 @@ impl Config {
             .and_then(|()| self.validate_thinking_and_key())
             .and_then(|()| self.validate_cost())
             .and_then(|()| validate_operators_group(self.daemon.operators_group.as_deref()))
-            .and_then(|()| validate_enabled_tools(self.tools.enabled.as_deref()));
+            .and_then(|()| validate_enabled_tools(self.tools.enabled.as_deref()))
+            .and_then(|()| {
+                super::notify::validate(&self.notify, &self.api.api_key_env)
+                    .map_err(|(key, message)| Bad { key, message })
+            });
         checked.map_err(|Bad { key, message }| {
-            ConfigError::invalid(file, find_key(text, &key), key, message)
+            let at = super::notify::locate(text, &key).or_else(|| find_key(text, &key));
+            ConfigError::invalid(file, at, key, message)
         })
     }
 

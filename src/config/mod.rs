@@ -12,6 +12,7 @@ mod file;
 mod key;
 mod live;
 mod mcp;
+mod notify;
 mod pins;
 pub mod replace;
 mod settings;
@@ -19,13 +20,17 @@ mod tool_user;
 
 pub use debounce::Debouncer;
 pub use error::{ConfigError, Invalid, Location, find_key};
+pub(crate) use file::http_url;
 pub use file::{
     ApiConfig, AuditConfig, AuditSync, Config, ContextConfig, DaemonConfig, LoopConfig,
     PathsConfig, ToolsConfig, shown_url,
 };
-pub use key::ApiKey;
+pub use key::{ApiKey, read_credential};
 pub use live::{FileOutcome, Judge, LiveConfig, ReloadOutcome, Verdict};
 pub use mcp::{McpServer, McpSettings, McpTransport};
+pub use notify::{
+    NotifyFormat, NotifyFrom, NotifySink, SecretSource, UrlSource, locate as locate_notify_key,
+};
 pub use pins::{load_pins, lock_file, parse_pins, pin_server, save_pins};
 pub use settings::{
     AllowedPaths, CompiledSettings, OutputSettings, SandboxRequire, SandboxSettings, Settings,
