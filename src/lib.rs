@@ -35,6 +35,7 @@
 //! - [`sandbox`]: the child side, re-executed from this binary; every confinement
 //!   layer.
 //! - [`events`]: the audit log writer.
+//! - [`notify`]: notification sinks, each a webhook fed from the audit log.
 //! - [`commands`]: one module per subcommand; [`cli`] holds their clap types.
 //! - [`protocol`]: the shared vocabulary, a leaf every layer may use: tool names,
 //!   token counts and prices, task status and stop reason, tier, the approval
@@ -59,6 +60,7 @@ pub mod events;
 pub mod exec;
 pub mod llm;
 pub mod mcp;
+pub mod notify;
 pub mod policy;
 pub mod protocol;
 pub mod reload;

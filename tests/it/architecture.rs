@@ -33,7 +33,8 @@ use crate::common::{rust_files, src_dir};
 /// - `events` (the audit log), `llm` (the model client), `exec` (spawns the
 ///   helper, converting settings into sandbox types), `approval`: each on its own;
 ///   `llm` reports failed attempts to its caller instead of writing events.
-/// - `tools`: the tool runner, over policy, exec and sandbox.
+/// - `tools`: the tool runner, over policy, exec and sandbox; `notify`: notification
+///   sinks, readers of the audit log over config and events.
 /// - `mcp`: MCP servers (their processes through `exec`, the SDK's client, the
 ///   pins), over `tools` for the result a call becomes.
 /// - `agent` (the turn loop), `reload`: wire the layers below.
@@ -49,7 +50,7 @@ const LAYERS: &[&[&str]] = &[
     &["policy"],
     &["config"],
     &["events", "llm", "exec", "approval"],
-    &["tools"],
+    &["tools", "notify"],
     &["mcp"],
     &["agent", "reload"],
     &["services", "control", "remember"],
