@@ -79,9 +79,13 @@ pub(super) async fn run(sink: Sink, ctx: Context, counts: Arc<Counts>, stop: Can
         tail = Some(reader);
         match found {
             Found::Line(seq, line, record) => {
+                // Until it is delivered, only the lines before it are dealt with:
+                // a stop now leaves the cursor before it.
+                counts.position.store(seq.saturating_sub(1), Ordering::Relaxed);
                 if !deliver(&sink, &ctx, &counts, seq, &line, &record, &stop).await {
                     break;
                 }
+                counts.position.store(seq, Ordering::Relaxed);
                 counts.sent.fetch_add(1, Ordering::Relaxed);
                 write_cursor(&cursor, seq);
                 (written, written_at) = (seq, Instant::now());

@@ -443,3 +443,39 @@ fn bad_sinks_are_refused_with_file_line_and_key() {
         stderr(&out)
     );
 }
+
+#[test]
+fn a_post_in_flight_does_not_hold_up_the_stop() {
+    let api = FakeApi::start(vec![Reply::text("done")]);
+    let root = TestRoot::new(&api.url);
+    // A receiver that reads the request and then answers after a minute.
+    let rx = FakeApi::with_responder(Box::new(|_| {
+        let mut reply = Reply::raw(200, "ok");
+        reply.delay = std::time::Duration::from_secs(60);
+        reply
+    }));
+    add_sink(
+        &root,
+        &format!(
+            "name = \"slow\"\nurl = \"{}/slow\"\nevents = [\"task_finished\"]",
+            rx.url
+        ),
+    );
+    let mut d = Daemon::start(&root);
+    let id = d.submit("a");
+    d.wait_finished(&id);
+    wait_until("the POST in flight", || !rx.received().is_empty());
+    let asked = std::time::Instant::now();
+    assert!(d.terminate());
+    // Far below the POST's own 10 s bound: the stop dropped it.
+    assert!(
+        asked.elapsed() < std::time::Duration::from_secs(8),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert_eq!(root.events().last().unwrap()["type"], "daemon_stopping");
+    // Not delivered, so not passed: the next start sends it again.
+    let cursor = std::fs::read_to_string(root.dir.join("transcripts/notify-slow.cursor")).unwrap();
+    let finished = &root.events_of("task_finished")[0];
+    assert!(cursor.trim().parse::<u64>().unwrap() < finished["seq"].as_u64().unwrap());
+}
