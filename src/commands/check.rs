@@ -341,6 +341,12 @@ pub fn run(
         Ok(l) => l,
         Err(code) => return Ok(exit(code)),
     };
+    // A sink that serve would refuse (an unknown event type, a credential file
+    // others may read, an unset secret) is a config error here too.
+    if let Err(e) = crate::notify::resolve(&loaded, &|var: &str| env(var)) {
+        eprintln!("error: {}", escape_text(&e.to_string()));
+        return Ok(exit(EXIT_CONFIG));
+    }
     let findings = Findings::gather(&loaded, helper, env);
     let report = report_json(&loaded, &findings);
     // docs/policy.md: a full sandbox that cannot be had is a configuration this host

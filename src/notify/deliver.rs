@@ -81,7 +81,9 @@ pub(super) async fn run(sink: Sink, ctx: Context, counts: Arc<Counts>, stop: Can
             Found::Line(seq, line, record) => {
                 // Until it is delivered, only the lines before it are dealt with:
                 // a stop now leaves the cursor before it.
-                counts.position.store(seq.saturating_sub(1), Ordering::Relaxed);
+                counts
+                    .position
+                    .store(seq.saturating_sub(1), Ordering::Relaxed);
                 if !deliver(&sink, &ctx, &counts, seq, &line, &record, &stop).await {
                     break;
                 }

@@ -380,6 +380,17 @@ fn a_sink_added_by_a_reload_starts_at_the_end_unless_from_start() {
         changes.contains("notify") && !changes.contains("/late"),
         "{changes}"
     );
+    // A reload with a sink harnessd cannot deliver is rejected, at its key.
+    add_sink(
+        &root,
+        "name = \"bad\"\nurl = \"http://127.0.0.1:9/x\"\nevents = [\"no_such_event\"]",
+    );
+    wait_until("the bad sink rejected", || {
+        !root.events_of("config_rejected").is_empty()
+    });
+    let rejected = &root.events_of("config_rejected")[0];
+    let error = rejected["error"].as_str().unwrap();
+    assert!(error.contains("key `notify[2].events[0]`"), "{error}");
 }
 
 #[test]
@@ -403,6 +414,13 @@ fn bad_sinks_are_refused_with_file_line_and_key() {
         "name = \"a\"\nurl = \"http://127.0.0.1:9/x\"\nevents = [\"task_finished\", \"task_done\"]",
     );
     let e = serve_error(&root);
+    let out = root.run(&["check"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("key `notify[0].events[1]`"),
+        "{}",
+        stderr(&out)
+    );
     let at = format!("config/config.toml:{}:", line_of("task_done"));
     assert!(
         e.contains(&at) && e.contains("key `notify[0].events[1]`") && e.contains("\"task_done\""),
