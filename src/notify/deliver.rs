@@ -1,5 +1,6 @@
 //! One sink's delivery loop: read the log after the cursor, POST each matching
-//! line, write the cursor down, wait for the next line.
+//! line, write the cursor down (at once when caught up, at most every 250 ms while
+//! deliveries follow each other), wait for the next line.
 //!
 //! A failed POST is tried again after 0.5, 1 and 2 s (with jitter, or after the
 //! receiver's `retry-after`, capped); when those tries are used up `notify_failed`
@@ -30,6 +31,11 @@ const MAX_PAUSE: Duration = Duration::from_secs(600);
 const LINES_PER_READ: usize = 10_000;
 /// Least time between two writes of a cursor that only passed lines over.
 const CURSOR_EVERY: Duration = Duration::from_secs(10);
+/// Least time between two writes of the cursor while deliveries follow each
+/// other without a pause (each write is synced, which would otherwise bound a
+/// sink to a few hundred events a second); once the sink is caught up it is
+/// written at once. A crash sends again at most what this covers.
+const CURSOR_SOON: Duration = Duration::from_millis(250);
 
 /// What every sink of the daemon shares.
 #[derive(Clone)]
@@ -58,7 +64,8 @@ pub(super) async fn run(sink: Sink, ctx: Context, counts: Arc<Counts>, stop: Can
     let cursor = cursor_path(&ctx.transcripts, &name);
     let start = start_at(&sink, &ctx, &cursor);
     counts.position.store(start, Ordering::Relaxed);
-    let mut written = start;
+    // The seq last written to the cursor file, and the last one delivered.
+    let (mut written, mut delivered) = (start, start);
     let mut written_at = Instant::now();
     let mut tail = Some(Tail::new(&ctx.log, start));
     let mut head = ctx.events.watch_head();
@@ -89,15 +96,19 @@ pub(super) async fn run(sink: Sink, ctx: Context, counts: Arc<Counts>, stop: Can
                 }
                 counts.position.store(seq, Ordering::Relaxed);
                 counts.sent.fetch_add(1, Ordering::Relaxed);
-                write_cursor(&cursor, seq);
-                (written, written_at) = (seq, Instant::now());
+                delivered = seq;
+                if written_at.elapsed() >= CURSOR_SOON {
+                    write_cursor(&cursor, seq);
+                    (written, written_at) = (seq, Instant::now());
+                }
             }
             Found::More => continue,
             Found::CaughtUp(error) => {
                 if let Some(e) = error {
                     tracing::warn!("notify {name}: cannot read the audit log: {e}");
                 }
-                if passed > written && written_at.elapsed() >= CURSOR_EVERY {
+                let due = delivered > written || written_at.elapsed() >= CURSOR_EVERY;
+                if passed > written && due {
                     write_cursor(&cursor, passed);
                     (written, written_at) = (passed, Instant::now());
                 }
