@@ -1,11 +1,13 @@
 //! Benchmark of notification delivery: `BENCH_TASKS` tasks (default 16) running
 //! at once, `BENCH_ROUNDS` times (default 4), each `BENCH_TURNS` turns (default 4)
-//! of `get_time` against a zero-latency fake API, with one `json` sink of
-//! `model_response`, `tool_finished` and `task_finished` POSTing to a loopback
-//! receiver. Prints the delivery latency of every notification — from the event's
-//! `ts` (taken by the writer just before it appends the line, to the millisecond)
-//! to the receiver reading the request — as p50, p99 and max, and how many events
-//! were expected and received.
+//! of `get_time` against a zero-latency fake API, with two `json` sinks POSTing to
+//! a loopback receiver: `busy`, of every `model_response`, `tool_finished` and
+//! `task_finished` (ten events a task: a sink kept busy), and `ends`, of
+//! `task_finished` alone (what a chat sink is sent). Prints, per sink, the
+//! delivery latency of every notification — from the event's `ts` (taken by the
+//! writer just before it appends the line, to the millisecond) to the receiver
+//! reading the request — as p50, p99 and max, and how many events were expected
+//! and received.
 //!
 //! Run: `cargo bench --bench notify` (prints the figures; asserts nothing).
 #![allow(
@@ -76,9 +78,10 @@ fn main() {
         ],
     );
     let sink = format!(
-        "\n[[notify]]\nname = \"bench\"\nurl = \"{}/hook\"\n\
-         events = [\"model_response\", \"tool_finished\", \"task_finished\"]\n",
-        receiver.url
+        "\n[[notify]]\nname = \"busy\"\nurl = \"{url}/busy\"\n\
+         events = [\"model_response\", \"tool_finished\", \"task_finished\"]\n\
+         \n[[notify]]\nname = \"ends\"\nurl = \"{url}/ends\"\nevents = [\"task_finished\"]\n",
+        url = receiver.url
     );
     let config = root.join("config/config.toml");
     let mut text = std::fs::read_to_string(&config).unwrap();
@@ -88,7 +91,7 @@ fn main() {
     let socket = root.join("run/harnessd.sock");
     // Per task: turns + 1 model responses, turns tool calls, one end.
     let per_task = (turns + 1) + turns + 1;
-    let expected = tasks * rounds * per_task;
+    let expected = tasks * rounds * (per_task + 1);
     let started = Instant::now();
     for round in 0..rounds {
         let ids: Vec<String> = (0..tasks)
@@ -110,26 +113,32 @@ fn main() {
     }
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let _ = child.wait();
-    let mut latencies: Vec<f64> = receiver
-        .received()
-        .iter()
-        .map(|r| {
-            let at = r.received_wall.duration_since(UNIX_EPOCH).unwrap();
-            at.as_secs_f64() * 1000.0 - ts_ms(r.body["ts"].as_str().unwrap())
-        })
-        .collect();
-    latencies.sort_by(f64::total_cmp);
     println!(
         "notify: {tasks} tasks at once × {rounds} rounds, {turns} turns of get_time each, \
-         zero-latency fake API, one json sink on loopback"
+         zero-latency fake API, two json sinks on loopback"
     );
-    println!(
-        "  notifications: {} received, {expected} expected",
-        latencies.len()
-    );
-    if !latencies.is_empty() {
+    for (sink, per) in [("busy", per_task), ("ends", 1)] {
+        let mut latencies: Vec<f64> = receiver
+            .received()
+            .iter()
+            .filter(|r| r.path == format!("/{sink}"))
+            .map(|r| {
+                let at = r.received_wall.duration_since(UNIX_EPOCH).unwrap();
+                at.as_secs_f64() * 1000.0 - ts_ms(r.body["ts"].as_str().unwrap())
+            })
+            .collect();
+        latencies.sort_by(f64::total_cmp);
+        print!(
+            "  {sink}: {} of {} notifications received",
+            latencies.len(),
+            tasks * rounds * per
+        );
+        if latencies.is_empty() {
+            println!();
+            continue;
+        }
         println!(
-            "  delivery latency from the event's ts (1 ms resolution): p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+            "; latency from the event's ts (1 ms resolution): p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
             percentile(&latencies, 0.5),
             percentile(&latencies, 0.99),
             latencies[latencies.len() - 1]
