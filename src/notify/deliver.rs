@@ -62,7 +62,7 @@ pub(super) fn client() -> reqwest::Client {
 pub(super) async fn run(sink: Sink, ctx: Context, counts: Arc<Counts>, stop: CancellationToken) {
     let name = sink.config.name.clone();
     let cursor = cursor_path(&ctx.transcripts, &name);
-    let start = start_at(&sink, &ctx, &cursor);
+    let start = start_at(&sink, &ctx, &cursor).await;
     counts.position.store(start, Ordering::Relaxed);
     // The seq last written to the cursor file, and the last one delivered.
     let (mut written, mut delivered) = (start, start);
@@ -98,7 +98,7 @@ pub(super) async fn run(sink: Sink, ctx: Context, counts: Arc<Counts>, stop: Can
                 counts.sent.fetch_add(1, Ordering::Relaxed);
                 delivered = seq;
                 if written_at.elapsed() >= CURSOR_SOON {
-                    write_cursor(&cursor, seq);
+                    save_cursor(&cursor, seq).await;
                     (written, written_at) = (seq, Instant::now());
                 }
             }
@@ -109,7 +109,7 @@ pub(super) async fn run(sink: Sink, ctx: Context, counts: Arc<Counts>, stop: Can
                 }
                 let due = delivered > written || written_at.elapsed() >= CURSOR_EVERY;
                 if passed > written && due {
-                    write_cursor(&cursor, passed);
+                    save_cursor(&cursor, passed).await;
                     (written, written_at) = (passed, Instant::now());
                 }
                 tokio::select! {
@@ -123,14 +123,14 @@ pub(super) async fn run(sink: Sink, ctx: Context, counts: Arc<Counts>, stop: Can
     }
     let passed = counts.position.load(Ordering::Relaxed);
     if passed > written {
-        write_cursor(&cursor, passed);
+        save_cursor(&cursor, passed).await;
     }
 }
 
 /// Where the sink starts: after its cursor, or, without one, after the log's
 /// last line (`from = "end"`) or at its start; the start is written down at
 /// once, so a crash before the first delivery does not move it.
-fn start_at(sink: &Sink, ctx: &Context, cursor: &std::path::Path) -> u64 {
+async fn start_at(sink: &Sink, ctx: &Context, cursor: &std::path::Path) -> u64 {
     let name = &sink.config.name;
     match std::fs::read_to_string(cursor) {
         Ok(text) => match text.trim().parse::<u64>() {
@@ -150,8 +150,15 @@ fn start_at(sink: &Sink, ctx: &Context, cursor: &std::path::Path) -> u64 {
         NotifyFrom::Start => 0,
         NotifyFrom::End => ctx.events.head().0,
     };
-    write_cursor(cursor, start);
+    save_cursor(cursor, start).await;
     start
+}
+
+/// [`write_cursor`] off the runtime's workers: the write is synced, and a slow
+/// disk must not stall the tasks that share them.
+async fn save_cursor(path: &std::path::Path, seq: u64) {
+    let path = path.to_path_buf();
+    let _ = tokio::task::spawn_blocking(move || write_cursor(&path, seq)).await;
 }
 
 /// Writes `seq` to the cursor file atomically (a new file renamed over it); a
