@@ -16,13 +16,13 @@
 // A figure run reads top to bottom; the function-length limit is for the crate.
 #![allow(clippy::too_many_lines)]
 
+use harnessd_testkit::daemon::{http, serve, submit};
 use harnessd_testkit::fake_api;
 use harnessd_testkit::root::{edit_file, init_root};
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fake_api::{FakeApi, Reply};
@@ -37,14 +37,6 @@ fn param(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-fn http(socket: &Path, method: &str, path: &str, body: &str) -> Option<Value> {
-    let mut s = UnixStream::connect(socket).ok()?;
-    write!(s, "{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len()).ok()?;
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).ok()?;
-    serde_json::from_str(raw.split_once("\r\n\r\n")?.1).ok()
-}
-
 fn rss_kib(pid: u32, key: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
@@ -56,34 +48,6 @@ fn rss_kib(pid: u32, key: &str) -> u64 {
 
 fn fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
-}
-
-/// Starts `serve` on `root`; returns it once `/healthz` answers.
-fn serve(bin: &str, root: &Path) -> std::process::Child {
-    let child = Command::new(bin)
-        .arg("--root")
-        .arg(root)
-        .arg("serve")
-        .env("ANTHROPIC_API_KEY", "bench-key")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let socket = root.join("run/harnessd.sock");
-    let start = Instant::now();
-    while http(&socket, "GET", "/healthz", "").is_none() {
-        assert!(start.elapsed() < Duration::from_secs(10));
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    child
-}
-
-fn submit(socket: &Path, prompt: &str) -> String {
-    let body = json!({ "prompt": prompt }).to_string();
-    http(socket, "POST", "/v1/tasks", &body).unwrap()["task_id"]
-        .as_str()
-        .unwrap()
-        .to_string()
 }
 
 /// `queued` one-turn tasks behind one slot, held by a model request that takes a

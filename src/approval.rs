@@ -45,6 +45,12 @@ pub trait Remember: Send + Sync {
 pub trait Approver: Send + Sync {
     /// Asks about one call and waits for the answer.
     fn ask<'a>(&'a self, req: &'a ApprovalRequest) -> AnswerFuture<'a>;
+
+    /// How long a request asked now may wait before it becomes a denial; `None`
+    /// when nothing times it out (a terminal waits for its human).
+    fn expires_in(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 impl std::fmt::Debug for dyn Remember {

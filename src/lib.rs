@@ -37,6 +37,7 @@
 //!   layer.
 //! - [`events`]: the audit log writer.
 //! - [`telemetry`]: OTLP traces made from the audit log's records.
+//! - [`notify`]: notification sinks, each a webhook fed from the audit log.
 //! - [`commands`]: one module per subcommand; [`cli`] holds their clap types.
 //! - [`protocol`]: the shared vocabulary, a leaf every layer may use: tool names,
 //!   token counts and prices, task status and stop reason, tier, the approval
@@ -62,6 +63,7 @@ pub mod exec;
 pub mod hooks;
 pub mod llm;
 pub mod mcp;
+pub mod notify;
 pub mod policy;
 pub mod protocol;
 pub mod reload;

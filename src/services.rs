@@ -313,7 +313,12 @@ async fn open_audit_log(
 fn reload_judge(executor: &Executor, loaded: &Loaded) -> Judge {
     let executor = executor.clone();
     let mut last = verdict::probed(loaded);
-    Box::new(move |candidate| verdict::judge_change(candidate, &mut last, &executor))
+    Box::new(move |candidate| {
+        // A sink whose types or secrets are wrong keeps the config in force.
+        let env = |var: &str| std::env::var(var).ok();
+        crate::notify::resolve(candidate, &env)?;
+        verdict::judge_change(candidate, &mut last, &executor)
+    })
 }
 
 /// Probes the sandbox; warns when tools would be refused (`full`) or run weakened

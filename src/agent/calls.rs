@@ -304,7 +304,12 @@ pub(super) async fn ask(
                 approval_id: req.approval_id.clone(),
                 tool_use_id: id.clone(),
                 tool: name.clone(),
+                input: input.clone(),
+                input_sha256: crate::events::input_sha256(input),
                 rule: req.rule.clone(),
+                expires_at: env.services.approver.expires_in().map(|wait| {
+                    (chrono::Utc::now() + wait).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+                }),
             },
         )
         .await?;

@@ -369,10 +369,16 @@ pub fn run(
     let telemetry = match crate::telemetry::Settings::resolve(&loaded.config.telemetry, &env) {
         Ok(t) => t,
         Err(e) => {
-            eprintln!("error: {}", crate::text::escape_text(&e.to_string()));
+            eprintln!("error: {}", escape_text(&e.to_string()));
             return Ok(exit(EXIT_CONFIG));
         }
     };
+    // A sink that serve would refuse (an unknown event type, a credential file
+    // others may read, an unset secret) is a config error here too.
+    if let Err(e) = crate::notify::resolve(&loaded, &|var: &str| env(var)) {
+        eprintln!("error: {}", escape_text(&e.to_string()));
+        return Ok(exit(EXIT_CONFIG));
+    }
     let findings = Findings::gather(&loaded, helper, env, telemetry);
     let report = report_json(&loaded, &findings);
     // docs/policy.md: a full sandbox that cannot be had is a configuration this host

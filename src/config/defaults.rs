@@ -39,10 +39,19 @@ const EXAMPLES: &[(&str, &str)] = &[
 ];
 
 /// Sections that are maps with no entry by default, shown as a commented entry.
-const MAP_EXAMPLES: &[(&str, &str)] = &[(
-    "pricing",
-    "# [pricing.\"my-model\"]\n# input = 3.0\n# output = 15.0\n# cache_write = 3.75\n# cache_read = 0.3\n",
-)];
+const MAP_EXAMPLES: &[(&str, &str)] = &[
+    (
+        "pricing",
+        "# [pricing.\"my-model\"]\n# input = 3.0\n# output = 15.0\n# cache_write = 3.75\n# cache_read = 0.3\n",
+    ),
+    (
+        "notify",
+        "# [[notify]]\n# name = \"ops-chat\"\n\
+         # url_file = \"/run/credentials/harnessd.service/ops-chat-url\"\n\
+         # events = [\"approval_requested\", \"task_finished\"]\n# format = \"slack\"\n\
+         # secret_file = \"/run/credentials/harnessd.service/notify-secret\"\n# from = \"end\"\n",
+    ),
+];
 
 const HEADER: &str = "\
 # harnessd configuration, as `harnessd init` writes it from the built-in defaults.

@@ -35,6 +35,9 @@ pub struct Config {
     pub pricing: std::collections::BTreeMap<String, crate::protocol::Price>,
     /// Trace export over OTLP/HTTP.
     pub telemetry: super::telemetry::TelemetryConfig,
+    /// Notification sinks: each `[[notify]]` table is a webhook that the events it
+    /// names are POSTed to, read from the audit log after the sink's cursor.
+    pub notify: Vec<super::notify::NotifySink>,
 }
 
 /// `[context]`.
@@ -288,9 +291,14 @@ impl Config {
                 self.telemetry
                     .validate()
                     .or_else(|(key, message)| Bad::at(key, message))
+            })
+            .and_then(|()| {
+                super::notify::validate(&self.notify, &self.api.api_key_env)
+                    .map_err(|(key, message)| Bad { key, message })
             });
         checked.map_err(|Bad { key, message }| {
-            ConfigError::invalid(file, find_key(text, &key), key, message)
+            let at = super::notify::locate(text, &key).or_else(|| find_key(text, &key));
+            ConfigError::invalid(file, at, key, message)
         })
     }
 

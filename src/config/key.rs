@@ -34,46 +34,13 @@ impl ApiKey {
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<ApiKey, ConfigError> {
         let api = &loaded.config.api;
-        let file = super::CONFIG_FILE;
         if let Some(rel) = &api.api_key_file {
-            let path = resolve(&loaded.paths.root, rel);
-            let bad = |m: String| ConfigError::invalid(file, None, "api.api_key_file", m);
-            let meta = std::fs::metadata(&path)
-                .map_err(|e| bad(format!("cannot read {}: {e}", path.display())))?;
-            if meta.mode() & 0o077 != 0 {
-                return Err(bad(format!(
-                    "{} has mode {:o}; run `chmod 600 {}` so only its owner can read it",
-                    path.display(),
-                    meta.mode() & 0o777,
-                    path.display()
-                )));
-            }
-            let canonical = path.canonicalize().unwrap_or(path.clone());
-            let allowed = &loaded.policy.settings.allowed_paths;
-            for p in allowed.read.iter().chain(&allowed.write) {
-                let p = resolve(&loaded.paths.root, p);
-                let p = p.canonicalize().unwrap_or(p);
-                if canonical.starts_with(&p) {
-                    return Err(bad(format!(
-                        "{} is inside the allowed path {}, where tools could read it; move it \
-                         out of every allowed path",
-                        path.display(),
-                        p.display()
-                    )));
-                }
-            }
-            let key = std::fs::read_to_string(&path)
-                .map_err(|e| bad(format!("cannot read {}: {e}", path.display())))?;
-            let key = key.trim().to_string();
-            if key.is_empty() {
-                return Err(bad(format!("{} is empty", path.display())));
-            }
-            return Ok(ApiKey(key));
+            return read_credential(loaded, rel, "api.api_key_file", None).map(ApiKey);
         }
         match env(&api.api_key_env) {
             Some(key) if !key.trim().is_empty() => Ok(ApiKey(key.trim().to_string())),
             _ => Err(ConfigError::invalid(
-                file,
+                super::CONFIG_FILE,
                 None,
                 "api.api_key_env",
                 format!(
@@ -84,4 +51,50 @@ impl ApiKey {
             )),
         }
     }
+}
+
+/// The content, trimmed, of the credential file `rel` (relative to the root
+/// unless absolute) that config key `key` names: it must be readable by its owner
+/// only (mode 0600 or stricter) and outside every allowed path, where tools could
+/// read it, and not empty. Every `*_file` key of a secret follows these rules; an
+/// error names `key`, at `at` when known.
+pub fn read_credential(
+    loaded: &Loaded,
+    rel: &str,
+    key: &str,
+    at: Option<super::Location>,
+) -> Result<String, ConfigError> {
+    let path = resolve(&loaded.paths.root, rel);
+    let bad = |m: String| ConfigError::invalid(super::CONFIG_FILE, at, key, m);
+    let meta = std::fs::metadata(&path)
+        .map_err(|e| bad(format!("cannot read {}: {e}", path.display())))?;
+    if meta.mode() & 0o077 != 0 {
+        return Err(bad(format!(
+            "{} has mode {:o}; run `chmod 600 {}` so only its owner can read it",
+            path.display(),
+            meta.mode() & 0o777,
+            path.display()
+        )));
+    }
+    let canonical = path.canonicalize().unwrap_or(path.clone());
+    let allowed = &loaded.policy.settings.allowed_paths;
+    for p in allowed.read.iter().chain(&allowed.write) {
+        let p = resolve(&loaded.paths.root, p);
+        let p = p.canonicalize().unwrap_or(p);
+        if canonical.starts_with(&p) {
+            return Err(bad(format!(
+                "{} is inside the allowed path {}, where tools could read it; move it \
+                 out of every allowed path",
+                path.display(),
+                p.display()
+            )));
+        }
+    }
+    let value = std::fs::read_to_string(&path)
+        .map_err(|e| bad(format!("cannot read {}: {e}", path.display())))?;
+    let value = value.trim().to_string();
+    if value.is_empty() {
+        return Err(bad(format!("{} is empty", path.display())));
+    }
+    Ok(value)
 }

@@ -368,7 +368,7 @@ fn validate_remote(
 
 /// Why the daemon's variable `var` may never reach a server (in its environment
 /// or a remote one's headers), if it may not.
-fn never_sent(var: &str, api_key_env: Option<&str>) -> Option<String> {
+pub(super) fn never_sent(var: &str, api_key_env: Option<&str>) -> Option<String> {
     if Some(var) == api_key_env || var == FORBIDDEN_ENV {
         return Some(format!(
             "{var} holds the API key, which never reaches a server or hook"
@@ -380,7 +380,7 @@ fn never_sent(var: &str, api_key_env: Option<&str>) -> Option<String> {
 }
 
 /// `[A-Za-z_][A-Za-z0-9_]*`.
-fn variable_name(name: &str) -> bool {
+pub(super) fn variable_name(name: &str) -> bool {
     let mut bytes = name.bytes();
     matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
         && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')

@@ -13,6 +13,7 @@ mod hooks;
 mod key;
 mod live;
 mod mcp;
+mod notify;
 mod pins;
 pub mod replace;
 mod settings;
@@ -27,9 +28,12 @@ pub use file::{
     PathsConfig, ToolsConfig, shown_url,
 };
 pub use hooks::{DEFAULT_HOOK_TIMEOUT_SECS, Hook, HookNetwork, HooksSettings};
-pub use key::ApiKey;
+pub use key::{ApiKey, read_credential};
 pub use live::{FileOutcome, Judge, LiveConfig, ReloadOutcome, Verdict};
 pub use mcp::{McpServer, McpSettings, McpTransport};
+pub use notify::{
+    NotifyFormat, NotifyFrom, NotifySink, SecretSource, UrlSource, locate as locate_notify_key,
+};
 pub use pins::{load_pins, lock_file, parse_pins, pin_server, save_pins};
 pub use settings::{
     AllowedPaths, CompiledSettings, OutputSettings, SandboxRequire, SandboxSettings, Settings,

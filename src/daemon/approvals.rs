@@ -153,6 +153,12 @@ impl Approvals {
 }
 
 impl Approver for Approvals {
+    fn expires_in(&self) -> Option<Duration> {
+        Some(Duration::from_secs(
+            self.config.current().config.daemon.approval_timeout_secs,
+        ))
+    }
+
     fn ask<'a>(&'a self, req: &'a ApprovalRequest) -> AnswerFuture<'a> {
         Box::pin(async move {
             let (tx, rx) = oneshot::channel();

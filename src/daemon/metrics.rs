@@ -33,6 +33,11 @@ pub struct Metrics {
     mcp_events: Family<Labels, Counter>,
     /// When each pending approval was requested, to time the wait.
     asked: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+    /// The notification sinks' counts, read at scrape time; set once by `serve`.
+    notify: std::sync::OnceLock<Arc<crate::notify::Status>>,
+    notify_backlog: Family<Labels, Gauge>,
+    notify_sent: Family<Labels, Counter>,
+    notify_failed: Family<Labels, Counter>,
 }
 
 fn labels(pairs: &[(&str, &str)]) -> Labels {
@@ -59,6 +64,10 @@ impl Metrics {
             config_reloads: Family::default(),
             mcp_events: Family::default(),
             asked: Default::default(),
+            notify: std::sync::OnceLock::new(),
+            notify_backlog: Family::default(),
+            notify_sent: Family::default(),
+            notify_failed: Family::default(),
             registry: PromRegistry::default(),
         };
         registry.register("tasks", "Tasks by status", m.tasks.clone());
@@ -113,7 +122,52 @@ impl Metrics {
             "Trace spans not exported: the export queue was full or the collector did not take them",
             spans_dropped,
         );
+        m.register_notify(&mut registry);
         Arc::new(Metrics { registry, ..m })
+    }
+
+    /// Registers the notification sinks' metrics.
+    fn register_notify(&self, registry: &mut PromRegistry) {
+        registry.register(
+            "notify_backlog",
+            "Lines of the audit log after the last one a notification sink has dealt with \
+             (delivered, or passed over as not matching): 0 when it is caught up",
+            self.notify_backlog.clone(),
+        );
+        registry.register(
+            "notify_sent",
+            "Events a notification sink delivered (a 2xx answer)",
+            self.notify_sent.clone(),
+        );
+        registry.register(
+            "notify_failed",
+            "POSTs of a notification sink that failed (another status, no connection, a \
+             timeout); retries count each",
+            self.notify_failed.clone(),
+        );
+    }
+
+    /// Reports `status`'s sinks from now on.
+    pub fn watch_notify(&self, status: Arc<crate::notify::Status>) {
+        let _ = self.notify.set(status);
+    }
+
+    /// Brings the notification metrics up to the sinks' counts.
+    fn render_notify(&self) {
+        let Some(status) = self.notify.get() else {
+            return;
+        };
+        for r in status.report() {
+            let l = labels(&[("sink", &r.sink)]);
+            self.notify_backlog
+                .get_or_create(&l)
+                .set(i64::try_from(r.backlog).unwrap_or(i64::MAX));
+            // The sinks count for the daemon's life; each counter catches up.
+            for (family, now) in [(&self.notify_sent, r.sent), (&self.notify_failed, r.failed)] {
+                let counter = family.get_or_create(&l);
+                counter.inc_by(now.saturating_sub(counter.get()));
+            }
+        }
     }
 
     /// Counts one event.
@@ -208,6 +262,7 @@ impl Metrics {
                 .get_or_create(&labels(&[("status", status)]))
                 .set(n);
         }
+        self.render_notify();
         let mut out = String::new();
         let _ = encode(&mut out, &self.registry);
         out

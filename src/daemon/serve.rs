@@ -125,6 +125,10 @@ pub async fn serve(
     opts: ServeOptions,
     shutdown: impl Future<Output = String>,
 ) -> Result<(), ServeError> {
+    // A sink whose event types, credential files or secret are wrong is a config
+    // error before anything starts, as a missing API key is.
+    let env = |var: &str| std::env::var(var).ok();
+    crate::notify::resolve(&prepared.loaded, &env).map_err(StartError::from)?;
     let daemon = Shutdown::new();
     // Whichever way this returns, every task it spawned is told to end.
     let _cancel_all = daemon.token().clone().drop_guard();
@@ -150,6 +154,14 @@ pub async fn serve(
         scheduler.unsaved().clone(),
         transcripts.clone(),
     );
+    let notify_status = crate::notify::Status::new(services.events.clone());
+    state.metrics.watch_notify(notify_status.clone());
+    let notifier = daemon.spawn(crate::notify::run(
+        services.live.clone(),
+        services.events.clone(),
+        notify_status,
+        writers.clone(),
+    ));
     services.events.log_head("start");
     let head_logger = daemon.spawn(log_heads(services.events.clone(), writers.clone()));
     // We hold the lock, so a socket file left there is a crashed daemon's.
@@ -180,6 +192,7 @@ pub async fn serve(
     writers.cancel();
     let _ = keeper.await;
     let _ = head_logger.await;
+    let _ = notifier.await;
     super::checkpoint::at_stop(&services.events, scheduler.unsaved(), &transcripts).await;
     let events = services.events.clone();
     services.shutdown().await;

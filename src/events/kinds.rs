@@ -319,8 +319,19 @@ pub enum Event {
         tool_use_id: String,
         /// Tool name.
         tool: String,
+        /// The call's input (each string cut like any event string; the
+        /// transcript keeps it whole, tied by `input_sha256`).
+        #[serde(default)]
+        input: Value,
+        /// SHA-256 of the whole input's JSON.
+        #[serde(default)]
+        input_sha256: String,
         /// The rule that asked.
         rule: String,
+        /// When an unanswered request becomes a denial (RFC 3339 UTC); `null` when
+        /// the approver sets no deadline (a terminal).
+        #[serde(default)]
+        expires_at: Option<String>,
     },
     /// An approval was answered.
     ApprovalResolved {
@@ -423,6 +434,26 @@ pub enum Event {
         server: String,
         /// The request's method.
         method: String,
+    },
+    /// A notification sink's POSTs of one event failed, retries included; the
+    /// sink keeps trying it (with a longer pause each round) and sends nothing
+    /// after it until it is delivered.
+    NotifyFailed {
+        /// The sink, as named in `[[notify]]`.
+        sink: String,
+        /// The seq of the event that could not be delivered: the sink's oldest
+        /// undelivered one.
+        first_seq: u64,
+        /// The log's last seq when this was recorded: the matching events from
+        /// `first_seq` to here wait behind the failure.
+        last_seq: u64,
+        /// The last answer's HTTP status; `null` when there was none (no
+        /// connection, a timeout).
+        status: Option<u16>,
+        /// POSTs of this event so far.
+        attempts: u32,
+        /// What went wrong with the last one (never the URL).
+        error: String,
     },
     /// A task ended.
     TaskFinished {
@@ -598,6 +629,7 @@ impl Event {
             Event::McpToolsChanged { .. } => "mcp_tools_changed",
             Event::McpToolsPinned { .. } => "mcp_tools_pinned",
             Event::McpRequestRefused { .. } => "mcp_request_refused",
+            Event::NotifyFailed { .. } => "notify_failed",
             Event::Unknown => return None,
         };
         Some(kind)
@@ -694,7 +726,7 @@ mod tests {
         ] {
             assert!(types.iter().any(|x| x == t), "{t} missing from {types:?}");
         }
-        assert_eq!(types.len(), 31, "{types:?}");
+        assert_eq!(types.len(), 32, "{types:?}");
     }
 
     /// Lines of older versions read back typed: a remembered rule's sentence as

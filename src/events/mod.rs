@@ -25,6 +25,7 @@ pub mod query;
 mod reserve;
 pub mod segments;
 pub mod since;
+pub mod tail;
 mod trail;
 pub mod verify;
 
@@ -88,6 +89,11 @@ struct Health {
     reserve: Mutex<Option<String>>,
     /// The chain head: seq and hash of the last line written.
     head: Mutex<(u64, String)>,
+    /// The head's seq, for readers that follow the log (notification sinks):
+    /// sent by the writer after each line, watched through
+    /// [`EventLog::watch_head`]; holds one value, so a slow reader never makes
+    /// it grow.
+    head_seq: tokio::sync::watch::Sender<u64>,
     /// The last `events_gap` this writer recorded; kept until restart.
     gap: Mutex<Option<Gap>>,
 }
@@ -153,6 +159,7 @@ impl EventLog {
             sync: Mutex::new(None),
             reserve: Mutex::new(None),
             head: Mutex::new((seq, hash.to_string())),
+            head_seq: tokio::sync::watch::Sender::new(seq),
             gap: Mutex::new(None),
         });
         let rotate_bytes = Arc::new(AtomicU64::new(0));
@@ -197,6 +204,12 @@ impl EventLog {
             .lock()
             .map(|h| h.clone())
             .unwrap_or_else(|_| (0, String::new()))
+    }
+
+    /// The seq of the last line written, changed after each line: a reader of
+    /// the file waits on it for new lines instead of being sent them.
+    pub fn watch_head(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.health.head_seq.subscribe()
     }
 
     /// Applies `audit.sync`.
@@ -536,6 +549,9 @@ impl Writer {
             && let Ok(mut head) = self.health.head.lock()
         {
             *head = (*seq, self.log.head().1.to_string());
+        }
+        if let Ok(seq) = &result {
+            self.health.head_seq.send_replace(*seq);
         }
         if let (Ok(seq), Some(tap)) = (&result, &self.tap) {
             let mut line = Map::new();

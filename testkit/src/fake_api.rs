@@ -138,7 +138,11 @@ pub struct Recorded {
     pub path: String,
     pub headers: HashMap<String, String>,
     pub body: Value,
+    /// The body's bytes as sent (a signature is over these).
+    pub raw: Vec<u8>,
     pub received_at: Instant,
+    /// The wall-clock time it arrived (to compare with an event's `ts`).
+    pub received_wall: std::time::SystemTime,
 }
 
 /// Computes a reply from the request body (for concurrent tasks, where a fixed
@@ -196,6 +200,12 @@ impl FakeApi {
             }
         }
         requests
+    }
+
+    /// Every request so far, unchecked: for a fake that is not a Messages API (a
+    /// webhook receiver).
+    pub fn received(&self) -> Vec<Recorded> {
+        self.state.lock().unwrap().requests.clone()
     }
 
     /// Streams in HTTP chunks of `bytes` (default 7); 0 writes each stream at once.
@@ -301,7 +311,9 @@ fn serve(stream: TcpStream, state: Arc<Mutex<State>>) {
             return;
         }
         let received_at = Instant::now();
-        let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let received_wall = std::time::SystemTime::now();
+        let raw = body;
+        let body: Value = serde_json::from_slice(&raw).unwrap_or(Value::Null);
         let streamed = body["stream"] == true;
         let reply = {
             let mut s = state.lock().unwrap();
@@ -310,7 +322,9 @@ fn serve(stream: TcpStream, state: Arc<Mutex<State>>) {
                 path,
                 headers,
                 body,
+                raw,
                 received_at,
+                received_wall,
             });
             from_responder
                 .or_else(|| s.script.pop_front())

@@ -5,9 +5,11 @@
 //!   127.0.0.1, scripted per test, recording and checking every request;
 //! - [`sse`]: the event stream the fake sends when a request asks for one;
 //! - [`rss`]: the peak resident memory of a child process;
-//! - [`root`]: a fresh root made by `harnessd init`, its config edited.
+//! - [`root`]: a fresh root made by `harnessd init`, its config edited;
+//! - [`daemon`]: a `harnessd serve` on such a root, and requests to its socket.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod daemon;
 pub mod fake_api;
 pub mod long_task;
 pub mod root;

@@ -34,7 +34,9 @@ use crate::common::{rust_files, src_dir};
 ///   helper, converting settings into sandbox types), `approval`: each on its own;
 ///   `llm` reports failed attempts to its caller instead of writing events.
 /// - `telemetry`: traces made from the audit log's records, over `events`.
-/// - `tools`: the tool runner, over policy, exec and sandbox.
+/// - `tools`: the tool runner, over policy, exec and sandbox; `hooks`: operator
+///   programs run confined at fixed points; `notify`: notification sinks, readers
+///   of the audit log over config and events.
 /// - `mcp`: MCP servers (their processes through `exec`, the SDK's client, the
 ///   pins), over `tools` for the result a call becomes.
 /// - `agent` (the turn loop), `reload`: wire the layers below.
@@ -51,7 +53,7 @@ const LAYERS: &[&[&str]] = &[
     &["config"],
     &["events", "llm", "exec", "approval"],
     &["telemetry"],
-    &["tools", "hooks"],
+    &["tools", "hooks", "notify"],
     &["mcp"],
     &["agent", "reload"],
     &["services", "control", "remember"],

@@ -54,6 +54,7 @@ mod mcp_remote;
 mod mcp_sandbox;
 mod mcp_servers;
 mod memory_budget;
+mod notify;
 mod operator;
 mod operators_group;
 mod out_files;
