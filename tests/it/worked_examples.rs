@@ -84,6 +84,24 @@ fn run_with_opa(root: &TestRoot, port: u16) -> std::process::Output {
         .unwrap()
 }
 
+/// A task of one `run_bash(command)` call under the OPA hook reaching `port`,
+/// run to its end; its first `policy_decision` is `(tier, hook:opa)`.
+fn one_call_decided(command: &str, port: u16, tier: &str) -> (TestRoot, FakeApi) {
+    let api = FakeApi::start(vec![
+        Reply::tool("a", "run_bash", json!({ "command": command })),
+        Reply::text("done"),
+    ]);
+    let root = root_with_opa_hook(&api, port);
+    let out = run_with_opa(&root, port);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let decided = &root.events_of("policy_decision")[0];
+    assert_eq!(
+        (&decided["tier"], &decided["rule"]),
+        (&json!(tier), &json!("hook:opa"))
+    );
+    (root, api)
+}
+
 #[test]
 fn the_documented_opa_hook_denies_what_the_policy_server_denies() {
     let port = fake_opa();
@@ -116,19 +134,7 @@ fn the_documented_opa_hook_denies_what_the_policy_server_denies() {
 
 #[test]
 fn the_documented_opa_hook_asks_and_without_a_tty_the_ask_is_denied() {
-    let port = fake_opa();
-    let api = FakeApi::start(vec![
-        Reply::tool("a", "run_bash", json!({"command": "echo git push origin"})),
-        Reply::text("done"),
-    ]);
-    let root = root_with_opa_hook(&api, port);
-    let out = run_with_opa(&root, port);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let decided = &root.events_of("policy_decision")[0];
-    assert_eq!(
-        (&decided["tier"], &decided["rule"]),
-        (&json!("ask"), &json!("hook:opa"))
-    );
+    let (_root, api) = one_call_decided("echo git push origin", fake_opa(), "ask");
     let result = &last_results(&api.requests()[1].body)[0];
     assert_eq!(result["is_error"], true, "{result}");
 }
@@ -140,18 +146,7 @@ fn with_the_policy_server_down_the_documented_hook_fails_closed() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
-    let api = FakeApi::start(vec![
-        Reply::tool("a", "run_bash", json!({"command": "echo staging"})),
-        Reply::text("done"),
-    ]);
-    let root = root_with_opa_hook(&api, port);
-    let out = run_with_opa(&root, port);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let decided = &root.events_of("policy_decision")[0];
-    assert_eq!(
-        (&decided["tier"], &decided["rule"]),
-        (&json!("deny"), &json!("hook:opa"))
-    );
+    let (root, api) = one_call_decided("echo staging", port, "deny");
     assert_eq!(root.events_of("hook_decision")[0]["decision"], "deny");
     let result = &last_results(&api.requests()[1].body)[0];
     assert!(
