@@ -122,7 +122,10 @@ pub(super) async fn post_tool(
     .await;
     record_all(env, task_id, out.records).await?;
     if let Some(text) = out.result {
-        result.content = text;
+        // What a hook gives the model is capped as a tool's output is: a hook
+        // must not be a way past `output.max_chars` into the context.
+        let cap = loaded.policy.settings.output.max_chars;
+        result.content = crate::text::truncate_middle(&text, cap, 0).0;
     }
     Ok(())
 }

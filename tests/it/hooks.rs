@@ -690,3 +690,27 @@ fn hooks_are_reloaded_with_the_settings_and_a_call_uses_those_it_was_decided_und
         ]
     );
 }
+
+#[test]
+fn a_post_tool_replacement_is_capped_like_a_tools_output() {
+    let api = FakeApi::start(vec![
+        Reply::tool("b", "run_bash", json!({"command": "echo short"})),
+        Reply::text("done"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    root.edit_settings(|s| s["output"]["max_chars"] = json!(200));
+    let long = "x".repeat(5000);
+    let answer = json!({ "result": long }).to_string();
+    let flood = answering(&root, "flood", &answer);
+    set_hooks(&root, "post_tool", vec![flood]);
+    let out = root.run(&["run", "--yes", "x"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let result = &last_results(&api.requests()[1].body)[0];
+    let text = result["content"].as_str().unwrap();
+    let xs = text.chars().filter(|c| *c == 'x').count();
+    assert!(
+        xs <= 200,
+        "{xs} characters of the hook's text reached the model"
+    );
+    assert!(xs >= 100, "the replacement was not kept at all: {text}");
+}
