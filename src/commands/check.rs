@@ -133,6 +133,7 @@ fn report_json(loaded: &Loaded, f: &Findings) -> Value {
         "output": loaded.policy.settings.output,
         "sandbox": loaded.policy.settings.sandbox,
         "mcp": super::check_mcp::servers(loaded),
+        "hooks": super::check_hooks::hooks(loaded),
         "telemetry": f.telemetry.as_ref().map(|t| json!({
             "traces_url": crate::config::shown_url(&t.traces_url),
             "content": t.content,
@@ -288,6 +289,13 @@ fn print_sandbox(out: &mut impl Write, loaded: &Loaded, f: &Findings) -> std::io
     writeln!(out, "gap        {}", super::boundary::HARD_LINK_GAP)?;
     for server in super::check_mcp::servers(loaded) {
         writeln!(out, "mcp        {}", escape_line(&mcp_line(&server)))?;
+    }
+    for hook in super::check_hooks::hooks(loaded) {
+        writeln!(
+            out,
+            "hook       {}",
+            escape_line(&super::check_hooks::line(&hook))
+        )?;
     }
     Ok(())
 }

@@ -10,6 +10,7 @@
 pub mod audit;
 pub mod boundary;
 pub mod check;
+pub mod check_hooks;
 pub mod check_mcp;
 pub mod clients;
 pub mod error;

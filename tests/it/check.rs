@@ -529,3 +529,61 @@ fn check_warns_about_a_remote_server_sent_the_api_key_file() {
         "{warned:#?}"
     );
 }
+
+/// `check` lists each hook at its point with what its sandbox allows, naming its
+/// variables but never their values.
+#[test]
+fn check_lists_the_hooks_with_their_sandbox_and_no_secret() {
+    let r = root();
+    r.edit_settings(|s| {
+        s["hooks"] = serde_json::json!({
+            "pre_tool": [{"name": "opa", "command": ["/bin/echo", "{}"], "tools": ["run_bash"],
+                          "network": [8181], "may_allow": true, "env": {"OPA_TOKEN": "HOOK_SECRET"},
+                          "timeout_secs": 5}],
+            "task_finished": [{"name": "ticket", "command": ["/bin/true"]}]
+        });
+    });
+    let out = r
+        .command(&["check"])
+        .env("HOOK_SECRET", "s3cr3t-value")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    let line = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with("hook ") && l.contains(&format!(" {name}: ")))
+            .unwrap_or_else(|| panic!("no hook line for {name}: {text}"))
+            .to_string()
+    };
+    let opa = line("opa");
+    for part in [
+        "pre_tool opa: `/bin/echo {}`",
+        "tools run_bash",
+        "network TCP to 8181",
+        "may_allow true",
+        "env OPA_TOKEN",
+        "timeout 5 s",
+    ] {
+        assert!(opa.contains(part), "{part:?} not in {opa}");
+    }
+    let ticket = line("ticket");
+    assert!(
+        ticket.starts_with("hook       task_finished ticket:"),
+        "{ticket}"
+    );
+    assert!(
+        ticket.contains("network none") && ticket.contains("tools all"),
+        "{ticket}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&r.run(&["check", "--json"]))).unwrap();
+    let hooks = json["hooks"].as_array().unwrap();
+    assert_eq!(hooks.len(), 2);
+    assert_eq!(hooks[0]["network"], serde_json::json!([8181]));
+    assert_eq!(hooks[1]["point"], "task_finished");
+    assert!(
+        !text.contains("s3cr3t-value") && !text.contains("HOOK_SECRET"),
+        "{text}"
+    );
+}
