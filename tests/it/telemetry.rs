@@ -682,3 +682,38 @@ fn a_hooks_run_is_an_event_of_its_calls_span() {
         "a hook's reason is content"
     );
 }
+
+#[test]
+fn a_tool_name_the_model_made_up_is_not_exported_without_content() {
+    let receiver = Receiver::start();
+    // The name is the model's text: it can carry what the prompt said.
+    let made_up = "the_password_is hunter2 \u{1b}]0;x\u{7}";
+    let api = FakeApi::start(vec![
+        Reply::tool("tu_1", made_up, json!({})),
+        Reply::tool("tu_2", "mcp__srv__ok", json!({})),
+        Reply::text("done"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    root.set_config("telemetry", "otlp_endpoint", &receiver.endpoint());
+    let out = root.run(&["run", "list the workspace"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let trace_id = root.events_of("task_started")[0]["trace_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let spans = receiver.trace(&trace_id);
+    let tools = named(&spans, "execute_tool");
+    assert_eq!(tools.len(), 2, "{spans:#?}");
+    let text = serde_json::to_string(&spans).unwrap();
+    assert!(
+        !text.contains("hunter2"),
+        "a made-up tool name was exported: {text}"
+    );
+    // A name of the form the API accepts for a tool is kept.
+    assert!(text.contains("execute_tool mcp__srv__ok"), "{text}");
+    assert!(
+        tools.iter().any(|t| t["name"] == "execute_tool unknown"
+            && t["attributes"]["gen_ai.tool.name"] == "unknown"),
+        "{text}"
+    );
+}
