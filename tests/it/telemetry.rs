@@ -717,3 +717,29 @@ fn a_tool_name_the_model_made_up_is_not_exported_without_content() {
         "{text}"
     );
 }
+
+#[test]
+fn a_later_versions_traceparent_is_kept_as_version_00_without_its_extra_fields() {
+    let api = FakeApi::start(vec![Reply::text("done")]);
+    let root = TestRoot::new(&api.url);
+    let d = Daemon::start(&root);
+    // A later version may carry more after a '-': here a terminal escape and
+    // padding, which the task's transcript must not keep.
+    let given = format!("01-{TRACE}-{PARENT}-01-\u{1b}]0;x\u{7}{}", "z".repeat(1000));
+    let (status, v) = d.request(
+        "POST",
+        "/v1/tasks",
+        Some(&json!({"prompt": "p", "traceparent": given}).to_string()),
+    );
+    assert_eq!(status, 202, "{v}");
+    let id = v["task_id"].as_str().unwrap();
+    d.wait_finished(id);
+    let path = root.dir.join(format!("transcripts/{id}.json"));
+    let transcript: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    assert_eq!(
+        transcript["traceparent"],
+        format!("00-{TRACE}-{PARENT}-01").as_str()
+    );
+    let started = root.events_of("task_started")[0].clone();
+    assert_eq!(started["trace_id"], TRACE);
+}
