@@ -128,25 +128,34 @@ pub(super) async fn run(sink: Sink, ctx: Context, counts: Arc<Counts>, stop: Can
 }
 
 /// Where the sink starts: after its cursor, or, without one, after the log's
-/// last line (`from = "end"`) or at its start; the start is written down at
-/// once, so a crash before the first delivery does not move it.
+/// last line (`from = "end"`) or at its start, and after an unreadable one at
+/// the log's end; the start is written down at once, so a crash before the
+/// first delivery does not move it.
 async fn start_at(sink: &Sink, ctx: &Context, cursor: &std::path::Path) -> u64 {
     let name = &sink.config.name;
-    match std::fs::read_to_string(cursor) {
+    // A cursor that is there but cannot be read starts the sink at the end
+    // whatever `from` says: `from = "start"` would send the whole log again.
+    let from = match std::fs::read_to_string(cursor) {
         Ok(text) => match text.trim().parse::<u64>() {
             Ok(seq) => return seq,
-            Err(_) => tracing::error!(
-                "notify {name}: {} does not hold a seq; the sink starts at the log's end",
-                cursor.display()
-            ),
+            Err(_) => {
+                tracing::error!(
+                    "notify {name}: {} does not hold a seq; the sink starts at the log's end",
+                    cursor.display()
+                );
+                NotifyFrom::End
+            }
         },
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => tracing::error!(
-            "notify {name}: cannot read {}: {e}; the sink starts at the log's end",
-            cursor.display()
-        ),
-    }
-    let start = match sink.config.from {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => sink.config.from,
+        Err(e) => {
+            tracing::error!(
+                "notify {name}: cannot read {}: {e}; the sink starts at the log's end",
+                cursor.display()
+            );
+            NotifyFrom::End
+        }
+    };
+    let start = match from {
         NotifyFrom::Start => 0,
         NotifyFrom::End => ctx.events.head().0,
     };

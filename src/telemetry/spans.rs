@@ -191,6 +191,7 @@ impl Observer<'_> {
         at: SystemTime,
     ) {
         let server = crate::protocol::mcp::McpToolName::parse(tool);
+        let tool = shown_tool(tool, self.content);
         let mut attrs = vec![
             KeyValue::new("gen_ai.operation.name", "execute_tool"),
             KeyValue::new("gen_ai.tool.name", tool.to_string()),
@@ -334,6 +335,18 @@ fn model_error(spans: &TaskSpans, status: Option<u16>, attempt: u32, at: SystemT
     attrs.extend(status.map(|s| KeyValue::new("http.response.status_code", i64::from(s))));
     chat.span()
         .add_event_with_timestamp("model_error", at, attrs);
+}
+
+/// The tool's name as a span shows it. The model wrote it: without
+/// `telemetry.content`, only a name the Messages API accepts for a tool (64 of
+/// `[a-zA-Z0-9_-]` at most, as every offered tool's is) is shown; any other is
+/// the model's text, and reads `unknown`.
+fn shown_tool(tool: &str, content: bool) -> &str {
+    let a_name = (1..=64).contains(&tool.len())
+        && tool
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if content || a_name { tool } else { "unknown" }
 }
 
 /// A hook's run about a call, as an event of the call's span (its reason is

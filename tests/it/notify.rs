@@ -497,3 +497,38 @@ fn a_post_in_flight_does_not_hold_up_the_stop() {
     let finished = &root.events_of("task_finished")[0];
     assert!(cursor.trim().parse::<u64>().unwrap() < finished["seq"].as_u64().unwrap());
 }
+
+#[test]
+fn a_cursor_that_holds_no_seq_starts_the_sink_at_the_end_even_from_start() {
+    let api = FakeApi::with_responder(Box::new(|_| Reply::text("done")));
+    let root = TestRoot::new(&api.url);
+    let rx = Receiver::start(false);
+    let d = Daemon::start(&root);
+    let before = d.submit("before");
+    d.wait_finished(&before);
+    // A cursor that was damaged: the sink must not send the whole log again.
+    let cursor = root.dir.join("transcripts/notify-all.cursor");
+    std::fs::write(&cursor, "not a seq\n").unwrap();
+    add_sink(
+        &root,
+        &format!(
+            "name = \"all\"\nurl = {:?}\nevents = [\"task_finished\"]\nfrom = \"start\"",
+            rx.url("/all")
+        ),
+    );
+    wait_until("the sink's start written down", || {
+        std::fs::read_to_string(&cursor).is_ok_and(|c| c.trim().parse::<u64>().is_ok())
+    });
+    let after = d.submit("after");
+    d.wait_finished(&after);
+    wait_until("the later task delivered", || !rx.at("/all").is_empty());
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let tasks: Vec<Value> = rx
+        .at("/all")
+        .iter()
+        .map(|r| r.body["task_id"].clone())
+        .collect();
+    assert_eq!(tasks, [after.as_str()]);
+    let log = std::fs::read_to_string(&d.log).unwrap();
+    assert!(log.contains("does not hold a seq"), "{log}");
+}

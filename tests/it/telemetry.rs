@@ -682,3 +682,64 @@ fn a_hooks_run_is_an_event_of_its_calls_span() {
         "a hook's reason is content"
     );
 }
+
+#[test]
+fn a_tool_name_the_model_made_up_is_not_exported_without_content() {
+    let receiver = Receiver::start();
+    // The name is the model's text: it can carry what the prompt said.
+    let made_up = "the_password_is hunter2 \u{1b}]0;x\u{7}";
+    let api = FakeApi::start(vec![
+        Reply::tool("tu_1", made_up, json!({})),
+        Reply::tool("tu_2", "mcp__srv__ok", json!({})),
+        Reply::text("done"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    root.set_config("telemetry", "otlp_endpoint", &receiver.endpoint());
+    let out = root.run(&["run", "list the workspace"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let trace_id = root.events_of("task_started")[0]["trace_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let spans = receiver.trace(&trace_id);
+    let tools = named(&spans, "execute_tool");
+    assert_eq!(tools.len(), 2, "{spans:#?}");
+    let text = serde_json::to_string(&spans).unwrap();
+    assert!(
+        !text.contains("hunter2"),
+        "a made-up tool name was exported: {text}"
+    );
+    // A name of the form the API accepts for a tool is kept.
+    assert!(text.contains("execute_tool mcp__srv__ok"), "{text}");
+    assert!(
+        tools.iter().any(|t| t["name"] == "execute_tool unknown"
+            && t["attributes"]["gen_ai.tool.name"] == "unknown"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_later_versions_traceparent_is_kept_as_version_00_without_its_extra_fields() {
+    let api = FakeApi::start(vec![Reply::text("done")]);
+    let root = TestRoot::new(&api.url);
+    let d = Daemon::start(&root);
+    // A later version may carry more after a '-': here a terminal escape and
+    // padding, which the task's transcript must not keep.
+    let given = format!("01-{TRACE}-{PARENT}-01-\u{1b}]0;x\u{7}{}", "z".repeat(1000));
+    let (status, v) = d.request(
+        "POST",
+        "/v1/tasks",
+        Some(&json!({"prompt": "p", "traceparent": given}).to_string()),
+    );
+    assert_eq!(status, 202, "{v}");
+    let id = v["task_id"].as_str().unwrap();
+    d.wait_finished(id);
+    let path = root.dir.join(format!("transcripts/{id}.json"));
+    let transcript: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    assert_eq!(
+        transcript["traceparent"],
+        format!("00-{TRACE}-{PARENT}-01").as_str()
+    );
+    let started = root.events_of("task_started")[0].clone();
+    assert_eq!(started["trace_id"], TRACE);
+}

@@ -84,7 +84,9 @@ fn traceparent_of(
     };
     crate::telemetry::TraceParent::parse(&given)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
-    Ok(Some(given))
+    // Kept as version 00 reads it (parse checked 55 ASCII characters at least):
+    // a later version's extra fields are the caller's text, and not the task's.
+    Ok(Some(format!("00{}", &given[2..55])))
 }
 
 /// Tasks per page when `limit` is not given, and the most a page holds.
