@@ -49,7 +49,11 @@ pub fn signature(secret: &[u8], timestamp: &str, body: &[u8]) -> String {
 
 /// `text` made inert for Slack's mrkdwn (see the module's doc).
 pub fn inert(text: &str) -> String {
-    let shown = crate::text::escape_text(text);
+    entities(&crate::text::escape_text(text))
+}
+
+/// The characters mrkdwn would act on, replaced in text already escaped.
+fn entities(shown: &str) -> String {
     let mut out = String::with_capacity(shown.len());
     for c in shown.chars() {
         match c {
@@ -64,9 +68,10 @@ pub fn inert(text: &str) -> String {
     out
 }
 
-/// `text` as an inline code span.
+/// `text` as an inline code span: one line, so a newline cannot end the span
+/// (it is shown escaped, as for a terminal's single line).
 fn code(text: &str) -> String {
-    format!("`{}`", inert(text))
+    format!("`{}`", entities(&crate::text::escape_line(text)))
 }
 
 /// The Slack message for `record`.
@@ -230,6 +235,14 @@ mod tests {
         assert!(!text.contains('`') && !text.contains('<') && !text.contains('@'));
         assert!(text.contains("&lt;!channel&gt;") && text.contains("&amp;"));
         assert!(!text.contains('\u{202e}'), "{text}");
+    }
+
+    #[test]
+    fn a_code_span_is_one_line_whatever_its_text_holds() {
+        let span = code("rule\n*bold* <!here>\r`x`");
+        assert!(!span.contains('\n') && !span.contains('\r'), "{span}");
+        assert_eq!(span.matches('`').count(), 2, "{span}");
+        assert!(span.contains("&lt;!here&gt;"), "{span}");
     }
 
     #[test]
