@@ -6,22 +6,10 @@ use serde_json::{Map, Value};
 
 use crate::config::Hook;
 use crate::exec::{Ending, HOOK_STDOUT_BYTES, HookRun};
+use crate::policy::PreAnswer;
 
 /// Characters of a hook's reason kept in the record.
 const REASON_CHARS: usize = 500;
-
-/// A pre_tool hook's decision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PreAnswer {
-    /// Refuse the call.
-    Deny,
-    /// Ask a human.
-    Ask,
-    /// Allow (counted only with `may_allow`).
-    Allow,
-    /// Leave the decision.
-    Continue,
-}
 
 /// The object a run answered, or why there is none.
 pub(super) fn object(run: &HookRun, hook: &Hook) -> Result<Map<String, Value>, String> {

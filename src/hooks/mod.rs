@@ -1,8 +1,9 @@
 //! Hooks: the operator programs of `hooks` in settings.json, run confined (see
 //! [`crate::exec::HookRequest`]) and their answers read — fail closed for
-//! `pre_tool`. This module decides what a hook's answer does to a call; it
-//! records nothing (the caller records each [`HookRecord`] before the action) and
-//! never loosens what harnessd itself raised or a deny rule refused.
+//! `pre_tool`. What an answer does to a call is the policy's
+//! ([`crate::policy::apply_hook`], pure); this module runs the hooks in order and
+//! reads their answers. It records nothing (the caller records each
+//! [`HookRecord`] before the action).
 //!
 //! A pre_tool hook's answer: `deny` and `ask` tighten; `allow` counts only with
 //! `may_allow` and only lifts an `ask` that came from a rule or the default (not a
@@ -11,7 +12,8 @@
 
 mod answer;
 
-pub use answer::{PreAnswer, parse_post, parse_pre};
+pub use crate::policy::{Decided, PreAnswer};
+pub use answer::{parse_post, parse_pre};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Hook, HookNetwork, Loaded, resolve};
 use crate::exec::{Ending, Executor, HookRequest, HookRun};
+use crate::policy;
 use crate::protocol::{HookPoint, HookVerdict, Tier};
 use crate::sandbox::{Confinement, Network};
 
@@ -52,19 +55,6 @@ pub struct Call<'a> {
     pub tool_use_id: &'a str,
     /// Its input.
     pub input: &'a Value,
-}
-
-/// The policy's decision of a call, as pre_tool hooks get it and may change it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Decided {
-    /// The tier.
-    pub tier: Tier,
-    /// The rule label (`default`, a rule's text, `hook:<name>` once a hook decided).
-    pub rule: String,
-    /// Whether harnessd raised the call itself, or would raise an allow of it
-    /// (text a deny rule cannot see, a destructive MCP tool): no hook's `allow`
-    /// lifts it.
-    pub raised: bool,
 }
 
 /// What the pre_tool hooks made of a call.
@@ -113,7 +103,13 @@ pub async fn pre_tool(
             Ok(a) => a,
             Err(why) => (PreAnswer::Deny, Some(format!("hook failed: {why}"))),
         };
-        let (decision, note) = apply(&mut out.decided, hook, answer, asked);
+        let (decision, note) = policy::apply_hook(
+            &mut out.decided,
+            &hook.name,
+            hook.may_allow(),
+            answer,
+            asked,
+        );
         asked |= answer == PreAnswer::Ask;
         let reason = match (reason, note) {
             (Some(r), Some(n)) => Some(format!("{r} ({n})")),
@@ -139,48 +135,7 @@ pub async fn pre_tool(
 }
 
 fn hook_rule(hook: &Hook) -> String {
-    format!("hook:{}", hook.name)
-}
-
-/// Applies one answer to `decided` (`asked`: an earlier hook answered `ask`);
-/// returns what is recorded and a note when an `allow` did not count.
-fn apply(
-    decided: &mut Decided,
-    hook: &Hook,
-    answer: PreAnswer,
-    asked: bool,
-) -> (HookVerdict, Option<String>) {
-    match answer {
-        PreAnswer::Deny => {
-            decided.tier = Tier::Deny;
-            decided.rule = hook_rule(hook);
-            (HookVerdict::Deny, None)
-        }
-        PreAnswer::Ask => {
-            if decided.tier == Tier::Allow {
-                decided.tier = Tier::Ask;
-                decided.rule = hook_rule(hook);
-            }
-            (HookVerdict::Ask, None)
-        }
-        PreAnswer::Continue => (HookVerdict::Continue, None),
-        PreAnswer::Allow => {
-            let why_not = if !hook.may_allow() {
-                Some("allow not counted: the hook has no may_allow")
-            } else if decided.tier != Tier::Ask {
-                None
-            } else if decided.raised {
-                Some("allow not counted: harnessd itself raises this call to ask")
-            } else if asked || decided.rule.starts_with("hook:") {
-                Some("allow not counted: another hook asked")
-            } else {
-                decided.tier = Tier::Allow;
-                decided.rule = hook_rule(hook);
-                None
-            };
-            (HookVerdict::Allow, why_not.map(str::to_string))
-        }
-    }
+    policy::hook_rule(&hook.name)
 }
 
 /// What the post_tool hooks made of a call's result: the text the model sees

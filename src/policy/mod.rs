@@ -22,6 +22,7 @@
 
 use serde::Serialize;
 
+mod hooks;
 mod literal;
 mod mcp;
 pub mod programs;
@@ -30,6 +31,7 @@ pub mod shell;
 
 use std::collections::BTreeMap;
 
+pub use hooks::{Decided, PreAnswer, apply_hook, hook_rule};
 pub use literal::{literal_mcp_rule, literal_pattern, literal_rule};
 pub use mcp::{
     DRIFTED, McpPolicy, McpRule, McpSubject, UNKNOWN_SERVER, UNPINNED, UnpinnedRule, decide_mcp,
