@@ -6,6 +6,33 @@ fn root() -> TestRoot {
     TestRoot::new("http://127.0.0.1:9")
 }
 
+/// `warned` names each `(list, entry)` of `named` under `key` (`KEY.list entry
+/// "entry"`) and none of `quiet`.
+fn assert_entries_warned(
+    warned: &[String],
+    key: &str,
+    named: &[(&str, &str)],
+    quiet: &[(&str, &str)],
+) {
+    let names = |list: &str, entry: &str| {
+        warned
+            .iter()
+            .any(|w| w.contains(&format!("{key}.{list} entry {entry:?}")))
+    };
+    for (list, entry) in named {
+        assert!(
+            names(list, entry),
+            "no warning names {key}.{list} {entry:?}: {warned:#?}"
+        );
+    }
+    for (list, entry) in quiet {
+        assert!(
+            !names(list, entry),
+            "{key}.{list} {entry:?} warned: {warned:#?}"
+        );
+    }
+}
+
 /// A fresh root passes `check`. The repository's own files are not read here: they
 /// are a working root an operator may edit; `.ci/run` checks that the committed
 /// ones are what `init` writes.
@@ -247,25 +274,18 @@ fn check_warns_about_settings_that_weaken_the_boundary() {
     let out = r.run(&["check"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let warned = warnings(&out);
-    let named = |list: &str, entry: &str| {
-        warned
-            .iter()
-            .any(|w| w.contains(&format!("allowed_paths.{list} entry {entry:?}")))
-    };
-    for (list, entry) in [
-        ("write", "."),
-        ("write", "transcripts"),
-        ("write", "run"),
-        ("read", "/"),
-        ("read", "/proc"),
-    ] {
-        assert!(
-            named(list, entry),
-            "no warning names {list} {entry:?}: {warned:#?}"
-        );
-    }
-    assert!(!named("write", "workspace"), "{warned:#?}");
-    assert!(!named("read", "/usr"), "{warned:#?}");
+    assert_entries_warned(
+        &warned,
+        "allowed_paths",
+        &[
+            ("write", "."),
+            ("write", "transcripts"),
+            ("write", "run"),
+            ("read", "/"),
+            ("read", "/proc"),
+        ],
+        &[("write", "workspace"), ("read", "/usr")],
+    );
     assert!(warned.iter().any(|w| w.contains("sandbox.network")));
     assert!(warned.iter().any(|w| w.contains("best_effort")));
     let all = stdout(&out) + &stderr(&out);
@@ -447,25 +467,18 @@ fn check_warns_about_a_servers_paths_that_weaken_the_boundary_as_about_the_tools
     let out = r.run(&["check"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let warned = warnings(&out);
-    let named = |list: &str, entry: &str| {
-        warned
-            .iter()
-            .any(|w| w.contains(&format!("mcp.servers.srv.{list} entry {entry:?}")))
-    };
-    for (list, entry) in [
-        ("write", "policies"),
-        ("write", "transcripts"),
-        ("write", "run"),
-        ("read", "config/key"),
-        ("read", "/proc"),
-    ] {
-        assert!(
-            named(list, entry),
-            "no warning names {list} {entry:?}: {warned:#?}"
-        );
-    }
-    assert!(!named("write", "workspace"), "{warned:#?}");
-    assert!(!named("read", "/usr"), "{warned:#?}");
+    assert_entries_warned(
+        &warned,
+        "mcp.servers.srv",
+        &[
+            ("write", "policies"),
+            ("write", "transcripts"),
+            ("write", "run"),
+            ("read", "config/key"),
+            ("read", "/proc"),
+        ],
+        &[("write", "workspace"), ("read", "/usr")],
+    );
 }
 
 #[test]

@@ -103,6 +103,17 @@ fn two_turns() -> FakeApi {
     ])
 }
 
+/// Submits a task with `traceparent` through the API and waits for its end;
+/// returns its id.
+fn submit_traced(d: &Daemon, traceparent: &str) -> String {
+    let body = json!({"prompt": "p", "traceparent": traceparent}).to_string();
+    let (status, v) = d.request("POST", "/v1/tasks", Some(&body));
+    assert_eq!(status, 202, "{v}");
+    let id = v["task_id"].as_str().unwrap().to_string();
+    d.wait_finished(&id);
+    id
+}
+
 fn named<'a>(spans: &'a [Value], prefix: &str) -> Vec<&'a Value> {
     spans
         .iter()
@@ -249,14 +260,8 @@ fn a_callers_traceparent_puts_the_task_in_its_trace_and_a_bad_one_is_refused() {
     );
 
     let tp = format!("00-{TRACE}-{PARENT}-01");
-    let (status, v) = d.request(
-        "POST",
-        "/v1/tasks",
-        Some(&json!({"prompt": "p", "traceparent": tp}).to_string()),
-    );
-    assert_eq!(status, 202, "{v}");
-    let id = v["task_id"].as_str().unwrap();
-    d.wait_finished(id);
+    let id = submit_traced(&d, &tp);
+    let id = id.as_str();
     let started = root
         .events_of("task_started")
         .into_iter()
@@ -726,14 +731,8 @@ fn a_later_versions_traceparent_is_kept_as_version_00_without_its_extra_fields()
     // A later version may carry more after a '-': here a terminal escape and
     // padding, which the task's transcript must not keep.
     let given = format!("01-{TRACE}-{PARENT}-01-\u{1b}]0;x\u{7}{}", "z".repeat(1000));
-    let (status, v) = d.request(
-        "POST",
-        "/v1/tasks",
-        Some(&json!({"prompt": "p", "traceparent": given}).to_string()),
-    );
-    assert_eq!(status, 202, "{v}");
-    let id = v["task_id"].as_str().unwrap();
-    d.wait_finished(id);
+    let id = submit_traced(&d, &given);
+    let id = id.as_str();
     let path = root.dir.join(format!("transcripts/{id}.json"));
     let transcript: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
     assert_eq!(
