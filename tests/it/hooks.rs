@@ -714,3 +714,43 @@ fn a_post_tool_replacement_is_capped_like_a_tools_output() {
     );
     assert!(xs >= 100, "the replacement was not kept at all: {text}");
 }
+
+/// The log fills while a pre_tool hook runs: neither its `hook_decision` nor the
+/// call's `policy_decision` can be written, so nothing is decided — the call never
+/// runs unrecorded, and the task stops with an error.
+#[test]
+fn a_hook_decision_that_cannot_be_recorded_stops_the_call() {
+    let api = FakeApi::start(vec![
+        Reply::tool("w", "run_bash", json!({"command": "touch ran"})),
+        Reply::text("done"),
+    ]);
+    let root = TestRoot::new(&api.url);
+    root.edit_settings(|s| s["tools"]["allow"] = json!(["run_bash"]));
+    set_hooks(
+        &root,
+        "pre_tool",
+        vec![hook(&root, "slow", &["sleep", "2"])],
+    );
+    let faults = root.dir.join("faults");
+    let mut child = root
+        .command(&["run", "x"])
+        .env("HARNESSD_FAILPOINTS", format!("@{}", faults.display()))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // tool_requested is written before the hooks run: the hook is running now.
+    wait_until("the call is requested", || {
+        !root.events_of("tool_requested").is_empty()
+    });
+    std::fs::write(&faults, "events.append=enospc").unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(1), "the task stops with an error");
+    assert!(
+        !root.workspace().join("ran").exists(),
+        "the call ran unrecorded"
+    );
+    assert!(root.events_of("hook_decision").is_empty());
+    assert!(root.events_of("policy_decision").is_empty());
+    assert_eq!(api.requests().len(), 1, "no result reached the model");
+}
