@@ -85,6 +85,7 @@ impl Findings {
             super::boundary::warnings(loaded, &super::boundary::passwd_homes(&passwd));
         let pins = crate::config::load_pins(&loaded.paths.root).unwrap_or_default();
         boundary.extend(super::check_mcp::warnings(loaded, &pins));
+        boundary.extend(super::check_hooks::warnings(loaded));
         Self {
             key_warning,
             enforcement,

@@ -38,6 +38,34 @@ pub fn hooks(loaded: &Loaded) -> Vec<Value> {
         .collect()
 }
 
+/// The warnings about hooks: a program not found, code in a tree tools may write
+/// (what a tool puts there would answer for the hook), unrestricted network.
+pub fn warnings(loaded: &Loaded) -> Vec<String> {
+    let settings = &loaded.policy.settings.hooks;
+    let mut out = Vec::new();
+    for point in POINTS {
+        for (i, h) in settings.at(point).iter().enumerate() {
+            let key = format!("hooks.{}[{i}] ({})", point.as_str(), h.name);
+            let program = h.command.first().map(String::as_str).unwrap_or_default();
+            if super::check_mcp::found(program).is_none() {
+                out.push(format!(
+                    "{key}: {program:?} is not found on the sandbox's PATH; give the full path \
+                     of an installed program (a hook that cannot start denies every call it is \
+                     consulted for at pre_tool)"
+                ));
+            }
+            out.extend(super::check_mcp::writable_code(loaded, &key, &h.command));
+            if h.network() == HookNetwork::All(true) {
+                out.push(format!(
+                    "{key} has network: true: the hook can reach any host and send what it \
+                     reads there; list the TCP ports it needs instead"
+                ));
+            }
+        }
+    }
+    out
+}
+
 /// One hook's line of `check`'s text.
 pub fn line(h: &Value) -> String {
     let list = |v: &Value, none: &str| {

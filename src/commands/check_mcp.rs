@@ -54,7 +54,7 @@ pub fn servers(loaded: &Loaded) -> Vec<Value> {
 }
 
 /// Where `program` is found, as the sandbox's PATH finds it.
-fn found(program: &str) -> Option<PathBuf> {
+pub(super) fn found(program: &str) -> Option<PathBuf> {
     if program.contains('/') {
         return Path::new(program).is_file().then(|| PathBuf::from(program));
     }
@@ -68,7 +68,7 @@ fn found(program: &str) -> Option<PathBuf> {
 /// write (under `allowed_paths.write`; a relative one is found from the server's
 /// working directory, the root): whatever a tool puts there runs as the server,
 /// with its variables, write set and network.
-fn writable_code(loaded: &Loaded, name: &str, command: &[String]) -> Vec<String> {
+pub(super) fn writable_code(loaded: &Loaded, key: &str, command: &[String]) -> Vec<String> {
     let root = &loaded.paths.root;
     let writable: Vec<PathBuf> = loaded
         .policy
@@ -87,9 +87,9 @@ fn writable_code(loaded: &Loaded, name: &str, command: &[String]) -> Vec<String>
             let tree = writable.iter().find(|t| path.starts_with(t))?;
             path.is_file().then(|| {
                 format!(
-                    "mcp.servers.{name}.command[{i}] {arg:?} is {} in {}, which tools may \
-                     write: what they put there runs as the server, with its variables and \
-                     rights; install the server outside the trees tools write",
+                    "{key}.command[{i}] {arg:?} is {} in {}, which tools may write: what \
+                     they put there runs in its place, with its variables and rights; install \
+                     it outside the trees tools write",
                     loaded.paths.display(&path),
                     loaded.paths.display(tree)
                 )
@@ -131,7 +131,11 @@ pub fn warnings(loaded: &Loaded, pins: &crate::protocol::mcp::PinFile) -> Vec<St
                     }
                 }
             }
-            out.extend(writable_code(loaded, name, command));
+            out.extend(writable_code(
+                loaded,
+                &format!("mcp.servers.{name}"),
+                command,
+            ));
             if server.network() {
                 out.push(format!(
                     "mcp.servers.{name} has network: true: the server can reach any host, and \

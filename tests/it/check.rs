@@ -600,3 +600,37 @@ fn check_lists_the_hooks_with_their_sandbox_and_no_secret() {
         "{text}"
     );
 }
+
+/// A hook whose program sits where tools write (so a tool could answer for it),
+/// one that cannot be found and one with the whole network are warned about.
+#[test]
+fn check_warns_about_a_hook_tools_could_replace_or_that_cannot_start() {
+    let r = root();
+    std::fs::write(r.workspace().join("gate.py"), "print('{}')\n").unwrap();
+    r.edit_settings(|s| {
+        s["hooks"]["pre_tool"] = serde_json::json!([
+            {"name": "gate", "command": ["python3", "workspace/gate.py"]},
+            {"name": "gone", "command": ["/opt/nowhere/hook"], "network": true}
+        ]);
+    });
+    let out = r.run(&["check"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let warned = warnings(&out);
+    let has = |part: &str| warned.iter().any(|w| w.contains(part));
+    assert!(
+        has("hooks.pre_tool[0] (gate).command[1] \"workspace/gate.py\""),
+        "{warned:#?}"
+    );
+    assert!(
+        has("hooks.pre_tool[1] (gone): \"/opt/nowhere/hook\" is not found"),
+        "{warned:#?}"
+    );
+    assert!(
+        has("hooks.pre_tool[1] (gone) has network: true"),
+        "{warned:#?}"
+    );
+    assert!(
+        !has("hooks.pre_tool[0] (gate): "),
+        "python3 is found: {warned:#?}"
+    );
+}
