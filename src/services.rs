@@ -215,6 +215,7 @@ impl Services {
             unsaved: crate::agent::Unsaved::default(),
             mcp: self.mcp.clone(),
             telemetry: self.telemetry.clone(),
+            delegates: crate::agent::Delegates::default(),
         }
     }
 

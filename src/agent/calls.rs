@@ -41,11 +41,37 @@ enum Kind {
     },
     /// An MCP tool (run one by one: a server's tool may change anything).
     Mcp(super::mcp_calls::McpRunnable),
+    /// A child task (`delegate`): the turn's consecutive ones run together, up to
+    /// `loop.max_parallel_delegates` at once.
+    Delegate(tools::DelegateInput),
 }
 
 impl Runnable {
     fn is_read_only(&self) -> bool {
         matches!(&self.kind, Kind::Builtin { tool, .. } if tool.is_read_only())
+    }
+
+    fn is_delegate(&self) -> bool {
+        matches!(&self.kind, Kind::Delegate(_))
+    }
+}
+
+/// Whether built-in `tool` is offered to task `task_id`: advertised under this
+/// config and policy, within the task's narrowing, and for `delegate`, with a
+/// level of nesting left.
+pub(super) fn offered_to(env: &TaskEnv, task_id: &str, loaded: &Loaded, tool: ToolName) -> bool {
+    advertised(loaded, tool)
+        && env.tree.allows(tool.as_str())
+        && super::delegate::offered(loaded, task_id, tool)
+}
+
+/// Whether the tool called `name` (built-in or MCP) is one task `task_id` has now.
+fn task_has(env: &TaskEnv, task_id: &str, loaded: &Loaded, name: &str) -> bool {
+    match ToolName::parse(name) {
+        Some(tool) => offered_to(env, task_id, loaded, tool),
+        None => super::mcp_calls::offered(env, loaded)
+            .iter()
+            .any(|d| d["name"] == name),
     }
 }
 
@@ -154,14 +180,17 @@ fn over_limit(loaded: &Loaded, index: usize) -> Option<ToolResult> {
 /// The checks that need no policy: a known and offered tool, input matching its
 /// schema. `Err` is the call's answer.
 fn validate(
+    env: &TaskEnv,
+    task_id: &str,
     loaded: &Loaded,
     name: &str,
     input: &Value,
 ) -> Result<(ToolName, ToolInput), ToolResult> {
-    let Some(tool) = ToolName::parse(name).filter(|t| advertised(loaded, *t)) else {
+    let offered = |t: &ToolName| offered_to(env, task_id, loaded, *t);
+    let Some(tool) = ToolName::parse(name).filter(offered) else {
         let available: Vec<&str> = ToolName::ALL
             .into_iter()
-            .filter(|t| advertised(loaded, *t))
+            .filter(offered)
             .map(ToolName::as_str)
             .collect();
         return Err(ToolResult::error(format!(
@@ -189,13 +218,25 @@ async fn admit(
     if let Some(refused) = over_limit(loaded, index) {
         return Err(NotRun::Refused(refused));
     }
+    if !env.tree.allows(&call.name) {
+        return Err(NotRun::Refused(ToolResult::error(format!(
+            "unknown tool {:?}: this task was delegated a narrower set of tools, and it \
+             is not one of them",
+            call.name
+        ))));
+    }
     if let Some(name) = crate::protocol::mcp::McpToolName::parse(&call.name) {
         return super::mcp_calls::admit(env, task_id, loaded, call, name)
             .await
             .map(Kind::Mcp);
     }
     let ToolUse { id, name, input } = call;
-    let (tool, parsed) = validate(loaded, name, input).map_err(NotRun::Refused)?;
+    let (tool, parsed) =
+        validate(env, task_id, loaded, name, input).map_err(NotRun::Refused)?;
+    if let ToolInput::Delegate(d) = &parsed {
+        let has = |n: &str| task_has(env, task_id, loaded, n);
+        super::delegate::admissible(env, task_id, loaded, d, has).map_err(NotRun::Refused)?;
+    }
     let (
         parsed,
         tools::Verdict {
@@ -248,6 +289,9 @@ async fn admit(
             crate::protocol::Profile::Write
         }
     };
+    if let ToolInput::Delegate(d) = parsed {
+        return Ok(Kind::Delegate(d));
+    }
     Ok(Kind::Builtin {
         tool,
         input: parsed,
@@ -292,6 +336,7 @@ pub(super) async fn ask(
     let req = ApprovalRequest {
         approval_id: format!("ap-{:012x}", fastrand::u64(..) >> 16),
         task_id: task_id.to_string(),
+        parent_task_id: crate::protocol::tree::parent_task_id(task_id).map(str::to_string),
         tool_use_id: id.clone(),
         tool: name.clone(),
         input: input.clone(),
@@ -353,16 +398,23 @@ type Answers = Vec<Option<(ToolResult, Option<String>)>>;
 /// Validates, decides and runs every call of one turn; returns the `tool_result`
 /// blocks in the calls' order. `ledger` follows each call's progress, for the answers
 /// a panic would leave owed.
-pub async fn execute_calls(
+pub(super) async fn execute_calls(
     env: &TaskEnv,
     task_id: &str,
     loaded: Arc<Loaded>,
     uses: &[ToolUse],
     ledger: &Ledger,
+    parent: &super::delegate::Parent,
 ) -> Result<Vec<Block>, EventError> {
     let mut answers: Answers = vec![None; uses.len()];
     let runnable = admit_all(env, task_id, uses, ledger, &mut answers).await?;
-    run_admitted(env, task_id, &loaded, &runnable, ledger, &mut answers).await?;
+    let turn = Turn {
+        env,
+        task_id,
+        loaded: &loaded,
+        parent,
+    };
+    run_admitted(&turn, &runnable, ledger, &mut answers).await?;
     Ok(uses
         .iter()
         .zip(answers)
@@ -416,16 +468,40 @@ async fn admit_all(
     Ok(runnable)
 }
 
-/// Runs the admitted calls in batches — a run of consecutive read-only calls
-/// together, any other call alone — recording each end and filling `answers`.
+/// What the calls of one turn share: the task, its snapshot, what a child inherits.
+struct Turn<'a> {
+    env: &'a TaskEnv,
+    task_id: &'a str,
+    loaded: &'a Arc<Loaded>,
+    parent: &'a super::delegate::Parent,
+}
+
+/// The end of the batch that starts at `i`: a run of consecutive read-only calls,
+/// or of `delegate` calls, goes together; any other call alone.
+fn batch_end(runnable: &[Runnable], i: usize) -> usize {
+    let same: fn(&Runnable) -> bool = if runnable[i].is_read_only() {
+        Runnable::is_read_only
+    } else if runnable[i].is_delegate() {
+        Runnable::is_delegate
+    } else {
+        return i + 1;
+    };
+    let mut end = i + 1;
+    while end < runnable.len() && same(&runnable[end]) {
+        end += 1;
+    }
+    end
+}
+
+/// Runs the admitted calls in batches ([`batch_end`]), recording each end and
+/// filling `answers`.
 async fn run_admitted(
-    env: &TaskEnv,
-    task_id: &str,
-    loaded: &Arc<Loaded>,
+    turn: &Turn<'_>,
     runnable: &[Runnable],
     ledger: &Ledger,
     answers: &mut Answers,
 ) -> Result<(), EventError> {
+    let (env, task_id, loaded) = (turn.env, turn.task_id, turn.loaded);
     let ctx = RunContext {
         executor: env.services.executor.clone(),
         loaded: loaded.clone(),
@@ -438,18 +514,20 @@ async fn run_admitted(
             loaded.config.audit.reserve_mb,
         ),
     };
+    // Children of one batch beyond the limit wait for one to end.
+    let parallel = loaded.config.loop_.max_parallel_delegates.max(1) as usize;
+    let children = tokio::sync::Semaphore::new(parallel);
     let mut i = 0;
     while i < runnable.len() {
-        let mut end = i + 1;
-        if runnable[i].is_read_only() {
-            while end < runnable.len() && runnable[end].is_read_only() {
-                end += 1;
-            }
-        }
+        let end = batch_end(runnable, i);
         let batch = &runnable[i..end];
         batch.iter().for_each(|r| ledger.started(&r.call.id));
         // A run call's duration is its execution, not the wait for approval.
         let outputs = futures::future::join_all(batch.iter().map(|r| async {
+            let _slot = match r.kind {
+                Kind::Delegate(_) => children.acquire().await.ok(),
+                _ => None,
+            };
             let started = Instant::now();
             guard::fault_point(&r.call.name, FaultPoint::Dispatch);
             let ran = match &r.kind {
@@ -467,6 +545,11 @@ async fn run_admitted(
                 }
                 Kind::Mcp(m) => {
                     super::mcp_calls::run(env, task_id, &r.loaded, m, &r.call, &ctx.spool).await
+                }
+                Kind::Delegate(d) => {
+                    super::delegate::run(env, task_id, &r.loaded, turn.parent, &r.call, d)
+                        .await
+                        .map(|result| (result, None))
                 }
             };
             (ran, started.elapsed())

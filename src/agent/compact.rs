@@ -235,8 +235,8 @@ impl TaskRun<'_> {
         if let Some(last) = messages.last_mut() {
             last.content.push(Block::text(COMPACT_PROMPT));
         }
-        let mcp_tools = super::mcp_calls::offered(self.env, loaded);
-        let request = build_request(loaded, &self.transcript.model, &messages, true, mcp_tools);
+        let tools = super::request::tools_offered(self.env, &self.spec.task_id, loaded);
+        let request = build_request(loaded, &self.transcript.model, &messages, true, tools);
         let services = &self.env.services;
         let errors = ModelErrors {
             events: &services.events,
@@ -255,6 +255,7 @@ impl TaskRun<'_> {
         self.transcript.usage.add(&response.usage);
         let price = crate::protocol::price_of(&request.model, &loaded.config.pricing);
         let usd = price.map(|p| p.cost(&response.usage));
+        self.env.tree.spend(&response.usage, usd);
         self.transcript.usd = self.transcript.usd.zip(usd).map(|(a, b)| a + b);
         let message = Message {
             role: Role::Assistant,

@@ -34,6 +34,8 @@ impl TaskRun<'_> {
         stop_reason: StopReason,
         error: Option<String>,
     ) -> Result<TaskOutcome, EventError> {
+        // Children that ran before the stop are part of what the task spent.
+        self.absorb_children();
         if stop_reason == StopReason::Cancelled && self.env.stopping.is_cancelled() {
             return self.interrupt().await;
         }

@@ -252,9 +252,14 @@ this call ran; request it again if it is still needed";
 /// run, since "not executed" must never be said of a call that may have run). A call
 /// the log left open is closed with a `tool_finished` (and its `tool_requested` first
 /// if it had none); one the log already closed gets no second `tool_finished`.
+///
+/// A `delegate` call that may have run, whose child had not ended, is not guessed
+/// at: the child is continued ([`super::delegate::continue_open`]) and its outcome
+/// is the call's answer.
 pub(super) async fn answer_resumed_calls(
     env: &TaskEnv,
     task_id: &str,
+    loaded: &crate::config::Loaded,
     uses: &[ToolUse],
     trails: Result<HashMap<String, CallTrail>, TrailError>,
 ) -> Result<Vec<Block>, EventError> {
@@ -265,6 +270,15 @@ pub(super) async fn answer_resumed_calls(
     let mut blocks = Vec::with_capacity(uses.len());
     for ToolUse { id, name, input } in uses {
         let trail = trails.get(id).cloned().unwrap_or(CallTrail::MayHaveRun);
+        if trail == CallTrail::MayHaveRun
+            && let Some(result) =
+                super::delegate::continue_open(env, task_id, loaded, name, id).await?
+        {
+            let zero = std::time::Duration::ZERO;
+            calls::finished(env, task_id, id, name, &result, zero, None).await?;
+            blocks.push(Block::tool_result(id, &result.content, result.is_error));
+            continue;
+        }
         let (message, close) = match trail {
             CallTrail::Absent => {
                 env.services

@@ -73,9 +73,12 @@ impl TaskRun<'_> {
     }
 
     /// The budget (tokens, or US dollars) the task has used up, with why, if any.
-    /// Checked before calls run and before a `pause_turn` is sent again.
+    /// Checked before calls run, after them (a child's spending counts), and before
+    /// a `pause_turn` is sent again. What counts is the whole tree's spending: the
+    /// task at the top, its children and theirs, so no child outspends its parent.
     pub(super) fn budget_used_up(&self, limits: &LoopConfig) -> Option<(StopReason, String)> {
-        if self.transcript.usage.total() >= limits.token_budget {
+        let spent = self.env.tree.total();
+        if spent.usage.total() >= limits.token_budget {
             let why = format!(
                 "not executed: the task's token budget ({} tokens) is used up; the task \
                  stops here",
@@ -86,7 +89,7 @@ impl TaskRun<'_> {
         let budget = limits.usd_budget?;
         // A cost that is not known (a model without a price, chosen per task)
         // cannot be held to a budget: the task stops rather than run unbounded.
-        let why = match self.transcript.usd {
+        let why = match spent.usd {
             Some(spent) if spent >= budget => format!(
                 "not executed: the task's USD budget (${budget}) is used up (${spent:.4} \
                  spent); the task stops here"

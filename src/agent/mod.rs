@@ -17,6 +17,7 @@
 
 mod calls;
 mod compact;
+mod delegate;
 mod finish;
 mod guard;
 mod hooks;
@@ -31,10 +32,11 @@ mod turn;
 use crate::protocol::Source;
 pub use crate::protocol::{StopReason, TaskStatus};
 pub use calls::advertised;
+pub use delegate::{Delegates, Tree};
 pub use guard::install_panic_hook;
 pub use resume::queued_transcript;
 pub use transcript::{
-    LockError, RunLock, Transcript, TranscriptHead, TurnRecord, Unsaved, prompt_head_of,
+    LockError, RunLock, Spent, Transcript, TranscriptHead, TurnRecord, Unsaved, prompt_head_of,
 };
 pub use turn::SUMMARY_REQUEST;
 
@@ -76,6 +78,8 @@ pub struct TaskServices {
     pub mcp: crate::mcp::Hub,
     /// Trace export: each run's root span is opened here, before its first record.
     pub telemetry: crate::telemetry::Telemetry,
+    /// The child tasks running now, so one can be cancelled on its own.
+    pub delegates: Delegates,
 }
 
 impl TaskServices {
@@ -87,6 +91,7 @@ impl TaskServices {
             stopping: CancellationToken::new(),
             spool_used: Arc::default(),
             mcp: self.mcp.for_task(),
+            tree: Tree::root(),
         }
     }
 }
@@ -116,6 +121,9 @@ pub struct TaskEnv {
     /// The MCP servers this task started: stopped when the task's environment is
     /// dropped (its end).
     pub mcp: crate::mcp::TaskServers,
+    /// The task's place in its tree of delegation: what the whole tree spent, what
+    /// its own children spent, the tools it is narrowed to.
+    pub tree: Tree,
 }
 
 /// A task to run.
@@ -294,6 +302,9 @@ impl TaskRun<'_> {
 pub async fn run_task(env: &TaskEnv, spec: &TaskSpec) -> Result<TaskOutcome, EventError> {
     let loaded = env.services.config.current();
     let transcript = resume::initial_transcript(&loaded, spec);
+    // What the task spent before this run (its children's included) counts
+    // against the budgets of its tree from the start.
+    env.tree.spend(&transcript.usage, transcript.usd);
     // The budget counts what the task keeps on disk: a resumed task's earlier
     // output files count too.
     let output_dir = loaded.paths.transcripts.join(&spec.task_id);

@@ -4,7 +4,8 @@
 
 use serde_json::json;
 
-use super::{advertised, compact};
+use super::calls::offered_to;
+use super::{TaskEnv, compact};
 use crate::config::Loaded;
 use crate::events::{Event, EventError, EventLog};
 use crate::llm::{FailedAttempt, Message, Request, ToolChoice};
@@ -12,22 +13,16 @@ use crate::tools::{ToolDefinition, ToolName};
 
 /// The request of one turn. `model` is the task's own (its transcript's: the
 /// `model` it was submitted with, else `api.model` when it started); empty falls
-/// back to `api.model`. `mcp_tools` are the MCP tools offered, after the built-ins.
+/// back to `api.model`. `tools` are the definitions offered ([`tools_offered`]).
 pub(super) fn build_request<'a>(
     loaded: &Loaded,
     model: &str,
     messages: &'a [Message],
     summary: bool,
-    mcp_tools: Vec<serde_json::Value>,
+    tools: Vec<serde_json::Value>,
 ) -> Request<'a> {
     let api = &loaded.config.api;
     let model = if model.is_empty() { &api.model } else { model };
-    let tools = ToolName::ALL
-        .into_iter()
-        .filter(|t| advertised(loaded, *t))
-        .map(ToolName::definition)
-        .chain(mcp_tools)
-        .collect();
     Request {
         model: model.to_string(),
         max_tokens: api.max_tokens,
@@ -46,6 +41,20 @@ pub(super) fn build_request<'a>(
             .map(|_| 0),
         stream: api.stream,
     }
+}
+
+/// The tools task `task_id` is offered: the built-ins it has, then the MCP tools,
+/// each within the task's narrowing.
+pub(super) fn tools_offered(env: &TaskEnv, task_id: &str, loaded: &Loaded) -> Vec<serde_json::Value> {
+    let mcp = super::mcp_calls::offered(env, loaded)
+        .into_iter()
+        .filter(|d| d["name"].as_str().is_some_and(|n| env.tree.allows(n)));
+    ToolName::ALL
+        .into_iter()
+        .filter(|t| offered_to(env, task_id, loaded, *t))
+        .map(ToolName::definition)
+        .chain(mcp)
+        .collect()
 }
 
 /// Where the failed attempts of one request are recorded: each becomes a

@@ -44,6 +44,8 @@ impl TaskRun<'_> {
                 model,
                 source: self.spec.source,
                 trace_id,
+                parent_tool_use_id: self.transcript.parent_tool_use_id.clone(),
+                tools: self.transcript.tools.clone(),
             })
             .await?;
         }
@@ -81,9 +83,12 @@ impl TaskRun<'_> {
                     source: std::io::Error::other(e),
                 })
             });
-        let blocks =
-            guard::answer_resumed_calls(self.env, &self.spec.task_id, &uses, trails).await?;
+        let loaded = self.loaded.clone();
+        let task_id = &self.spec.task_id;
+        let blocks = guard::answer_resumed_calls(self.env, task_id, &loaded, &uses, trails).await?;
         self.push_user(blocks);
+        // A child continued above spent for this task too.
+        self.absorb_children();
         Ok(())
     }
 }
@@ -130,6 +135,9 @@ fn fresh_transcript(spec: &TaskSpec) -> Transcript {
         by: None,
         resume_queued: false,
         traceparent: None,
+        parent_tool_use_id: None,
+        tools: None,
+        delegated: None,
     }
 }
 

@@ -160,6 +160,44 @@ pub struct Transcript {
     /// within the caller's trace, after a restart too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+    /// For a child task: the parent's `delegate` call that started it (the parent
+    /// is named by the task's id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_tool_use_id: Option<String>,
+    /// For a child task narrowed by its `delegate` call: the only tools it may use,
+    /// kept so a resumed child stays narrowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
+    /// What the task's children spent, already part of `usage` and `usd`: the
+    /// task's own spending is the rest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delegated: Option<Spent>,
+}
+
+/// Tokens and dollars spent; `usd` is `None` once any request had no price.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Spent {
+    /// Tokens.
+    pub usage: Usage,
+    /// US dollars; `None` when unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usd: Option<f64>,
+}
+
+impl Spent {
+    /// Nothing spent yet: zero tokens, zero dollars.
+    pub fn zero() -> Spent {
+        Spent {
+            usage: Usage::default(),
+            usd: Some(0.0),
+        }
+    }
+
+    /// Adds `usage` and its cost (`None`: unknown, and the sum with it).
+    pub fn add(&mut self, usage: &Usage, usd: Option<f64>) {
+        self.usage.add(usage);
+        self.usd = self.usd.zip(usd).map(|(a, b)| a + b);
+    }
 }
 
 impl Transcript {

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use super::request::{ModelErrors, build_request};
+use super::request::{ModelErrors, build_request, tools_offered};
 use super::{Halt, StopReason, TaskRun, TurnRecord, calls, compact, limits::Repeats};
 use crate::config::Loaded;
 use crate::events::{Event, EventError};
@@ -71,9 +71,42 @@ impl TaskRun<'_> {
         // on disk, so a resume can answer it; no tool runs unsaved.
         self.save_or_stop(&uses).await?;
         let task_id = &self.spec.task_id;
-        let blocks = calls::execute_calls(self.env, task_id, loaded, &uses, &self.ledger).await?;
+        let parent = self.as_parent();
+        let ledger = &self.ledger;
+        let blocks =
+            calls::execute_calls(self.env, task_id, loaded.clone(), &uses, ledger, &parent).await?;
         self.push_user(blocks);
-        self.save_or_stop(&[]).await
+        self.absorb_children();
+        self.save_or_stop(&[]).await?;
+        // Children spend too: once they have used the budget up, the parent sends
+        // nothing more.
+        match self.budget_used_up(&loaded.config.loop_) {
+            Some((reason, _)) => Err(Halt::stop(reason)),
+            None => Ok(()),
+        }
+    }
+
+    /// What a child of this task inherits.
+    fn as_parent(&self) -> super::delegate::Parent {
+        super::delegate::Parent {
+            model: self.transcript.model.clone(),
+            max_turns: self.spec.max_turns.or(self.transcript.max_turns),
+            source: self.spec.source,
+            traceparent: self.transcript.traceparent.clone(),
+        }
+    }
+
+    /// Adds what this task's children spent since the last time to its own
+    /// `usage` and `usd`, which are the task's whole spending.
+    pub(super) fn absorb_children(&mut self) {
+        let spent = self.env.tree.take_children();
+        if spent.usage.total() == 0 && spent.usd == Some(0.0) {
+            return;
+        }
+        self.transcript.usage.add(&spent.usage);
+        self.transcript.usd = self.transcript.usd.zip(spent.usd).map(|(a, b)| a + b);
+        let delegated = self.transcript.delegated.get_or_insert_with(super::Spent::zero);
+        delegated.add(&spent.usage, spent.usd);
     }
 
     /// Whether this turn is the summary turn (the limit reached right after tool
@@ -149,7 +182,7 @@ impl TaskRun<'_> {
             &self.transcript.model,
             &self.transcript.messages,
             summary,
-            super::mcp_calls::offered(self.env, loaded),
+            tools_offered(self.env, &self.spec.task_id, loaded),
         );
         self.record(Event::ModelRequest {
             turn: self.turn,
@@ -214,6 +247,7 @@ impl TaskRun<'_> {
         let threshold = loaded.config.context.compress_threshold_tokens;
         self.compact_due = (input > threshold).then_some(input);
         self.transcript.usage.add(&response.usage);
+        self.env.tree.spend(&response.usage, usd);
         // One unpriced request makes the task's cost unknown for good.
         self.transcript.usd = self.transcript.usd.zip(usd).map(|(a, b)| a + b);
         self.transcript.turns.push(TurnRecord {

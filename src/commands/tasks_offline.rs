@@ -87,6 +87,7 @@ fn read_heads(dir: &Path) -> (Vec<(Task, PathBuf)>, bool) {
 
 fn task_of(h: TranscriptHead) -> Task {
     Task {
+        parent_task_id: crate::protocol::tree::parent_task_id(&h.task_id).map(str::to_string),
         task_id: h.task_id,
         status: h.status,
         stop_reason: h.stop_reason,

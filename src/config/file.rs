@@ -170,7 +170,16 @@ pub struct LoopConfig {
     pub no_progress_repeats: u32,
     /// US dollars a task may cost (from usage and prices) before it stops.
     pub usd_budget: Option<f64>,
+    /// How deep child tasks may nest: 0 turns `delegate` off, 1 lets a task
+    /// delegate but not its children, and so on.
+    pub max_delegation_depth: u32,
+    /// How many of one task's `delegate` calls run at once.
+    pub max_parallel_delegates: u32,
 }
+
+/// The deepest nesting `loop.max_delegation_depth` may allow: each level adds to
+/// the length of a child's id and to the tasks one slot runs.
+pub const MAX_DELEGATION_DEPTH: u32 = 8;
 
 impl Default for LoopConfig {
     fn default() -> Self {
@@ -180,6 +189,8 @@ impl Default for LoopConfig {
             max_tool_calls_per_turn: 8,
             no_progress_repeats: 3,
             usd_budget: None,
+            max_delegation_depth: 2,
+            max_parallel_delegates: 2,
         }
     }
 }
@@ -335,7 +346,7 @@ impl Config {
 
     /// Every count and duration that a zero would make meaningless.
     fn validate_limits(&self) -> Result<(), Bad> {
-        let positive: [(&str, u64); 12] = [
+        let positive: [(&str, u64); 13] = [
             ("api.max_tokens", self.api.max_tokens.into()),
             ("api.timeout_secs", self.api.timeout_secs),
             ("api.max_response_mb", self.api.max_response_mb),
@@ -348,6 +359,10 @@ impl Config {
             (
                 "loop.no_progress_repeats",
                 self.loop_.no_progress_repeats.into(),
+            ),
+            (
+                "loop.max_parallel_delegates",
+                self.loop_.max_parallel_delegates.into(),
             ),
             (
                 "daemon.max_concurrent_tasks",
@@ -368,6 +383,12 @@ impl Config {
             if value == 0 {
                 return Bad::at(key, "must be greater than 0".into());
             }
+        }
+        if self.loop_.max_delegation_depth > MAX_DELEGATION_DEPTH {
+            return Bad::at(
+                "loop.max_delegation_depth",
+                format!("must be at most {MAX_DELEGATION_DEPTH} (0 turns delegation off)"),
+            );
         }
         if !(self.audit.rotate_mb.is_finite() && self.audit.rotate_mb >= 0.0) {
             return Bad::at("audit.rotate_mb", "must be 0 (never) or more".into());

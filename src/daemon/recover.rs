@@ -143,6 +143,7 @@ pub(super) async fn recover_tasks(
             _ => TaskStatus::Finished,
         };
         registry.insert_recorded(Task {
+            parent_task_id: crate::protocol::tree::parent_task_id(&t.task_id).map(str::to_string),
             task_id: t.task_id,
             status,
             stop_reason: t.stop_reason,

@@ -114,6 +114,39 @@ fn live_usage(registry: &Registry, record: &Record) {
     }
 }
 
+/// A child task runs inside its parent's run, not from the queue: the registry
+/// learns of it from its records, so listings, `show` and `cancel` know it.
+fn live_children(registry: &Registry, record: &Record) {
+    let (Some(id), Some(_)) = (&record.task_id, &record.parent_task_id) else {
+        return;
+    };
+    match &record.event {
+        Event::TaskStarted { prompt, .. } => registry.child_started(id, Some(prompt), &record.ts),
+        Event::TaskResumed { .. } => registry.child_started(id, None, &record.ts),
+        Event::TaskInterrupted { .. } => registry.set_status(id, crate::protocol::TaskStatus::Interrupted),
+        Event::TaskFinished {
+            stop_reason,
+            turns,
+            usage,
+            usd,
+            error,
+            ..
+        } => registry.finish(
+            id,
+            &crate::agent::TaskOutcome {
+                stop_reason: *stop_reason,
+                answer: String::new(),
+                turns: *turns,
+                usage: *usage,
+                usd: *usd,
+                error: error.clone(),
+                interrupted: false,
+            },
+        ),
+        _ => {}
+    }
+}
+
 /// Serves the root until `shutdown` resolves (with the reason recorded in
 /// `daemon_stopping`), then stops accepting, starts no queued task, gives running
 /// tasks `daemon.shutdown_grace_secs`, interrupts the rest, stops the services and,
@@ -243,6 +276,7 @@ async fn wire(
             if let Some(record) = Record::from_value(ev.clone()) {
                 metrics.observe(&record.event);
                 live_usage(&registry, &record);
+                live_children(&registry, &record);
             }
         }
     };

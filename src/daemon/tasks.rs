@@ -336,6 +336,12 @@ impl Scheduler {
 
     /// Claims task `id` for a resume (see [`Claim`]).
     pub fn claim(&self, id: &str) -> Result<Claim, ClaimError> {
+        if let Some(parent) = crate::protocol::tree::parent_task_id(id) {
+            return Err(ClaimError::Child {
+                task_id: id.to_string(),
+                parent: parent.to_string(),
+            });
+        }
         let cancel = self.stop_tasks.child_token();
         let previous = self.registry.claim(id, cancel.clone())?;
         Ok(Claim { previous, cancel })
@@ -454,6 +460,8 @@ impl Scheduler {
             .events
             .record(Some(id), Event::TaskCancelled { by })
             .await?;
+        // A child's run is its parent's: its token is kept by the loop.
+        self.services.delegates.cancel(id);
         Ok(self.registry.cancel(id))
     }
 
@@ -497,6 +505,7 @@ impl Scheduler {
                 usd: spec.resume.as_ref().map_or(Some(0.0), |t| t.usd),
                 answer: None,
                 error: None,
+                parent_task_id: None,
                 created,
                 updated: now(),
             },

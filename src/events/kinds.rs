@@ -159,6 +159,12 @@ pub enum Event {
         /// absent otherwise.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         trace_id: Option<String>,
+        /// For a child task: the parent's `delegate` call that started it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent_tool_use_id: Option<String>,
+        /// For a child task narrowed by its `delegate` call: the tools it may use.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tools: Option<Vec<String>>,
     },
     /// A task continues from its transcript.
     TaskResumed {
@@ -530,6 +536,10 @@ pub struct Record {
     pub prev: Option<String>,
     /// The task concerned, when there is one.
     pub task_id: Option<String>,
+    /// For a child task (one a `delegate` call started): the task that started
+    /// it. Every line of a child carries it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_task_id: Option<String>,
     /// The event, with its `type` tag.
     #[serde(flatten)]
     pub event: Event,
@@ -552,6 +562,8 @@ struct Envelope {
     prev: Option<String>,
     #[serde(default)]
     task_id: Option<String>,
+    #[serde(default)]
+    parent_task_id: Option<String>,
     #[serde(flatten)]
     event: serde_json::Map<String, Value>,
 }
@@ -583,6 +595,7 @@ impl Record {
             ts: envelope.ts,
             prev: envelope.prev,
             task_id: envelope.task_id,
+            parent_task_id: envelope.parent_task_id,
             unread: kind.filter(|_| event == Event::Unknown),
             event,
         }

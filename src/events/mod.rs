@@ -633,6 +633,10 @@ fn body(task_id: Option<&str>, event: &Event) -> Map<String, Value> {
         }
         if let Some(id) = task_id {
             out.insert("task_id".into(), id.into());
+            // Read from the id itself, so no writer can leave it out.
+            if let Some(parent) = crate::protocol::tree::parent_task_id(id) {
+                out.insert("parent_task_id".into(), parent.into());
+            }
         }
         out.extend(fields);
     }

@@ -442,7 +442,13 @@ pub const DEFAULT_ALLOW: &[&str] = &[
     "run_bash(git status*)",
 ];
 /// The shipped `tools.ask` rules.
-pub const DEFAULT_ASK: &[&str] = &["write_file", "edit_file", "run_bash", "run_python"];
+pub const DEFAULT_ASK: &[&str] = &[
+    "write_file",
+    "edit_file",
+    "run_bash",
+    "run_python",
+    "delegate",
+];
 /// The shipped `tools.deny` rules.
 pub const DEFAULT_DENY: &[&str] = &["run_bash(rm -rf *)", "read_file(workspace/secrets/*)"];
 

@@ -9,6 +9,10 @@ pub struct ApprovalRequest {
     pub approval_id: String,
     /// The task that made the call.
     pub task_id: String,
+    /// For a call of a child task: the task that delegated it (the child's
+    /// parent), so an approver sees which task the work is for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_task_id: Option<String>,
     /// The call.
     pub tool_use_id: String,
     /// Tool name.

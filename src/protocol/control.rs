@@ -65,6 +65,9 @@ pub struct Task {
     pub created: String,
     /// When the task last changed (RFC 3339).
     pub updated: String,
+    /// For a child task (started by a `delegate` call): its parent's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_task_id: Option<String>,
 }
 
 impl Task {

@@ -16,6 +16,7 @@ pub mod mcp;
 pub mod task;
 pub mod tier;
 pub mod tool_name;
+pub mod tree;
 pub mod usage;
 
 pub use approval::ApprovalRequest;

@@ -20,11 +20,13 @@ pub enum ToolName {
     RunPython,
     /// Returns the current time.
     GetTime,
+    /// Runs a child task and returns its answer.
+    Delegate,
 }
 
 impl ToolName {
     /// Every tool, in the order they are advertised.
-    pub const ALL: [ToolName; 7] = [
+    pub const ALL: [ToolName; 8] = [
         ToolName::ReadFile,
         ToolName::WriteFile,
         ToolName::EditFile,
@@ -32,10 +34,11 @@ impl ToolName {
         ToolName::RunBash,
         ToolName::RunPython,
         ToolName::GetTime,
+        ToolName::Delegate,
     ];
 
     /// Every tool's name, in the order of [`ToolName::ALL`].
-    pub const ALL_NAMES: [&'static str; 7] = [
+    pub const ALL_NAMES: [&'static str; 8] = [
         "read_file",
         "write_file",
         "edit_file",
@@ -43,6 +46,7 @@ impl ToolName {
         "run_bash",
         "run_python",
         "get_time",
+        "delegate",
     ];
 
     /// The name the model uses.

@@ -79,6 +79,19 @@ pub struct RunPythonInput {
 #[serde(deny_unknown_fields)]
 pub struct GetTimeInput {}
 
+/// `delegate` input.
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DelegateInput {
+    /// The child task's prompt: everything it needs to know, since it sees none
+    /// of this conversation.
+    pub prompt: String,
+    /// The tools the child may use, by name: a subset of yours. Omitted: all of
+    /// yours.
+    #[serde(default)]
+    pub tools: Option<Vec<String>>,
+}
+
 /// A validated input of any tool.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ToolInput {
@@ -96,6 +109,8 @@ pub enum ToolInput {
     RunPython(RunPythonInput),
     /// `get_time`.
     GetTime(GetTimeInput),
+    /// `delegate`.
+    Delegate(DelegateInput),
 }
 
 fn parse_as<T: for<'de> Deserialize<'de>>(input: &Value) -> Result<T, String> {
@@ -123,6 +138,7 @@ impl ToolInput {
             ToolName::RunBash => parse_as(input).map(ToolInput::RunBash),
             ToolName::RunPython => parse_as(input).map(ToolInput::RunPython),
             ToolName::GetTime => parse_as(input).map(ToolInput::GetTime),
+            ToolName::Delegate => parse_as(input).map(ToolInput::Delegate),
         }?;
         parsed.check()?;
         Ok(parsed)
@@ -161,6 +177,13 @@ impl ToolInput {
                 positive("timeout_secs", i.timeout_secs)
             }
             ToolInput::RunPython(i) => nonempty("code", &i.code),
+            ToolInput::Delegate(i) => {
+                nonempty("prompt", &i.prompt)?;
+                i.tools
+                    .iter()
+                    .flatten()
+                    .try_for_each(|t| nonempty("each of tools", t))
+            }
         }
     }
 }
@@ -175,6 +198,7 @@ pub fn schema(tool: ToolName) -> Value {
         ToolName::RunBash => schemars::schema_for!(RunBashInput),
         ToolName::RunPython => schemars::schema_for!(RunPythonInput),
         ToolName::GetTime => schemars::schema_for!(GetTimeInput),
+        ToolName::Delegate => schemars::schema_for!(DelegateInput),
     };
     let mut value = schema.to_value();
     if let Some(obj) = value.as_object_mut() {

@@ -17,7 +17,7 @@ mod run;
 /// Re-exported so that the tool runner's users name tools from one place.
 pub use crate::protocol::ToolName;
 pub use input::{
-    EditFileInput, GetTimeInput, ListDirInput, ReadFileInput, RunBashInput, RunPythonInput,
+    DelegateInput, EditFileInput, GetTimeInput, ListDirInput, ReadFileInput, RunBashInput, RunPythonInput,
     ToolInput, WriteFileInput,
 };
 pub use output::{SpoolCut, ToolResult, render_result, render_text, write_private};
@@ -76,6 +76,12 @@ fn description(tool: ToolName) -> &'static str {
              print what you want to see."
         }
         ToolName::GetTime => "Return the current local time in RFC 3339 format.",
+        ToolName::Delegate => {
+            "Run a child task on a self-contained piece of work and return its answer. \
+             The child starts with no history: give it everything it needs in prompt. \
+             tools narrows what it may use (a subset of your tools); its spending counts \
+             against this task's budgets."
+        }
     }
 }
 

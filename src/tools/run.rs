@@ -64,6 +64,7 @@ pub fn judge(input: &ToolInput, loaded: &Loaded) -> Result<Judged, PathError> {
         ToolInput::RunBash(i) => text(&i.command),
         ToolInput::RunPython(i) => text(&i.code),
         ToolInput::GetTime(_) => Ok(Judged::default()),
+        ToolInput::Delegate(i) => text(&i.prompt),
     }
 }
 
@@ -142,6 +143,10 @@ fn job_for(input: &ToolInput, judged: &Judged) -> Result<Option<Job>, String> {
             code: i.code.clone(),
         },
         ToolInput::GetTime(_) => return Ok(None),
+        // A child task is the loop's to run, never a tool process's.
+        ToolInput::Delegate(_) => {
+            return Err("internal error: delegate reached the tool runner".to_string());
+        }
     }))
 }
 

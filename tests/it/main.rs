@@ -29,6 +29,7 @@ mod control_api_errors;
 mod cost;
 mod daemon;
 mod defaults;
+mod delegation;
 mod disk_full;
 mod docs;
 mod escape;

@@ -115,6 +115,7 @@ impl EndedTask {
             prompt: self.prompt.as_deref().map(str::to_string),
             created: self.created.render(),
             updated: self.updated.render(),
+            parent_task_id: crate::protocol::tree::parent_task_id(id).map(str::to_string),
         }
     }
 }

@@ -157,6 +157,31 @@ impl Registry {
         self.insert(info, CancellationToken::new());
     }
 
+    /// A child task started (or was continued) inside its parent's run: listed as
+    /// running from now, with the start of its prompt (a continued one keeps what
+    /// the registry had).
+    pub(super) fn child_started(&self, id: &str, prompt: Option<&str>, ts: &str) {
+        self.with(|m| {
+            let known = m.info(id);
+            let info = Task {
+                task_id: id.to_string(),
+                status: TaskStatus::Running,
+                stop_reason: None,
+                usage: known.as_ref().map(|t| t.usage).unwrap_or_default(),
+                prompt: prompt
+                    .and_then(Task::prompt_start)
+                    .or_else(|| known.as_ref().and_then(|t| t.prompt.clone())),
+                usd: known.as_ref().map_or(Some(0.0), |t| t.usd),
+                answer: None,
+                error: None,
+                created: known.as_ref().map_or_else(|| ts.to_string(), |t| t.created.clone()),
+                updated: ts.to_string(),
+                parent_task_id: crate::protocol::tree::parent_task_id(id).map(str::to_string),
+            };
+            m.put(info, CancellationToken::new());
+        });
+    }
+
     /// Claims `id` for a resume: in one step under the lock, checks that it is
     /// interrupted or stopped (not with an answer) and marks it queued, with `cancel`
     /// as its token. Returns the entry as it was, for [`Registry::restore`].
@@ -328,6 +353,15 @@ pub enum ClaimError {
     /// It ended with the model's answer; there is nothing to continue.
     #[error("task {0} already ended with an answer")]
     Answered(String),
+    /// A child task: it runs only inside its parent, and resuming the parent
+    /// continues a child it left open.
+    #[error("task {task_id} is a child of {parent}; resume {parent} instead, which continues it")]
+    Child {
+        /// The child.
+        task_id: String,
+        /// Its parent.
+        parent: String,
+    },
 }
 
 #[cfg(test)]
@@ -347,6 +381,7 @@ mod tests {
             error: Some("e".repeat(10_000)),
             created: created.into(),
             updated: created.into(),
+            parent_task_id: None,
         }
     }
 

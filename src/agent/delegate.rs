@@ -1,0 +1,351 @@
+//! `delegate`: a child task with its own history, run through this same loop
+//! inside its parent's slot, confined by the parent's policy and narrowed by the
+//! call's `tools`; it can only ever have less than its parent.
+//!
+//! A child's id is its parent's and the call's (`protocol::tree`), so every line
+//! it writes names its parent. Its spending goes to the [`Tree`] the whole family
+//! shares and is held to the budgets of the task at the top; a cancelled parent
+//! records the child's cancellation (`by: parent:<id>`) before it stops it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio_util::sync::CancellationToken;
+
+use super::{Spent, StopReason, TaskEnv, TaskSpec, Transcript, TaskStatus};
+use crate::config::Loaded;
+use crate::events::{Event, EventError};
+use crate::llm::ToolUse;
+use crate::protocol::tree::{child_task_id, delegation_depth};
+use crate::protocol::{Source, ToolName};
+use crate::tools::{DelegateInput, ToolResult};
+
+/// A task's place in its tree. Cheap to clone; clones share the counters.
+#[derive(Clone, Debug)]
+pub struct Tree {
+    /// What the whole tree spent: the task at the top, every child, every
+    /// grandchild. Every response of any of them adds to it as it comes, and each
+    /// task's budget check reads it.
+    spent: Arc<Mutex<Spent>>,
+    /// What this task's children spent, not yet added to its transcript: the loop
+    /// takes it after each turn's calls.
+    children: Arc<Mutex<Spent>>,
+    /// The only tools this task may use, when its `delegate` call narrowed it.
+    tools: Option<Arc<[String]>>,
+}
+
+impl Tree {
+    /// The tree of a task that nobody delegated: it spent nothing yet.
+    pub fn root() -> Tree {
+        Tree {
+            spent: Arc::new(Mutex::new(Spent::zero())),
+            children: Arc::new(Mutex::new(Spent::zero())),
+            tools: None,
+        }
+    }
+
+    /// A child's place: the same spending, counters of its own, `tools`.
+    fn child(&self, tools: Option<Vec<String>>) -> Tree {
+        Tree {
+            spent: self.spent.clone(),
+            children: Arc::new(Mutex::new(Spent::zero())),
+            tools: tools.map(Into::into),
+        }
+    }
+
+    /// Adds spending to the tree's total.
+    pub(super) fn spend(&self, usage: &crate::llm::Usage, usd: Option<f64>) {
+        if let Ok(mut s) = self.spent.lock() {
+            s.add(usage, usd);
+        }
+    }
+
+    /// What the whole tree has spent so far.
+    pub(super) fn total(&self) -> Spent {
+        self.spent.lock().map(|s| *s).unwrap_or_default()
+    }
+
+    /// Takes what this task's children spent since the last take.
+    pub(super) fn take_children(&self) -> Spent {
+        self.children
+            .lock()
+            .map(|mut s| std::mem::replace(&mut *s, Spent::zero()))
+            .unwrap_or_else(|_| Spent::zero())
+    }
+
+    /// Whether the task may use the tool called `name` (before policy and config,
+    /// which judge every task alike).
+    pub(super) fn allows(&self, name: &str) -> bool {
+        self.tools
+            .as_ref()
+            .is_none_or(|t| t.iter().any(|n| n == name))
+    }
+}
+
+/// The children running now, by id, with the token that stops each: the daemon
+/// cancels one on its own through this. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct Delegates {
+    running: Arc<Mutex<HashMap<String, CancellationToken>>>,
+}
+
+impl Delegates {
+    /// Cancels the running child `id`; false when no such child runs.
+    pub fn cancel(&self, id: &str) -> bool {
+        let token = self.running.lock().ok().and_then(|m| m.get(id).cloned());
+        token.map(|t| t.cancel()).is_some()
+    }
+
+    /// Whether child `id` runs now.
+    pub fn is_running(&self, id: &str) -> bool {
+        self.running.lock().is_ok_and(|m| m.contains_key(id))
+    }
+
+    fn enter(&self, id: &str, token: CancellationToken) {
+        if let Ok(mut m) = self.running.lock() {
+            m.insert(id.to_string(), token);
+        }
+    }
+
+    fn leave(&self, id: &str) {
+        if let Ok(mut m) = self.running.lock() {
+            m.remove(id);
+        }
+    }
+}
+
+/// What a child inherits from its parent's transcript.
+#[derive(Debug, Clone)]
+pub(super) struct Parent {
+    /// The parent's model: a child never runs on another.
+    pub model: String,
+    /// The parent's own turn limit, if it was given one.
+    pub max_turns: Option<u32>,
+    /// Where the parent came from.
+    pub source: Source,
+    /// The caller's trace, if the parent came with one.
+    pub traceparent: Option<String>,
+}
+
+/// The checks a `delegate` call must pass before policy judges it: `Err` is its
+/// answer, and no child starts. The depth limit, and `tools` a subset of the
+/// parent's own (built-in or MCP) tools.
+pub(super) fn admissible(
+    env: &TaskEnv,
+    task_id: &str,
+    loaded: &Loaded,
+    input: &DelegateInput,
+    parent_has: impl Fn(&str) -> bool,
+) -> Result<(), ToolResult> {
+    let max = loaded.config.loop_.max_delegation_depth;
+    if delegation_depth(task_id) >= max {
+        return Err(ToolResult::error(format!(
+            "not executed: tasks may nest at most {max} deep (loop.max_delegation_depth), \
+             and this task is at that depth; do the work yourself"
+        )));
+    }
+    let lacking: Vec<&str> = input
+        .tools
+        .iter()
+        .flatten()
+        .map(String::as_str)
+        .filter(|t| !(env.tree.allows(t) && parent_has(t)))
+        .collect();
+    if !lacking.is_empty() {
+        return Err(ToolResult::error(format!(
+            "not executed: a child can only have tools this task has, and it lacks {}; \
+             no child was started. Call delegate again with tools from your own list \
+             (or without tools, for all of yours).",
+            lacking.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// Runs the child of `call` to its end and makes its outcome the call's result.
+/// `Err` only when the audit log failed.
+pub(super) async fn run(
+    env: &TaskEnv,
+    task_id: &str,
+    loaded: &Loaded,
+    parent: &Parent,
+    call: &ToolUse,
+    input: &DelegateInput,
+) -> Result<ToolResult, EventError> {
+    let child_id = child_task_id(task_id, &call.id);
+    let path = Transcript::path(&loaded.paths.transcripts, &child_id);
+    if path.exists() {
+        return Ok(ToolResult::error(format!(
+            "not executed: a task {child_id} already exists, so no child was started for \
+             this call; call delegate again (a new call gets a new child)"
+        )));
+    }
+    let spec = TaskSpec {
+        task_id: child_id.clone(),
+        prompt: input.prompt.clone(),
+        max_turns: parent.max_turns,
+        source: parent.source,
+        by: format!("parent:{task_id}"),
+        resume: None,
+        resume_recorded: false,
+    };
+    let transcript = Transcript {
+        parent_tool_use_id: Some(call.id.clone()),
+        tools: input.tools.clone(),
+        traceparent: parent.traceparent.clone(),
+        ..super::queued_transcript(&spec, parent.model.clone(), spec.by.clone())
+    };
+    let spec = TaskSpec {
+        resume: Some(transcript),
+        ..spec
+    };
+    let outcome = run_child(env, task_id, spec, input.tools.clone()).await?;
+    Ok(result_of(&child_id, &outcome, loaded))
+}
+
+/// Continues the child that call `tool_use_id` of `task_id` started, when the
+/// parent is resumed with that call open and the child had not ended (the daemon
+/// died under both); its outcome is the call's answer. `Ok(None)`: the call is not
+/// a `delegate` call, or it left no open child (it never started one, or the child
+/// ended), and the call is answered as any other open call.
+pub(super) async fn continue_open(
+    env: &TaskEnv,
+    task_id: &str,
+    loaded: &Loaded,
+    tool: &str,
+    tool_use_id: &str,
+) -> Result<Option<ToolResult>, EventError> {
+    if tool != ToolName::Delegate.as_str() {
+        return Ok(None);
+    }
+    let child_id = child_task_id(task_id, tool_use_id);
+    let path = Transcript::path(&loaded.paths.transcripts, &child_id);
+    let Ok(child) = Transcript::read_async(path).await else {
+        return Ok(None);
+    };
+    if !open_child(&child) || child.parent_tool_use_id.as_deref() != Some(tool_use_id) {
+        return Ok(None);
+    }
+    let tools = child.tools.clone();
+    let spec = TaskSpec {
+        task_id: child_id.clone(),
+        prompt: String::new(),
+        max_turns: child.max_turns,
+        source: child.source.unwrap_or(Source::Cli),
+        by: format!("parent:{task_id}"),
+        resume: Some(child),
+        resume_recorded: false,
+    };
+    let outcome = run_child(env, task_id, spec, tools).await?;
+    Ok(Some(result_of(&child_id, &outcome, loaded)))
+}
+
+/// The child task's own run, inside the parent's: its own token (cancelled with
+/// the parent's, once that is on the record), its own output budget and MCP
+/// servers, the tree's spending. What it spent is left for the parent to take.
+async fn run_child(
+    env: &TaskEnv,
+    task_id: &str,
+    spec: TaskSpec,
+    tools: Option<Vec<String>>,
+) -> Result<super::TaskOutcome, EventError> {
+    let services = super::TaskServices {
+        // A child's text is not the parent's stream.
+        live_text: None,
+        ..env.services.clone()
+    };
+    let cancel = CancellationToken::new();
+    let child_env = TaskEnv {
+        tree: env.tree.child(tools),
+        cancel: cancel.clone(),
+        stopping: env.stopping.clone(),
+        ..services.for_task(cancel.clone())
+    };
+    let child_id = spec.task_id.clone();
+    env.services.delegates.enter(&child_id, cancel.clone());
+    let _leave = scopeguard(&env.services.delegates, &child_id);
+    // Boxed: the child's run is this very loop, one level down.
+    let mut child = Box::pin(super::run_task(&child_env, &spec));
+    let outcome = tokio::select! {
+        out = &mut child => out,
+        () = env.cancel.cancelled() => {
+            // A daemon stopping interrupts the child as it does the parent; the
+            // user's cancel of the parent is the child's too, and said so first.
+            if !env.stopping.is_cancelled() {
+                let by = format!("parent:{task_id}");
+                env.services
+                    .events
+                    .record(Some(&child_id), Event::TaskCancelled { by })
+                    .await?;
+            }
+            cancel.cancel();
+            child.await
+        }
+    }?;
+    if let Ok(mut c) = env.tree.children.lock() {
+        c.add(&outcome.usage, outcome.usd);
+    }
+    Ok(outcome)
+}
+
+/// Removes a child from [`Delegates`] when its run ends, however it ends.
+struct Leave<'a> {
+    delegates: &'a Delegates,
+    id: &'a str,
+}
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        self.delegates.leave(self.id);
+    }
+}
+
+fn scopeguard<'a>(delegates: &'a Delegates, id: &'a str) -> Leave<'a> {
+    Leave { delegates, id }
+}
+
+/// The parent's result for a child's outcome: the answer itself when the child
+/// ended its turn, else an error saying how it stopped (and what it had said).
+fn result_of(child_id: &str, outcome: &super::TaskOutcome, loaded: &Loaded) -> ToolResult {
+    let max = loaded.policy.settings.output.max_chars;
+    let see = format!("`harnessd show {child_id}` shows the child's whole transcript");
+    let (answer, cut) = crate::text::truncate_middle(&outcome.answer, max, 0);
+    let note = if cut { format!("\n({see})") } else { String::new() };
+    if outcome.stop_reason == StopReason::EndTurn {
+        return ToolResult::ok(format!("{answer}{note}"));
+    }
+    let how = if outcome.interrupted {
+        "was interrupted (the daemon stopped)".to_string()
+    } else {
+        format!("stopped with {}", outcome.stop_reason.as_str())
+    };
+    let error = outcome
+        .error
+        .as_deref()
+        .map(|e| format!(": {e}"))
+        .unwrap_or_default();
+    let said = if outcome.answer.is_empty() {
+        String::new()
+    } else {
+        format!("\nIts last text:\n{answer}")
+    };
+    ToolResult::error(format!(
+        "the child task {child_id} {how}{error}; {see}.{said}"
+    ))
+}
+
+/// Whether `t` is a child the parent's resume should continue: one that had not
+/// ended when the daemon died.
+fn open_child(t: &Transcript) -> bool {
+    matches!(
+        t.status,
+        TaskStatus::Running | TaskStatus::Interrupted | TaskStatus::AwaitingApproval
+    )
+}
+
+/// Whether `tool` is `delegate` and offered to task `task_id` (its depth allows
+/// another level).
+pub(super) fn offered(loaded: &Loaded, task_id: &str, tool: ToolName) -> bool {
+    tool != ToolName::Delegate
+        || delegation_depth(task_id) < loaded.config.loop_.max_delegation_depth
+}
