@@ -29,7 +29,38 @@ fn usd(cost: Option<f64>) -> String {
     cost.map_or_else(|| "?".to_string(), |d| format!("${d:.4}"))
 }
 
-/// The `tasks` table: one row per task, newest first.
+/// `tasks` in the order the table shows them, each with its depth: newest first,
+/// each child right under its parent (oldest child first) when both are listed.
+fn nested(tasks: &[Task]) -> Vec<(usize, &Task)> {
+    let listed: std::collections::HashSet<&str> =
+        tasks.iter().map(|t| t.task_id.as_str()).collect();
+    let parent_listed = |t: &Task| {
+        t.parent_task_id
+            .as_deref()
+            .is_some_and(|p| listed.contains(p))
+    };
+    let mut out = Vec::with_capacity(tasks.len());
+    let mut stack: Vec<(usize, &Task)> = tasks
+        .iter()
+        .rev()
+        .filter(|t| !parent_listed(t))
+        .map(|t| (0, t))
+        .collect();
+    while let Some((depth, t)) = stack.pop() {
+        out.push((depth, t));
+        // Pushed newest first, so the oldest child is popped (shown) first.
+        stack.extend(
+            tasks
+                .iter()
+                .filter(|c| c.parent_task_id.as_deref() == Some(t.task_id.as_str()))
+                .map(|c| (depth + 1, c)),
+        );
+    }
+    out
+}
+
+/// The `tasks` table: one row per task, newest first, children nested under
+/// their parents.
 pub fn print_tasks(out: &mut impl Write, tasks: &[Task]) -> std::io::Result<()> {
     let mut rows = vec![
         [
@@ -37,7 +68,11 @@ pub fn print_tasks(out: &mut impl Write, tasks: &[Task]) -> std::io::Result<()> 
         ]
         .map(String::from),
     ];
-    for t in tasks {
+    for (depth, t) in nested(tasks) {
+        let branch = match depth {
+            0 => String::new(),
+            d => format!("{}└ ", "  ".repeat(d - 1)),
+        };
         // Escaped first, then cut: the cut never splits an escape sequence's
         // meaning, since what is shown is the escaped text.
         let prompt = t
@@ -45,7 +80,7 @@ pub fn print_tasks(out: &mut impl Write, tasks: &[Task]) -> std::io::Result<()> 
             .as_deref()
             .map_or("-".into(), |p| cut(&escape_line(p), PROMPT_COLUMN));
         rows.push([
-            escape_line(&t.task_id).into_owned(),
+            format!("{branch}{}", escape_line(&t.task_id)),
             t.status.as_str().to_string(),
             t.stop_reason.map_or("-", StopReason::as_str).to_string(),
             t.usage.total().to_string(),
@@ -62,6 +97,9 @@ pub fn print_task(out: &mut impl Write, t: &Task) -> std::io::Result<()> {
     let u = &t.usage;
     let stop = t.stop_reason.map_or(String::new(), |s| format!(" ({s})"));
     writeln!(out, "task     {}", escape_line(&t.task_id))?;
+    if let Some(p) = &t.parent_task_id {
+        writeln!(out, "parent   {}", escape_line(p))?;
+    }
     writeln!(out, "status   {}{stop}", t.status.as_str())?;
     writeln!(
         out,
@@ -94,12 +132,14 @@ pub fn print_approvals(
     approvals: &[Approval],
     width: usize,
 ) -> std::io::Result<()> {
-    let mut rows = vec![["APPROVAL", "TASK", "TOOL", "RULE", "REQUESTED"].map(String::from)];
+    let mut rows =
+        vec![["APPROVAL", "TASK", "PARENT", "TOOL", "RULE", "REQUESTED"].map(String::from)];
     for a in approvals {
         let r = &a.request;
         rows.push([
             escape_line(&r.approval_id).into_owned(),
             escape_line(&r.task_id).into_owned(),
+            escape_line(r.parent_task_id.as_deref().unwrap_or("-")).into_owned(),
             escape_line(&r.tool).into_owned(),
             escape_line(&r.rule).into_owned(),
             escape_line(&a.requested_at).into_owned(),
@@ -123,9 +163,14 @@ pub fn print_approvals(
 /// character of the input, wrapped at `width`.
 pub fn print_approval(out: &mut impl Write, a: &Approval, width: usize) -> std::io::Result<()> {
     let r = &a.request;
+    let parent = r
+        .parent_task_id
+        .as_deref()
+        .map(|p| format!(" (child of {})", escape_line(p)))
+        .unwrap_or_default();
     writeln!(
         out,
-        "{}  {}  {}  rule {}",
+        "{}  {}{parent}  {}  rule {}",
         escape_line(&r.approval_id),
         escape_line(&r.task_id),
         escape_line(&r.tool),

@@ -35,6 +35,22 @@ struct Call {
     duration_ms: Option<u64>,
     is_error: Option<bool>,
     output_file: Option<String>,
+    /// For a `delegate` call: the child task it started.
+    child: Option<String>,
+}
+
+/// One task below the shown one: a child, a grandchild, …
+#[derive(Debug, Serialize)]
+struct Descendant {
+    task_id: String,
+    /// 1 for a child, 2 for a grandchild, …
+    depth: u32,
+    status: String,
+    stop_reason: Option<String>,
+    /// Tokens it used, its own children's included.
+    tokens: u64,
+    usd: Option<f64>,
+    prompt: Option<String>,
 }
 
 /// The whole view of a task.
@@ -52,7 +68,11 @@ struct Shown {
     created: String,
     duration_ms: Option<u64>,
     submitted_by: Option<String>,
+    /// For a child task: the task that delegated it.
+    parent_task_id: Option<String>,
     calls: Vec<Call>,
+    /// The tasks it delegated to, and theirs, each under its parent.
+    children: Vec<Descendant>,
     answer: Option<String>,
 }
 
@@ -63,7 +83,7 @@ pub fn run(root: &Path, id: &str, json_out: bool) -> Result<ExitCode, CliError> 
         Err(code) => return Ok(exit(code)),
     };
     let dir = &loaded.paths.transcripts;
-    let valid_id = !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+    let valid_id = crate::protocol::tree::is_task_id(id);
     let transcript = match valid_id.then(|| Transcript::read(&Transcript::path(dir, id))) {
         Some(Ok(t)) => t,
         Some(Err(e)) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -104,10 +124,13 @@ fn build(t: &Transcript, events: &Path) -> Result<Shown, CliError> {
             if !listed.insert(id.clone()) {
                 continue;
             }
+            let child = (tool == crate::protocol::ToolName::Delegate.as_str())
+                .then(|| crate::protocol::tree::child_task_id(&t.task_id, &id));
             calls.push(Call {
                 tool_use_id: id,
                 tool,
                 input,
+                child,
                 ..Call::default()
             });
         }
@@ -127,7 +150,9 @@ fn build(t: &Transcript, events: &Path) -> Result<Shown, CliError> {
         submitted_by: t.by.clone().or_else(|| {
             (t.source == Some(crate::protocol::Source::Cli)).then(|| "cli".to_string())
         }),
+        parent_task_id: crate::protocol::tree::parent_task_id(&t.task_id).map(str::to_string),
         calls: Vec::new(),
+        children: Vec::new(),
         answer: t.answer.clone(),
     };
     let index: HashMap<String, usize> = calls
@@ -143,7 +168,11 @@ fn build(t: &Transcript, events: &Path) -> Result<Shown, CliError> {
     for found in query::run(events, query)? {
         match found {
             Found::Line(_, ev) => {
-                if let Some(record) = Record::from_value(ev) {
+                // The query brings the children's lines too; theirs are shown as
+                // theirs, under `children`.
+                if let Some(record) =
+                    Record::from_value(ev).filter(|r| r.task_id.as_deref() == Some(&t.task_id))
+                {
                     if let Some(kind) = &record.unread {
                         let at = format!(
                             "seq {}: a {kind:?} line this version cannot read",
@@ -167,7 +196,58 @@ fn build(t: &Transcript, events: &Path) -> Result<Shown, CliError> {
         }
     }
     shown.calls = calls;
+    if let Some(dir) = events.parent() {
+        shown.children = descendants(dir, &t.task_id);
+    }
     Ok(shown)
+}
+
+/// The tasks below `id` whose transcripts are in `dir`, each right after its
+/// parent, oldest first; read by their heads only (the messages are skipped).
+fn descendants(dir: &Path, id: &str) -> Vec<Descendant> {
+    let prefix = format!("{id}.");
+    let mut found: Vec<(String, crate::agent::TranscriptHead)> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let task = name.strip_suffix(".json")?;
+            if !task.starts_with(&prefix) || !crate::protocol::tree::is_task_id(task) {
+                return None;
+            }
+            let text = Transcript::read_text(&e.path()).ok()?;
+            Some((task.to_string(), serde_json::from_str(&text).ok()?))
+        })
+        .collect();
+    // A child's id extends its parent's: sorted by (created, id) within each
+    // parent, the depth-first order is the ids' own order once each level is.
+    found.sort_by(|(a, ha), (b, hb)| tree_order(a, &ha.created, b, &hb.created));
+    let base = crate::protocol::tree::delegation_depth(id);
+    found
+        .into_iter()
+        .map(|(task_id, h)| Descendant {
+            depth: crate::protocol::tree::delegation_depth(&task_id) - base,
+            status: h.status.as_str().to_string(),
+            stop_reason: h.stop_reason.map(|s| s.as_str().to_string()),
+            tokens: h.usage.total(),
+            usd: h.usd,
+            prompt: h.prompt,
+            task_id,
+        })
+        .collect()
+}
+
+/// Depth-first order of two tasks of one tree: an ancestor before its
+/// descendants, siblings by creation time.
+fn tree_order(a: &str, created_a: &str, b: &str, created_b: &str) -> std::cmp::Ordering {
+    if crate::protocol::tree::within_tree(b, a) {
+        return std::cmp::Ordering::Less;
+    }
+    if crate::protocol::tree::within_tree(a, b) {
+        return std::cmp::Ordering::Greater;
+    }
+    (created_a, a).cmp(&(created_b, b))
 }
 
 /// The call a line is about: by its `tool_use_id`, or for an approval's lines
@@ -283,11 +363,39 @@ fn print(out: &mut impl Write, s: &Shown) -> std::io::Result<()> {
         escape_line(&s.created)
     )?;
     writeln!(out, "by       {}", or_dash(s.submitted_by.as_deref()))?;
+    if let Some(p) = &s.parent_task_id {
+        writeln!(out, "parent   {}", escape_line(p))?;
+    }
     for (n, c) in s.calls.iter().enumerate() {
         print_call(out, n + 1, c)?;
     }
+    print_children(out, &s.children)?;
     if let Some(a) = s.answer.as_deref().filter(|a| !a.is_empty()) {
         print_answer(out, a)?;
+    }
+    Ok(())
+}
+
+/// The tree of the task's children, each with what it cost (its own children
+/// included: a task's cost is its whole subtree's).
+fn print_children(out: &mut impl Write, children: &[Descendant]) -> std::io::Result<()> {
+    if children.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "
+children:")?;
+    for c in children {
+        let indent = "  ".repeat(c.depth as usize);
+        let cost = c.usd.map_or_else(|| "?".to_string(), |d| format!("${d:.4}"));
+        writeln!(
+            out,
+            "{indent}{}  {} ({})  {} tokens  {cost}  {}",
+            escape_line(&c.task_id),
+            c.status,
+            or_dash(c.stop_reason.as_deref()),
+            c.tokens,
+            escape_line(c.prompt.as_deref().unwrap_or("-"))
+        )?;
     }
     Ok(())
 }
@@ -349,5 +457,8 @@ fn print_call(out: &mut impl Write, n: usize, c: &Call) -> std::io::Result<()> {
             ""
         }
     )?;
+    if let Some(child) = &c.child {
+        writeln!(out, "  child     {}", escape_line(child))?;
+    }
     writeln!(out, "  output    {}", or_dash(c.output_file.as_deref()))
 }

@@ -151,8 +151,9 @@ async fn follow_until_finished(
     prefix: &CommandPrefix,
     calls: &mut CallTally,
 ) -> Result<bool, CliError> {
-    // Only this task's events come: the stream is filtered by task; `text=1` adds
-    // the model's text as it streams.
+    // Only this task's events come, and its children's (their approvals are
+    // waited for too): the stream is filtered by task; `text=1` adds the model's
+    // text as it streams.
     let path = format!("/v1/events?task={}&follow=1&text=1", enc(id));
     let mut events = client::LineStream::open(socket, &path).await?;
     let mut shown: HashSet<String> = HashSet::new();
@@ -190,7 +191,11 @@ async fn follow_until_finished(
                 remembered,
                 ..
             } => show_resolved(approval_id, *decision, by, remembered.as_deref()),
-            Event::TaskFinished { .. } => return Ok(true),
+            // The stream holds the children's lines too: only the task's own end
+            // ends the wait.
+            Event::TaskFinished { .. } if record.task_id.as_deref() == Some(id) => {
+                return Ok(true);
+            }
             // Each call and its decision, in `run`'s words.
             Event::ToolRequested { .. }
             | Event::PolicyDecision { .. }

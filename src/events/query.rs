@@ -48,7 +48,7 @@ pub enum QueryError {
 /// What a query asks for, as given on the command line or in the URL.
 #[derive(Debug, Clone, Default)]
 pub struct QueryParams {
-    /// Only this task.
+    /// Only this task and its children (the tasks it delegated to, and theirs).
     pub task: Option<String>,
     /// Only this event type.
     pub kind: Option<String>,
@@ -160,10 +160,10 @@ impl Query {
         let seq = ev.get("seq").and_then(Value::as_u64).unwrap_or(0);
         seq > self.after_seq
             && self.until_seq.is_none_or(|u| seq <= u)
-            && self
-                .task
-                .as_deref()
-                .is_none_or(|t| field("task_id") == Some(t))
+            // A task's children are part of its work: their lines come too.
+            && self.task.as_deref().is_none_or(|t| {
+                field("task_id").is_some_and(|id| crate::protocol::tree::within_tree(id, t))
+            })
             && self
                 .kind
                 .as_deref()

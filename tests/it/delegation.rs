@@ -566,3 +566,43 @@ fn kill_9_mid_child_then_resuming_the_parent_continues_the_child() {
     }
     log_holds(&root);
 }
+
+#[test]
+fn submit_wait_shows_a_childs_approval_with_both_ids_and_waits_for_the_parent() {
+    let api = family(vec![
+        ("parent", vec![delegate("d1", "child"), Reply::text("parent done")]),
+        (
+            "child",
+            vec![
+                Reply::tool("w1", "write_file", json!({"path": "w.txt", "content": "x"})),
+                Reply::text("child done"),
+            ],
+        ),
+    ]);
+    let root = root_allowing_delegate(&api);
+    let d = Daemon::start(&root);
+    let wait = root
+        .command(&["submit", "--wait", "parent"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("the child's approval", || {
+        d.request("GET", "/v1/approvals", None).1["approvals"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty())
+    });
+    let (_, list) = d.request("GET", "/v1/approvals", None);
+    let a = &list["approvals"][0];
+    let (child, parent) = (a["task_id"].as_str().unwrap(), a["parent_task_id"].as_str().unwrap());
+    let out = root.run(&["approve", a["approval_id"].as_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let done = wait.wait_with_output().unwrap();
+    assert_eq!(done.status.code(), Some(0), "{}", stderr(&done));
+    assert!(stdout(&done).contains("parent done"), "{}", stdout(&done));
+    let progress = stderr(&done);
+    assert!(
+        progress.contains(&format!("{child} (child of {parent})")),
+        "{progress}"
+    );
+}
