@@ -606,3 +606,32 @@ fn submit_wait_shows_a_childs_approval_with_both_ids_and_waits_for_the_parent() 
         "{progress}"
     );
 }
+
+#[test]
+fn bad_delegation_limits_are_refused_with_file_line_and_key() {
+    let api = FakeApi::start(vec![]);
+    for (key, value, says) in [
+        ("max_delegation_depth", "9", "must be at most 8"),
+        ("max_parallel_delegates", "0", "must be greater than 0"),
+        ("max_delegation_depth", "\"two\"", "invalid type"),
+    ] {
+        let root = TestRoot::new(&api.url);
+        root.set_config("loop", key, value);
+        let out = root.run(&["check"]);
+        assert_eq!(out.status.code(), Some(2), "{key}");
+        let err = stderr(&out);
+        assert!(
+            err.contains("config/config.toml:")
+                && err.contains(&format!("loop.{key}"))
+                && err.contains(says),
+            "{key}: {err}"
+        );
+    }
+    // Depth 0 is valid: delegation is off, and delegate is not offered.
+    let api = family(vec![("p", vec![Reply::text("ok")])]);
+    let root = root_allowing_delegate(&api);
+    root.set_config("loop", "max_delegation_depth", "0");
+    let out = root.run(&["run", "p"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!offered(&requests_of(&api, "p")[0]).contains(&"delegate".to_string()));
+}
