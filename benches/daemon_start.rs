@@ -114,6 +114,9 @@ fn transcript(i: usize) -> Transcript {
         by: Some("uid:1000".into()),
         resume_queued: false,
         traceparent: None,
+        parent_tool_use_id: None,
+        tools: None,
+        delegated: None,
     }
 }
 

@@ -72,14 +72,15 @@ pub enum Command {
         #[arg(required_unless_present = "file")]
         task: Option<String>,
     },
-    /// List the daemon's tasks.
+    /// List the daemon's tasks, each child task nested under its parent.
     Tasks {
         /// Print JSON.
         #[arg(long)]
         json: bool,
     },
     /// Show one task from its transcript and the audit log (no daemon needed):
-    /// each tool call with its decision, approver, exit and output file.
+    /// each tool call with its decision, approver, exit and output file, then the
+    /// tree of its child tasks with each one's cost.
     Show {
         /// The task id, as `submit` printed it.
         id: String,
@@ -197,7 +198,7 @@ pub enum Command {
 /// `harnessd events` filters (the same as `/v1/events` query parameters).
 #[derive(Debug, clap::Args)]
 pub struct EventsArgs {
-    /// Only this task's events.
+    /// Only this task's events (and its child tasks').
     #[arg(long)]
     pub task: Option<String>,
     /// Only events of this type (an unknown type is a usage error).

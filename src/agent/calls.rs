@@ -178,7 +178,7 @@ fn over_limit(loaded: &Loaded, index: usize) -> Option<ToolResult> {
 }
 
 /// The checks that need no policy: a known and offered tool, input matching its
-/// schema. `Err` is the call's answer.
+/// schema, and for `delegate` what a child may be given. `Err` is the call's answer.
 fn validate(
     env: &TaskEnv,
     task_id: &str,
@@ -198,12 +198,27 @@ fn validate(
             available.join(", ")
         )));
     };
-    match ToolInput::parse(tool, input) {
-        Ok(parsed) => Ok((tool, parsed)),
-        Err(e) => Err(ToolResult::error(format!(
+    let parsed = ToolInput::parse(tool, input).map_err(|e| {
+        ToolResult::error(format!(
             "invalid input for {name}: {e}. Call {name} again with input matching its schema."
-        ))),
+        ))
+    })?;
+    if let ToolInput::Delegate(d) = &parsed {
+        let has = |n: &str| task_has(env, task_id, loaded, n);
+        super::delegate::admissible(env, task_id, loaded, d, has)?;
     }
+    Ok((tool, parsed))
+}
+
+/// The answer of a call of a tool the task's `delegate` call did not give it.
+fn outside_narrowing(env: &TaskEnv, call: &ToolUse) -> Option<ToolResult> {
+    (!env.tree.allows(&call.name)).then(|| {
+        ToolResult::error(format!(
+            "unknown tool {:?}: this task was delegated a narrower set of tools, and it \
+             is not one of them",
+            call.name
+        ))
+    })
 }
 
 /// Checks one call against validation, limits, policy and approval: `Ok` means
@@ -215,15 +230,8 @@ async fn admit(
     index: usize,
     call: &ToolUse,
 ) -> Result<Kind, NotRun> {
-    if let Some(refused) = over_limit(loaded, index) {
+    if let Some(refused) = over_limit(loaded, index).or_else(|| outside_narrowing(env, call)) {
         return Err(NotRun::Refused(refused));
-    }
-    if !env.tree.allows(&call.name) {
-        return Err(NotRun::Refused(ToolResult::error(format!(
-            "unknown tool {:?}: this task was delegated a narrower set of tools, and it \
-             is not one of them",
-            call.name
-        ))));
     }
     if let Some(name) = crate::protocol::mcp::McpToolName::parse(&call.name) {
         return super::mcp_calls::admit(env, task_id, loaded, call, name)
@@ -231,12 +239,7 @@ async fn admit(
             .map(Kind::Mcp);
     }
     let ToolUse { id, name, input } = call;
-    let (tool, parsed) =
-        validate(env, task_id, loaded, name, input).map_err(NotRun::Refused)?;
-    if let ToolInput::Delegate(d) = &parsed {
-        let has = |n: &str| task_has(env, task_id, loaded, n);
-        super::delegate::admissible(env, task_id, loaded, d, has).map_err(NotRun::Refused)?;
-    }
+    let (tool, parsed) = validate(env, task_id, loaded, name, input).map_err(NotRun::Refused)?;
     let (
         parsed,
         tools::Verdict {

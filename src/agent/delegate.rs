@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio_util::sync::CancellationToken;
 
-use super::{Spent, StopReason, TaskEnv, TaskSpec, Transcript, TaskStatus};
+use super::{Spent, StopReason, TaskEnv, TaskSpec, TaskStatus, Transcript};
 use crate::config::Loaded;
 use crate::events::{Event, EventError};
 use crate::llm::ToolUse;
@@ -310,7 +310,11 @@ fn result_of(child_id: &str, outcome: &super::TaskOutcome, loaded: &Loaded) -> T
     let max = loaded.policy.settings.output.max_chars;
     let see = format!("`harnessd show {child_id}` shows the child's whole transcript");
     let (answer, cut) = crate::text::truncate_middle(&outcome.answer, max, 0);
-    let note = if cut { format!("\n({see})") } else { String::new() };
+    let note = if cut {
+        format!("\n({see})")
+    } else {
+        String::new()
+    };
     if outcome.stop_reason == StopReason::EndTurn {
         return ToolResult::ok(format!("{answer}{note}"));
     }

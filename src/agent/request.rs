@@ -45,7 +45,11 @@ pub(super) fn build_request<'a>(
 
 /// The tools task `task_id` is offered: the built-ins it has, then the MCP tools,
 /// each within the task's narrowing.
-pub(super) fn tools_offered(env: &TaskEnv, task_id: &str, loaded: &Loaded) -> Vec<serde_json::Value> {
+pub(super) fn tools_offered(
+    env: &TaskEnv,
+    task_id: &str,
+    loaded: &Loaded,
+) -> Vec<serde_json::Value> {
     let mcp = super::mcp_calls::offered(env, loaded)
         .into_iter()
         .filter(|d| d["name"].as_str().is_some_and(|n| env.tree.allows(n)));

@@ -105,7 +105,10 @@ impl TaskRun<'_> {
         }
         self.transcript.usage.add(&spent.usage);
         self.transcript.usd = self.transcript.usd.zip(spent.usd).map(|(a, b)| a + b);
-        let delegated = self.transcript.delegated.get_or_insert_with(super::Spent::zero);
+        let delegated = self
+            .transcript
+            .delegated
+            .get_or_insert_with(super::Spent::zero);
         delegated.add(&spent.usage, spent.usd);
     }
 

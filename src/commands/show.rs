@@ -109,10 +109,11 @@ pub fn run(root: &Path, id: &str, json_out: bool) -> Result<ExitCode, CliError> 
     Ok(ExitCode::SUCCESS)
 }
 
-fn build(t: &Transcript, events: &Path) -> Result<Shown, CliError> {
-    let mut calls: Vec<Call> = Vec::new();
-    // A `tool_use` reusing an earlier id never ran (the task stopped on it, see
-    // docs/events.md): the call listed, with the log's records of that id, is the first.
+/// The transcript's calls in order, before the log fills in what became of them.
+/// A `tool_use` reusing an earlier id never ran (the task stopped on it, see
+/// docs/events.md): the call listed, with the log's records of that id, is the first.
+fn calls_of(t: &Transcript) -> Vec<Call> {
+    let mut calls = Vec::new();
     let mut listed = std::collections::HashSet::new();
     for m in t.messages.iter().filter(|m| m.role == Role::Assistant) {
         for crate::llm::ToolUse {
@@ -135,6 +136,11 @@ fn build(t: &Transcript, events: &Path) -> Result<Shown, CliError> {
             });
         }
     }
+    calls
+}
+
+fn build(t: &Transcript, events: &Path) -> Result<Shown, CliError> {
+    let mut calls = calls_of(t);
     let mut shown = Shown {
         task_id: t.task_id.clone(),
         prompt: t.messages.first().map(|m| m.text()).unwrap_or_default(),
@@ -382,11 +388,16 @@ fn print_children(out: &mut impl Write, children: &[Descendant]) -> std::io::Res
     if children.is_empty() {
         return Ok(());
     }
-    writeln!(out, "
-children:")?;
+    writeln!(
+        out,
+        "
+children:"
+    )?;
     for c in children {
         let indent = "  ".repeat(c.depth as usize);
-        let cost = c.usd.map_or_else(|| "?".to_string(), |d| format!("${d:.4}"));
+        let cost = c
+            .usd
+            .map_or_else(|| "?".to_string(), |d| format!("${d:.4}"));
         writeln!(
             out,
             "{indent}{}  {} ({})  {} tokens  {cost}  {}",

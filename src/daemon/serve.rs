@@ -123,7 +123,9 @@ fn live_children(registry: &Registry, record: &Record) {
     match &record.event {
         Event::TaskStarted { prompt, .. } => registry.child_started(id, Some(prompt), &record.ts),
         Event::TaskResumed { .. } => registry.child_started(id, None, &record.ts),
-        Event::TaskInterrupted { .. } => registry.set_status(id, crate::protocol::TaskStatus::Interrupted),
+        Event::TaskInterrupted { .. } => {
+            registry.set_status(id, crate::protocol::TaskStatus::Interrupted)
+        }
         Event::TaskFinished {
             stop_reason,
             turns,

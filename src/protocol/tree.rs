@@ -79,7 +79,17 @@ mod tests {
         let root = "t-20261202T001500Z-0abc12";
         assert!(is_task_id(root));
         assert!(is_task_id(&child_task_id(root, "x")));
-        for bad in ["", ".", "..", "a..b", "a/b", "a.", ".a", "a.zzzzzzzzzz", "a.0123"] {
+        for bad in [
+            "",
+            ".",
+            "..",
+            "a..b",
+            "a/b",
+            "a.",
+            ".a",
+            "a.zzzzzzzzzz",
+            "a.0123",
+        ] {
             assert!(!is_task_id(bad), "{bad:?}");
         }
     }

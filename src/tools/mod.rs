@@ -17,8 +17,8 @@ mod run;
 /// Re-exported so that the tool runner's users name tools from one place.
 pub use crate::protocol::ToolName;
 pub use input::{
-    DelegateInput, EditFileInput, GetTimeInput, ListDirInput, ReadFileInput, RunBashInput, RunPythonInput,
-    ToolInput, WriteFileInput,
+    DelegateInput, EditFileInput, GetTimeInput, ListDirInput, ReadFileInput, RunBashInput,
+    RunPythonInput, ToolInput, WriteFileInput,
 };
 pub use output::{SpoolCut, ToolResult, render_result, render_text, write_private};
 pub use paths::{JudgedPath, MAX_LINKS, PathError, Walk, WalkError, resolve_in_workspace, walk};

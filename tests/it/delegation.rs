@@ -170,7 +170,10 @@ fn a_child_asking_for_a_tool_its_parent_lacks_is_refused_and_never_starts() {
     let result = &last_results(&requests_of(&api, "parent")[1])[0];
     assert_eq!(result["is_error"], true, "{result}");
     let text = result["content"].as_str().unwrap();
-    assert!(text.contains("run_python") && text.contains("no child"), "{text}");
+    assert!(
+        text.contains("run_python") && text.contains("no child"),
+        "{text}"
+    );
     assert!(child_starts(&root).is_empty());
     assert!(requests_of(&api, "child").is_empty());
 }
@@ -205,7 +208,10 @@ fn a_narrowed_child_is_offered_and_may_use_only_its_tools() {
     let refused = &last_results(&child[1])[0];
     assert_eq!(refused["is_error"], true, "{refused}");
     assert!(
-        refused["content"].as_str().unwrap().contains("unknown tool"),
+        refused["content"]
+            .as_str()
+            .unwrap()
+            .contains("unknown tool"),
         "{refused}"
     );
     // The parent itself was offered delegate and its other tools.
@@ -253,14 +259,20 @@ fn a_childs_spending_stops_the_parent_at_its_token_budget() {
     for f in &finished {
         assert_eq!(f["stop_reason"], "token_budget", "{f}");
     }
-    let parent = finished.iter().find(|f| f.get("parent_task_id").is_none()).unwrap();
+    let parent = finished
+        .iter()
+        .find(|f| f.get("parent_task_id").is_none())
+        .unwrap();
     assert_eq!(parent["usage"]["input_tokens"], 1300, "{parent}");
 }
 
 #[test]
 fn a_childs_spending_stops_the_parent_at_its_usd_budget() {
     let api = family(vec![
-        ("parent", vec![delegate("d1", "child"), Reply::text("never")]),
+        (
+            "parent",
+            vec![delegate("d1", "child"), Reply::text("never")],
+        ),
         (
             "child",
             vec![
@@ -283,7 +295,10 @@ fn a_childs_spending_stops_the_parent_at_its_usd_budget() {
     for f in &finished {
         assert_eq!(f["stop_reason"], "usd_budget", "{f}");
     }
-    let parent = finished.iter().find(|f| f.get("parent_task_id").is_none()).unwrap();
+    let parent = finished
+        .iter()
+        .find(|f| f.get("parent_task_id").is_none())
+        .unwrap();
     assert!(parent["usd"].as_f64().unwrap() >= 2.0, "{parent}");
 }
 
@@ -356,7 +371,10 @@ fn two_children_order(parallel: &str) -> Vec<String> {
     let out = root.run(&["run", "parent"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let results = last_results(&requests_of(&api, "parent")[1]);
-    assert_eq!((&results[0]["content"], &results[1]["content"]), (&json!("a"), &json!("b")));
+    assert_eq!(
+        (&results[0]["content"], &results[1]["content"]),
+        (&json!("a"), &json!("b"))
+    );
     api.requests()
         .into_iter()
         .map(|r| prompt_of(&r.body))
@@ -384,7 +402,10 @@ fn two_parallel_delegates_run_side_by_side() {
 #[test]
 fn a_childs_ask_is_listed_with_both_ids_and_its_approval_resumes_it() {
     let api = family(vec![
-        ("parent", vec![delegate("d1", "child"), Reply::text("parent done")]),
+        (
+            "parent",
+            vec![delegate("d1", "child"), Reply::text("parent done")],
+        ),
         (
             "child",
             vec![
@@ -447,7 +468,11 @@ fn a_childs_ask_is_listed_with_both_ids_and_its_approval_resumes_it() {
 fn process_running(needle: &str) -> bool {
     std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
         std::fs::read(e.path().join("cmdline"))
-            .map(|c| String::from_utf8_lossy(&c).replace('\0', " ").contains(needle))
+            .map(|c| {
+                String::from_utf8_lossy(&c)
+                    .replace('\0', " ")
+                    .contains(needle)
+            })
             .unwrap_or(false)
     })
 }
@@ -456,7 +481,10 @@ fn process_running(needle: &str) -> bool {
 fn cancelling_the_parent_cancels_the_child_and_kills_its_running_tool() {
     let marker = format!("sleep 3{}", fastrand::u32(100..999));
     let api = family(vec![
-        ("parent", vec![delegate("d1", "child"), Reply::text("never")]),
+        (
+            "parent",
+            vec![delegate("d1", "child"), Reply::text("never")],
+        ),
         (
             "child",
             vec![
@@ -540,7 +568,10 @@ fn kill_9_mid_child_then_resuming_the_parent_continues_the_child() {
     d.child.kill().unwrap();
     d.child.wait().unwrap();
     let d = Daemon::start(&root);
-    let child_id = child_starts(&root)[0]["task_id"].as_str().unwrap().to_string();
+    let child_id = child_starts(&root)[0]["task_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let (_, t) = d.request("GET", &format!("/v1/tasks/{child_id}"), None);
     assert_eq!(t["status"], "interrupted", "{t}");
     let (status, body) = d.request("POST", &format!("/v1/tasks/{id}/resume"), None);
@@ -553,7 +584,10 @@ fn kill_9_mid_child_then_resuming_the_parent_continues_the_child() {
     let child_second = &requests_of(&api, "child")[1];
     let answer = &last_results(child_second)[0];
     assert!(
-        answer["content"].as_str().unwrap().contains("state unknown"),
+        answer["content"]
+            .as_str()
+            .unwrap()
+            .contains("state unknown"),
         "{answer}"
     );
     for task in [&id, &child_id] {
@@ -570,7 +604,10 @@ fn kill_9_mid_child_then_resuming_the_parent_continues_the_child() {
 #[test]
 fn submit_wait_shows_a_childs_approval_with_both_ids_and_waits_for_the_parent() {
     let api = family(vec![
-        ("parent", vec![delegate("d1", "child"), Reply::text("parent done")]),
+        (
+            "parent",
+            vec![delegate("d1", "child"), Reply::text("parent done")],
+        ),
         (
             "child",
             vec![
@@ -594,7 +631,10 @@ fn submit_wait_shows_a_childs_approval_with_both_ids_and_waits_for_the_parent() 
     });
     let (_, list) = d.request("GET", "/v1/approvals", None);
     let a = &list["approvals"][0];
-    let (child, parent) = (a["task_id"].as_str().unwrap(), a["parent_task_id"].as_str().unwrap());
+    let (child, parent) = (
+        a["task_id"].as_str().unwrap(),
+        a["parent_task_id"].as_str().unwrap(),
+    );
     let out = root.run(&["approve", a["approval_id"].as_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let done = wait.wait_with_output().unwrap();

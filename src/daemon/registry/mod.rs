@@ -174,7 +174,9 @@ impl Registry {
                 usd: known.as_ref().map_or(Some(0.0), |t| t.usd),
                 answer: None,
                 error: None,
-                created: known.as_ref().map_or_else(|| ts.to_string(), |t| t.created.clone()),
+                created: known
+                    .as_ref()
+                    .map_or_else(|| ts.to_string(), |t| t.created.clone()),
                 updated: ts.to_string(),
                 parent_task_id: crate::protocol::tree::parent_task_id(id).map(str::to_string),
             };
@@ -355,7 +357,10 @@ pub enum ClaimError {
     Answered(String),
     /// A child task: it runs only inside its parent, and resuming the parent
     /// continues a child it left open.
-    #[error("task {task_id} is a child of {parent}; resume {parent} instead, which continues it")]
+    #[error(
+        "task {task_id} is a child of {parent} and runs only inside it; resume {parent} \
+         instead (a child it left open when the daemon died is continued with it)"
+    )]
     Child {
         /// The child.
         task_id: String,
