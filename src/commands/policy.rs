@@ -162,6 +162,7 @@ fn input_from_arg(tool: &str, arg: &str) -> Value {
         "run_bash" => json!({"command": arg}),
         "run_python" => json!({"code": arg}),
         "get_time" => json!({}),
+        "delegate" => json!({"prompt": arg}),
         "write_file" => json!({"path": arg, "content": ""}),
         "edit_file" => json!({"path": arg, "old_string": "old", "new_string": "new"}),
         _ => json!({"path": arg}),

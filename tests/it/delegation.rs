@@ -675,3 +675,21 @@ fn bad_delegation_limits_are_refused_with_file_line_and_key() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(!offered(&requests_of(&api, "p")[0]).contains(&"delegate".to_string()));
 }
+
+#[test]
+fn policy_test_judges_a_delegate_call_by_its_prompt() {
+    let api = FakeApi::start(vec![]);
+    let root = TestRoot::new(&api.url);
+    // The shipped settings ask before a child starts.
+    let out = root.run(&["policy", "test", "delegate", "review the diff"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
+    root.edit_settings(|s| {
+        s["tools"]["allow"] = json!(["delegate(review *)"]);
+        s["tools"]["ask"] = json!([]);
+        s["tools"]["default"] = json!("deny");
+    });
+    let out = root.run(&["policy", "test", "delegate", "review the diff"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let out = root.run(&["policy", "test", "delegate", "rewrite everything"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stdout(&out));
+}
