@@ -14,6 +14,7 @@ use super::guard::{self, FaultPoint, Ledger};
 use crate::approval::ApprovalAnswer;
 use crate::config::Loaded;
 use crate::events::{Event, EventError, SpoolCutReason, SpoolCutRecord};
+use crate::knowledge::Knowledge;
 use crate::llm::{Block, ToolUse};
 use crate::policy;
 use crate::protocol::{ApprovalRequest, Decision, Tier};
@@ -352,17 +353,19 @@ type Answers = Vec<Option<(ToolResult, Option<String>)>>;
 
 /// Validates, decides and runs every call of one turn; returns the `tool_result`
 /// blocks in the calls' order. `ledger` follows each call's progress, for the answers
-/// a panic would leave owed.
+/// a panic would leave owed; `knowledge` is what `load_skill` answers from.
 pub async fn execute_calls(
     env: &TaskEnv,
     task_id: &str,
     loaded: Arc<Loaded>,
     uses: &[ToolUse],
     ledger: &Ledger,
+    knowledge: &Arc<Knowledge>,
 ) -> Result<Vec<Block>, EventError> {
     let mut answers: Answers = vec![None; uses.len()];
     let runnable = admit_all(env, task_id, uses, ledger, &mut answers).await?;
-    run_admitted(env, task_id, &loaded, &runnable, ledger, &mut answers).await?;
+    let at = (&loaded, knowledge);
+    run_admitted(env, task_id, at, &runnable, ledger, &mut answers).await?;
     Ok(uses
         .iter()
         .zip(answers)
@@ -418,15 +421,17 @@ async fn admit_all(
 
 /// Runs the admitted calls in batches — a run of consecutive read-only calls
 /// together, any other call alone — recording each end and filling `answers`.
+/// They run with the turn's snapshot and what the task read at its start.
 async fn run_admitted(
     env: &TaskEnv,
     task_id: &str,
-    loaded: &Arc<Loaded>,
+    (loaded, knowledge): (&Arc<Loaded>, &Arc<Knowledge>),
     runnable: &[Runnable],
     ledger: &Ledger,
     answers: &mut Answers,
 ) -> Result<(), EventError> {
     let ctx = RunContext {
+        knowledge: knowledge.clone(),
         executor: env.services.executor.clone(),
         loaded: loaded.clone(),
         output_dir: Some(loaded.paths.transcripts.join(task_id)),

@@ -236,7 +236,14 @@ impl TaskRun<'_> {
             last.content.push(Block::text(COMPACT_PROMPT));
         }
         let mcp_tools = super::mcp_calls::offered(self.env, loaded);
-        let request = build_request(loaded, &self.transcript.model, &messages, true, mcp_tools);
+        let request = build_request(
+            loaded,
+            &self.transcript.model,
+            &messages,
+            true,
+            mcp_tools,
+            &self.knowledge,
+        );
         let services = &self.env.services;
         let errors = ModelErrors {
             events: &services.events,

@@ -7,18 +7,22 @@ use serde_json::json;
 use super::{advertised, compact};
 use crate::config::Loaded;
 use crate::events::{Event, EventError, EventLog};
+use crate::knowledge::Knowledge;
 use crate::llm::{FailedAttempt, Message, Request, ToolChoice};
 use crate::tools::{ToolDefinition, ToolName};
 
 /// The request of one turn. `model` is the task's own (its transcript's: the
 /// `model` it was submitted with, else `api.model` when it started); empty falls
 /// back to `api.model`. `mcp_tools` are the MCP tools offered, after the built-ins.
+/// The system prompt is the operator's, then what the task read at its start
+/// (`knowledge`: the skills, listed while `load_skill` is offered, and `AGENTS.md`).
 pub(super) fn build_request<'a>(
     loaded: &Loaded,
     model: &str,
     messages: &'a [Message],
     summary: bool,
     mcp_tools: Vec<serde_json::Value>,
+    knowledge: &Knowledge,
 ) -> Request<'a> {
     let api = &loaded.config.api;
     let model = if model.is_empty() { &api.model } else { model };
@@ -31,7 +35,13 @@ pub(super) fn build_request<'a>(
     Request {
         model: model.to_string(),
         max_tokens: api.max_tokens,
-        system: vec![json!({"type": "text", "text": loaded.system_prompt})],
+        system: vec![json!({
+            "type": "text",
+            "text": knowledge.system_prompt(
+                &loaded.system_prompt,
+                advertised(loaded, ToolName::LoadSkill),
+            ),
+        })],
         tools,
         messages,
         tool_choice: summary.then_some(ToolChoice::None),

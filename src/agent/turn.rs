@@ -71,7 +71,9 @@ impl TaskRun<'_> {
         // on disk, so a resume can answer it; no tool runs unsaved.
         self.save_or_stop(&uses).await?;
         let task_id = &self.spec.task_id;
-        let blocks = calls::execute_calls(self.env, task_id, loaded, &uses, &self.ledger).await?;
+        let knowledge = &self.knowledge;
+        let blocks =
+            calls::execute_calls(self.env, task_id, loaded, &uses, &self.ledger, knowledge).await?;
         self.push_user(blocks);
         self.save_or_stop(&[]).await
     }
@@ -150,6 +152,7 @@ impl TaskRun<'_> {
             &self.transcript.messages,
             summary,
             super::mcp_calls::offered(self.env, loaded),
+            &self.knowledge,
         );
         self.record(Event::ModelRequest {
             turn: self.turn,

@@ -20,11 +20,13 @@ pub enum ToolName {
     RunPython,
     /// Returns the current time.
     GetTime,
+    /// Returns a skill's body.
+    LoadSkill,
 }
 
 impl ToolName {
     /// Every tool, in the order they are advertised.
-    pub const ALL: [ToolName; 7] = [
+    pub const ALL: [ToolName; 8] = [
         ToolName::ReadFile,
         ToolName::WriteFile,
         ToolName::EditFile,
@@ -32,10 +34,11 @@ impl ToolName {
         ToolName::RunBash,
         ToolName::RunPython,
         ToolName::GetTime,
+        ToolName::LoadSkill,
     ];
 
     /// Every tool's name, in the order of [`ToolName::ALL`].
-    pub const ALL_NAMES: [&'static str; 7] = [
+    pub const ALL_NAMES: [&'static str; 8] = [
         "read_file",
         "write_file",
         "edit_file",
@@ -43,6 +46,7 @@ impl ToolName {
         "run_bash",
         "run_python",
         "get_time",
+        "load_skill",
     ];
 
     /// The name the model uses.
@@ -62,7 +66,7 @@ impl ToolName {
     pub fn is_read_only(self) -> bool {
         matches!(
             self,
-            ToolName::ReadFile | ToolName::ListDir | ToolName::GetTime
+            ToolName::ReadFile | ToolName::ListDir | ToolName::GetTime | ToolName::LoadSkill
         )
     }
 

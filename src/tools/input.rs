@@ -79,6 +79,14 @@ pub struct RunPythonInput {
 #[serde(deny_unknown_fields)]
 pub struct GetTimeInput {}
 
+/// `load_skill` input.
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LoadSkillInput {
+    /// The skill's name, as the system prompt lists it.
+    pub name: String,
+}
+
 /// A validated input of any tool.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ToolInput {
@@ -96,6 +104,8 @@ pub enum ToolInput {
     RunPython(RunPythonInput),
     /// `get_time`.
     GetTime(GetTimeInput),
+    /// `load_skill`.
+    LoadSkill(LoadSkillInput),
 }
 
 fn parse_as<T: for<'de> Deserialize<'de>>(input: &Value) -> Result<T, String> {
@@ -123,6 +133,7 @@ impl ToolInput {
             ToolName::RunBash => parse_as(input).map(ToolInput::RunBash),
             ToolName::RunPython => parse_as(input).map(ToolInput::RunPython),
             ToolName::GetTime => parse_as(input).map(ToolInput::GetTime),
+            ToolName::LoadSkill => parse_as(input).map(ToolInput::LoadSkill),
         }?;
         parsed.check()?;
         Ok(parsed)
@@ -161,6 +172,7 @@ impl ToolInput {
                 positive("timeout_secs", i.timeout_secs)
             }
             ToolInput::RunPython(i) => nonempty("code", &i.code),
+            ToolInput::LoadSkill(i) => nonempty("name", &i.name),
         }
     }
 }
@@ -175,6 +187,7 @@ pub fn schema(tool: ToolName) -> Value {
         ToolName::RunBash => schemars::schema_for!(RunBashInput),
         ToolName::RunPython => schemars::schema_for!(RunPythonInput),
         ToolName::GetTime => schemars::schema_for!(GetTimeInput),
+        ToolName::LoadSkill => schemars::schema_for!(LoadSkillInput),
     };
     let mut value = schema.to_value();
     if let Some(obj) = value.as_object_mut() {
