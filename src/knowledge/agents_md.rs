@@ -96,3 +96,54 @@ pub fn read(workspace: &Path) -> Result<Option<AgentsMd>, AgentsMdError> {
         sha256,
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_regular_file_is_read_whole_for_its_hash_and_cut_for_the_prompt() {
+        let ws = tempfile::tempdir().unwrap();
+        assert_eq!(read(ws.path()), Ok(None));
+        let content = "x".repeat(MAX_AGENTS_MD_BYTES + 10);
+        std::fs::write(ws.path().join(AGENTS_MD), &content).unwrap();
+        let a = read(ws.path()).unwrap().unwrap();
+        assert!(a.truncated);
+        assert_eq!(a.sha256, crate::protocol::sha256_hex(content.as_bytes()));
+        assert!(
+            a.text.ends_with("\n[… 10 chars omitted …]"),
+            "{}",
+            &a.text[a.text.len() - 40..]
+        );
+    }
+
+    #[test]
+    fn links_fifos_and_directories_are_not_read() {
+        let ws = tempfile::tempdir().unwrap();
+        let p = ws.path().join(AGENTS_MD);
+        std::fs::write(ws.path().join("real.md"), "x").unwrap();
+        std::os::unix::fs::symlink(ws.path().join("real.md"), &p).unwrap();
+        assert!(
+            read(ws.path())
+                .unwrap_err()
+                .reason
+                .contains("symbolic link")
+        );
+        std::fs::remove_file(&p).unwrap();
+        nix::unistd::mkfifo(&p, Mode::from_bits_truncate(0o600)).unwrap();
+        assert!(
+            read(ws.path())
+                .unwrap_err()
+                .reason
+                .contains("not a regular file")
+        );
+        std::fs::remove_file(&p).unwrap();
+        std::fs::create_dir(&p).unwrap();
+        assert!(
+            read(ws.path())
+                .unwrap_err()
+                .reason
+                .contains("not a regular file")
+        );
+    }
+}

@@ -234,3 +234,86 @@ pub(super) fn read_regular(file: File, max: u64) -> Result<Vec<u8>, String> {
     }
     Ok(bytes)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn skill(root: &Path, dir: &str, content: &[u8]) {
+        let d = root.join(SKILLS_DIR).join(dir);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join(SKILL_FILE), content).unwrap();
+    }
+
+    fn reason<'a>(s: &'a Skills, dir: &str) -> &'a Refused {
+        s.refused
+            .iter()
+            .find(|r| r.dir == dir)
+            .unwrap_or_else(|| panic!("{dir} not refused: {s:?}"))
+    }
+
+    #[test]
+    fn no_skills_directory_is_no_skills() {
+        let root = tempfile::tempdir().unwrap();
+        assert_eq!(scan(root.path()), Skills::default());
+    }
+
+    #[test]
+    fn each_bad_skill_is_refused_alone_and_the_good_one_offered() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        skill(r, "good", b"---\nname: good\ndescription: d\n---\nbody\n");
+        let big = format!(
+            "---\nname: big\ndescription: d\n---\n{}",
+            "x".repeat(70_000)
+        );
+        skill(r, "big", big.as_bytes());
+        skill(
+            r,
+            "latin1",
+            b"---\nname: latin1\ndescription: caf\xe9\n---\n",
+        );
+        std::fs::create_dir_all(r.join("skills/empty")).unwrap();
+        std::fs::write(r.join("skills/stray.md"), "not a skill").unwrap();
+        // SKILL.md a link to a good skill's file; a FIFO that must not hang the scan.
+        std::fs::create_dir_all(r.join("skills/link-file")).unwrap();
+        std::os::unix::fs::symlink(
+            r.join("skills/good/SKILL.md"),
+            r.join("skills/link-file/SKILL.md"),
+        )
+        .unwrap();
+        std::fs::create_dir_all(r.join("skills/fifo")).unwrap();
+        nix::unistd::mkfifo(
+            &r.join("skills/fifo/SKILL.md"),
+            Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
+        let s = scan(r);
+        assert_eq!(s.names(), ["good"]);
+        assert_eq!(s.offered[0].body, "body\n");
+        assert_eq!(s.offered[0].sha256.len(), 64);
+        assert!(reason(&s, "big").reason.contains("at most 65536"), "{s:?}");
+        assert_eq!(reason(&s, "latin1").line, Some(3));
+        assert!(reason(&s, "empty").reason.contains("no SKILL.md"));
+        assert_eq!(reason(&s, "empty").file, "skills/empty");
+        assert!(reason(&s, "stray.md").reason.contains("not a directory"));
+        assert!(reason(&s, "link-file").reason.contains("symbolic link"));
+        assert!(reason(&s, "fifo").reason.contains("not a regular file"));
+    }
+
+    #[test]
+    fn a_linked_skills_directory_is_refused() {
+        let root = tempfile::tempdir().unwrap();
+        let elsewhere = root.path().join("elsewhere");
+        skill(&elsewhere, "a", b"---\nname: a\ndescription: d\n---\n");
+        std::os::unix::fs::symlink(elsewhere.join(SKILLS_DIR), root.path().join(SKILLS_DIR))
+            .unwrap();
+        let s = scan(root.path());
+        assert!(s.offered.is_empty());
+        assert_eq!(s.refused[0].file, "skills");
+        assert!(
+            s.refused[0].reason.contains("links are not followed"),
+            "{s:?}"
+        );
+    }
+}
