@@ -51,7 +51,8 @@ impl Skill {
 /// A skill directory that is not offered, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refused {
-    /// The directory's name under `skills/`, made printable.
+    /// The directory's name under `skills/`, made printable (`skills` itself when
+    /// the directory cannot be read).
     pub dir: String,
     /// The file the problem is in, relative to the root.
     pub file: String,
@@ -103,7 +104,7 @@ pub fn scan(root: &Path) -> Skills {
         Err(Errno::ENOENT) => return skills,
         Err(e) => {
             skills.refused.push(Refused {
-                dir: String::new(),
+                dir: SKILLS_DIR.into(),
                 file: SKILLS_DIR.into(),
                 line: None,
                 reason: open_error(e, "directory"),
