@@ -148,6 +148,13 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// List the skills under skills/, each offered or not offered and why (file and
+    /// line), as a task's start reads them.
+    Skills {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Write a root with the default files.
     Init {
         /// Where (default: the current directory).

@@ -29,6 +29,8 @@
 //! - [`approval`]: who answers `ask` calls.
 //! - [`tools`]: tool schemas, validation, results.
 //! - [`hooks`]: operator programs consulted around tool calls, run confined.
+//! - [`knowledge`]: what a task starts knowing: the root's skills and the
+//!   workspace's `AGENTS.md`, read at its start.
 //! - [`remember`]: "always allow this call": the narrowest rules, written into
 //!   settings.json in place, the policy reloaded and the change recorded.
 //! - [`exec`]: the only place processes are spawned; bounded output, timeouts,
@@ -61,6 +63,7 @@ pub mod disk;
 pub mod events;
 pub mod exec;
 pub mod hooks;
+pub mod knowledge;
 pub mod llm;
 pub mod mcp;
 pub mod notify;

@@ -76,6 +76,7 @@ fn dispatch(cli: Cli, helper: std::path::PathBuf) -> Result<ExitCode, CliError> 
         }
         Command::Serve => commands::serve::run(root, helper, env),
         Command::Check { json } => commands::check::run(&root, json, &helper, env),
+        Command::Skills { json } => commands::skills::run(&root, json),
         Command::Init { dir } => commands::init::run(&dir.unwrap_or(root)),
         Command::Sandbox { read_only, command } => {
             commands::sandbox::run(&root, command, sandbox_profile(read_only), &helper)

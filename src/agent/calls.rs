@@ -14,6 +14,7 @@ use super::guard::{self, FaultPoint, Ledger};
 use crate::approval::ApprovalAnswer;
 use crate::config::Loaded;
 use crate::events::{Event, EventError, SpoolCutReason, SpoolCutRecord};
+use crate::knowledge::Knowledge;
 use crate::llm::{Block, ToolUse};
 use crate::policy;
 use crate::protocol::{ApprovalRequest, Decision, Tier};
@@ -400,14 +401,14 @@ type Answers = Vec<Option<(ToolResult, Option<String>)>>;
 
 /// Validates, decides and runs every call of one turn; returns the `tool_result`
 /// blocks in the calls' order. `ledger` follows each call's progress, for the answers
-/// a panic would leave owed.
+/// a panic would leave owed; `knowledge` is what `load_skill` answers from.
 pub(super) async fn execute_calls(
     env: &TaskEnv,
     task_id: &str,
     loaded: Arc<Loaded>,
     uses: &[ToolUse],
     ledger: &Ledger,
-    parent: &super::delegate::Parent,
+    (parent, knowledge): (&super::delegate::Parent, &Arc<Knowledge>),
 ) -> Result<Vec<Block>, EventError> {
     let mut answers: Answers = vec![None; uses.len()];
     let runnable = admit_all(env, task_id, uses, ledger, &mut answers).await?;
@@ -416,6 +417,7 @@ pub(super) async fn execute_calls(
         task_id,
         loaded: &loaded,
         parent,
+        knowledge,
     };
     run_admitted(&turn, &runnable, ledger, &mut answers).await?;
     Ok(uses
@@ -471,12 +473,14 @@ async fn admit_all(
     Ok(runnable)
 }
 
-/// What the calls of one turn share: the task, its snapshot, what a child inherits.
+/// What the calls of one turn share: the task, its snapshot, what a child
+/// inherits, what the task read at its start.
 struct Turn<'a> {
     env: &'a TaskEnv,
     task_id: &'a str,
     loaded: &'a Arc<Loaded>,
     parent: &'a super::delegate::Parent,
+    knowledge: &'a Arc<Knowledge>,
 }
 
 /// The end of the batch that starts at `i`: a run of consecutive read-only calls,
@@ -506,6 +510,7 @@ async fn run_admitted(
 ) -> Result<(), EventError> {
     let (env, task_id, loaded) = (turn.env, turn.task_id, turn.loaded);
     let ctx = RunContext {
+        knowledge: turn.knowledge.clone(),
         executor: env.services.executor.clone(),
         loaded: loaded.clone(),
         output_dir: Some(loaded.paths.transcripts.join(task_id)),

@@ -236,7 +236,14 @@ impl TaskRun<'_> {
             last.content.push(Block::text(COMPACT_PROMPT));
         }
         let tools = super::request::tools_offered(self.env, &self.spec.task_id, loaded);
-        let request = build_request(loaded, &self.transcript.model, &messages, true, tools);
+        let request = build_request(
+            loaded,
+            &self.transcript.model,
+            &messages,
+            true,
+            tools,
+            &self.knowledge,
+        );
         let services = &self.env.services;
         let errors = ModelErrors {
             events: &services.events,

@@ -220,6 +220,9 @@ struct TaskRun<'a> {
     /// until the transcript holding it is saved (its copies are made by then), and
     /// never while another request waits for room: dropped before each send.
     hold: Hold,
+    /// The skills and `AGENTS.md` read at this run's start: the system prompt's
+    /// additions and what `load_skill` answers from, whatever the files do later.
+    knowledge: Arc<crate::knowledge::Knowledge>,
 }
 
 impl TaskRun<'_> {
@@ -293,6 +296,19 @@ impl TaskRun<'_> {
     }
 }
 
+/// What the run starts knowing — the root's skills (when `load_skill` is offered)
+/// and the workspace's `AGENTS.md` — read on a blocking thread, through the
+/// knowledge module: the loop reads no tool's files itself.
+async fn read_knowledge(loaded: &Loaded) -> crate::knowledge::Knowledge {
+    let (root, workspace) = (loaded.paths.root.clone(), loaded.paths.workspace.clone());
+    let with_skills = advertised(loaded, crate::tools::ToolName::LoadSkill);
+    tokio::task::spawn_blocking(move || {
+        crate::knowledge::Knowledge::load(&root, &workspace, with_skills)
+    })
+    .await
+    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+}
+
 /// Runs one task to its end, recording everything. The transcript is saved after
 /// every turn and at the end, whatever the ending.
 ///
@@ -320,9 +336,11 @@ pub async fn run_task(env: &TaskEnv, spec: &TaskSpec) -> Result<TaskOutcome, Eve
         .flat_map(Message::answerable_tool_uses)
         .map(|u| u.id)
         .collect();
+    let knowledge = Arc::new(read_knowledge(&loaded).await);
     let mut run = TaskRun {
         env,
         spec,
+        knowledge,
         loaded,
         turn: transcript.turns.len() as u32,
         transcript,

@@ -8,25 +8,35 @@ use super::calls::offered_to;
 use super::{TaskEnv, compact};
 use crate::config::Loaded;
 use crate::events::{Event, EventError, EventLog};
+use crate::knowledge::Knowledge;
 use crate::llm::{FailedAttempt, Message, Request, ToolChoice};
 use crate::tools::{ToolDefinition, ToolName};
 
 /// The request of one turn. `model` is the task's own (its transcript's: the
 /// `model` it was submitted with, else `api.model` when it started); empty falls
 /// back to `api.model`. `tools` are the definitions offered ([`tools_offered`]).
+/// The system prompt is the operator's, then what the task read at its start
+/// (`knowledge`: the skills, listed while `load_skill` is offered, and `AGENTS.md`).
 pub(super) fn build_request<'a>(
     loaded: &Loaded,
     model: &str,
     messages: &'a [Message],
     summary: bool,
     tools: Vec<serde_json::Value>,
+    knowledge: &Knowledge,
 ) -> Request<'a> {
     let api = &loaded.config.api;
     let model = if model.is_empty() { &api.model } else { model };
+    let list_skills = tools
+        .iter()
+        .any(|d| d["name"] == ToolName::LoadSkill.as_str());
     Request {
         model: model.to_string(),
         max_tokens: api.max_tokens,
-        system: vec![json!({"type": "text", "text": loaded.system_prompt})],
+        system: vec![json!({
+            "type": "text",
+            "text": knowledge.system_prompt(&loaded.system_prompt, list_skills),
+        })],
         tools,
         messages,
         tool_choice: summary.then_some(ToolChoice::None),

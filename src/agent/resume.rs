@@ -39,11 +39,22 @@ impl TaskRun<'_> {
             }
             self.prepare_resume().await?;
         } else {
+            let knowledge = &self.knowledge;
             self.record(Event::TaskStarted {
                 prompt: self.spec.prompt.clone(),
                 model,
                 source: self.spec.source,
                 trace_id,
+                skills: knowledge
+                    .skills
+                    .offered
+                    .iter()
+                    .map(|s| events::SkillRecord {
+                        name: s.name.clone(),
+                        sha256: s.sha256.clone(),
+                    })
+                    .collect(),
+                agents_md_sha256: knowledge.agents_md.as_ref().map(|a| a.sha256.clone()),
                 parent_tool_use_id: self.transcript.parent_tool_use_id.clone(),
                 tools: self.transcript.tools.clone(),
             })

@@ -72,9 +72,9 @@ impl TaskRun<'_> {
         self.save_or_stop(&uses).await?;
         let task_id = &self.spec.task_id;
         let parent = self.as_parent();
-        let ledger = &self.ledger;
+        let (ledger, at) = (&self.ledger, (&parent, &self.knowledge));
         let blocks =
-            calls::execute_calls(self.env, task_id, loaded.clone(), &uses, ledger, &parent).await?;
+            calls::execute_calls(self.env, task_id, loaded.clone(), &uses, ledger, at).await?;
         self.push_user(blocks);
         self.absorb_children();
         self.save_or_stop(&[]).await?;
@@ -186,6 +186,7 @@ impl TaskRun<'_> {
             &self.transcript.messages,
             summary,
             tools_offered(self.env, &self.spec.task_id, loaded),
+            &self.knowledge,
         );
         self.record(Event::ModelRequest {
             turn: self.turn,

@@ -86,6 +86,7 @@ impl Findings {
         let pins = crate::config::load_pins(&loaded.paths.root).unwrap_or_default();
         boundary.extend(super::check_mcp::warnings(loaded, &pins));
         boundary.extend(super::check_hooks::warnings(loaded));
+        boundary.extend(super::skills::warnings(loaded));
         Self {
             key_warning,
             enforcement,

@@ -26,6 +26,7 @@ pub mod sandbox;
 pub mod serve;
 pub mod show;
 pub mod signals;
+pub mod skills;
 pub mod table;
 pub mod tally;
 pub mod tasks_offline;

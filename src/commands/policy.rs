@@ -146,7 +146,7 @@ fn outside_allowed_paths(loaded: &Loaded, tool: ToolName, path: &Path) -> Option
 }
 
 /// The input object for `tool` from the command line: a JSON object as is, or the
-/// tool's primary argument (command, path, code). For a file tool the path alone
+/// tool's primary argument (command, path, code, skill name). For a file tool the path alone
 /// is enough: the other required fields get placeholders, since only the path is
 /// judged.
 fn input_from_arg(tool: &str, arg: &str) -> Value {
@@ -162,6 +162,7 @@ fn input_from_arg(tool: &str, arg: &str) -> Value {
         "run_bash" => json!({"command": arg}),
         "run_python" => json!({"code": arg}),
         "get_time" => json!({}),
+        "load_skill" => json!({"name": arg}),
         "delegate" => json!({"prompt": arg}),
         "write_file" => json!({"path": arg, "content": ""}),
         "edit_file" => json!({"path": arg, "old_string": "old", "new_string": "new"}),

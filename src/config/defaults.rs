@@ -17,6 +17,10 @@ pub const SCHEMA_REF: &str = "./settings.schema.json";
 /// `systemd/harnessd.service`, the unit for running a root as a service.
 pub const SYSTEMD_UNIT: &str = include_str!("harnessd.service");
 
+/// The example skill `init` writes, `skills/audit-log/SKILL.md`: how to read the
+/// audit log.
+pub const SKILL_AUDIT_LOG: &str = include_str!("audit-log.SKILL.md");
+
 /// The sample data file `init` puts in the workspace.
 pub const SAMPLE_SCORES: &str = include_str!("scores.csv");
 
@@ -32,7 +36,7 @@ const EXAMPLES: &[(&str, &str)] = &[
     ("loop.usd_budget", "5.0"),
     (
         "tools.enabled",
-        "[\"read_file\", \"list_dir\", \"get_time\"]",
+        "[\"read_file\", \"list_dir\", \"get_time\", \"load_skill\"]",
     ),
     ("daemon.operators_group", "\"harnessd-operators\""),
     ("telemetry.otlp_endpoint", "\"http://127.0.0.1:4318\""),

@@ -53,7 +53,7 @@ use crate::protocol::{BaseUrlFrom, sha256_hex};
 pub const CONFIG_FILE: &str = "config/config.toml";
 
 pub use defaults::{
-    SAMPLE_SCORES, SYSTEMD_UNIT, default_config, default_settings, settings_schema,
+    SAMPLE_SCORES, SKILL_AUDIT_LOG, SYSTEMD_UNIT, default_config, default_settings, settings_schema,
 };
 
 /// Absolute paths derived from a root and its config.
@@ -324,6 +324,7 @@ pub fn init(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
         "transcripts",
         "run",
         "systemd",
+        "skills/audit-log",
     ] {
         // The socket's directory is closed to others from the start (serve would
         // make it so anyway).
@@ -338,6 +339,7 @@ pub fn init(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
         ("transcripts/.gitignore", "*\n!.gitignore\n".to_string()),
         ("workspace/scores.csv", SAMPLE_SCORES.to_string()),
         ("systemd/harnessd.service", SYSTEMD_UNIT.to_string()),
+        ("skills/audit-log/SKILL.md", SKILL_AUDIT_LOG.to_string()),
     ];
     for (rel, content) in files {
         let path = dir.join(rel);

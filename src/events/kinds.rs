@@ -159,6 +159,15 @@ pub enum Event {
         /// absent otherwise.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         trace_id: Option<String>,
+        /// The skills offered to the task (listed in its system prompt, loadable
+        /// with `load_skill`): each one's name and the sha256 of its `SKILL.md`
+        /// as read at the start; absent when none is.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        skills: Vec<SkillRecord>,
+        /// sha256 of the workspace's whole `AGENTS.md` as read at the start, when
+        /// one was added to the system prompt.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        agents_md_sha256: Option<String>,
         /// For a child task: the parent's `delegate` call that started it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         parent_tool_use_id: Option<String>,
@@ -482,6 +491,15 @@ pub enum Event {
     #[serde(other, skip_serializing)]
     #[schemars(skip)]
     Unknown,
+}
+
+/// A skill offered to a task (`task_started.skills`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SkillRecord {
+    /// The skill's name.
+    pub name: String,
+    /// sha256 of its `SKILL.md`'s bytes, hex.
+    pub sha256: String,
 }
 
 /// What of a call's output its `.out` file does not hold (`tool_finished.spool_cut`).

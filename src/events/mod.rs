@@ -30,7 +30,9 @@ mod trail;
 pub mod verify;
 
 pub use file::{EventError, GENESIS, Repair};
-pub use kinds::{Event, Record, SpoolCutReason, SpoolCutRecord, event_types, events_schema};
+pub use kinds::{
+    Event, Record, SkillRecord, SpoolCutReason, SpoolCutRecord, event_types, events_schema,
+};
 pub use open_tasks::{ended_cleanly, open_tasks};
 pub use trail::{CallTrail, TrailError, call_trails};
 

@@ -438,6 +438,7 @@ pub const DEFAULT_ALLOW: &[&str] = &[
     "read_file",
     "list_dir",
     "get_time",
+    "load_skill",
     "run_bash(ls *)",
     "run_bash(git status*)",
 ];

@@ -20,13 +20,15 @@ pub enum ToolName {
     RunPython,
     /// Returns the current time.
     GetTime,
+    /// Returns a skill's body.
+    LoadSkill,
     /// Runs a child task and returns its answer.
     Delegate,
 }
 
 impl ToolName {
     /// Every tool, in the order they are advertised.
-    pub const ALL: [ToolName; 8] = [
+    pub const ALL: [ToolName; 9] = [
         ToolName::ReadFile,
         ToolName::WriteFile,
         ToolName::EditFile,
@@ -34,11 +36,12 @@ impl ToolName {
         ToolName::RunBash,
         ToolName::RunPython,
         ToolName::GetTime,
+        ToolName::LoadSkill,
         ToolName::Delegate,
     ];
 
     /// Every tool's name, in the order of [`ToolName::ALL`].
-    pub const ALL_NAMES: [&'static str; 8] = [
+    pub const ALL_NAMES: [&'static str; 9] = [
         "read_file",
         "write_file",
         "edit_file",
@@ -46,6 +49,7 @@ impl ToolName {
         "run_bash",
         "run_python",
         "get_time",
+        "load_skill",
         "delegate",
     ];
 
@@ -66,7 +70,7 @@ impl ToolName {
     pub fn is_read_only(self) -> bool {
         matches!(
             self,
-            ToolName::ReadFile | ToolName::ListDir | ToolName::GetTime
+            ToolName::ReadFile | ToolName::ListDir | ToolName::GetTime | ToolName::LoadSkill
         )
     }
 

@@ -9,7 +9,7 @@ pub use escape::{
     DEFAULT_WIDTH, Mode, StreamEscaper, escape, escape_json, escape_line, escape_text, is_hidden,
     render_input, terminal_width, wrap,
 };
-pub use truncate::truncate_middle;
+pub use truncate::{truncate_head, truncate_middle};
 
 /// The tracing target of lines meant for the operator as they are (`harnessd serving
 /// on …`, `config reloaded (watch): …`, the chain head): code below the command

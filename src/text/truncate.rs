@@ -1,5 +1,6 @@
-//! Cutting long text in the middle, so head and tail survive: the model's view of a
-//! tool result (`output.max_chars`) and event string fields (4096 characters).
+//! Cutting long text, so what is kept says what was cut: in the middle, so head and
+//! tail survive (the model's view of a tool result, `output.max_chars`, and event
+//! string fields, 4096 characters), or after the head (a workspace's `AGENTS.md`).
 
 /// Keeps the first and last characters of `text` around a marker
 /// `[… N chars omitted …]` on a line of its own; `extra` is added to N for bytes
@@ -27,6 +28,28 @@ pub fn truncate_middle(text: &str, max_chars: usize, extra: u64) -> (String, boo
         out.push('\n');
         out.push_str(&text[tail_start..]);
     }
+    (out, true)
+}
+
+/// Keeps the head of `bytes` — at most `max_bytes` of them, cut at a UTF-8
+/// character boundary — then the marker `[… N chars omitted …]` on a line of its
+/// own, N counting what was cut. Bytes that are not UTF-8 read as U+FFFD.
+/// Returns the text and whether it was cut.
+pub fn truncate_head(bytes: &[u8], max_bytes: usize) -> (String, bool) {
+    if bytes.len() <= max_bytes {
+        return (String::from_utf8_lossy(bytes).into_owned(), false);
+    }
+    let mut end = max_bytes;
+    // A continuation byte (10xxxxxx) is inside a character: back off to its start.
+    while end > 0 && bytes[end] & 0xC0 == 0x80 && max_bytes - end < 3 {
+        end -= 1;
+    }
+    let mut out = String::from_utf8_lossy(&bytes[..end]).into_owned();
+    let omitted = String::from_utf8_lossy(&bytes[end..]).chars().count();
+    if needs_newline(&out) {
+        out.push('\n');
+    }
+    out.push_str(&format!("[… {omitted} chars omitted …]"));
     (out, true)
 }
 
@@ -131,5 +154,19 @@ mod tests {
     #[test]
     fn zero_cap_leaves_only_the_marker() {
         assert_eq!(truncate_middle("abc", 0, 0).0, "[… 3 chars omitted …]");
+    }
+
+    #[test]
+    fn head_cut_keeps_whole_characters_and_counts_the_rest() {
+        assert_eq!(truncate_head(b"abc", 3), ("abc".to_string(), false));
+        // "é" is two bytes: a cut at 3 would split the second one.
+        let text = "aéé".as_bytes();
+        let (out, cut) = truncate_head(text, 4);
+        assert!(cut);
+        assert_eq!(out, "aé\n[… 1 chars omitted …]");
+        let (out, _) = truncate_head("€€".as_bytes(), 4);
+        assert_eq!(out, "€\n[… 1 chars omitted …]");
+        let (out, _) = truncate_head(b"line\nmore", 5);
+        assert_eq!(out, "line\n[… 4 chars omitted …]");
     }
 }

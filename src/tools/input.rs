@@ -79,6 +79,14 @@ pub struct RunPythonInput {
 #[serde(deny_unknown_fields)]
 pub struct GetTimeInput {}
 
+/// `load_skill` input.
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LoadSkillInput {
+    /// The skill's name, as the system prompt lists it.
+    pub name: String,
+}
+
 /// `delegate` input.
 #[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -109,6 +117,8 @@ pub enum ToolInput {
     RunPython(RunPythonInput),
     /// `get_time`.
     GetTime(GetTimeInput),
+    /// `load_skill`.
+    LoadSkill(LoadSkillInput),
     /// `delegate`.
     Delegate(DelegateInput),
 }
@@ -138,6 +148,7 @@ impl ToolInput {
             ToolName::RunBash => parse_as(input).map(ToolInput::RunBash),
             ToolName::RunPython => parse_as(input).map(ToolInput::RunPython),
             ToolName::GetTime => parse_as(input).map(ToolInput::GetTime),
+            ToolName::LoadSkill => parse_as(input).map(ToolInput::LoadSkill),
             ToolName::Delegate => parse_as(input).map(ToolInput::Delegate),
         }?;
         parsed.check()?;
@@ -177,6 +188,7 @@ impl ToolInput {
                 positive("timeout_secs", i.timeout_secs)
             }
             ToolInput::RunPython(i) => nonempty("code", &i.code),
+            ToolInput::LoadSkill(i) => nonempty("name", &i.name),
             ToolInput::Delegate(i) => {
                 nonempty("prompt", &i.prompt)?;
                 i.tools
@@ -198,6 +210,7 @@ pub fn schema(tool: ToolName) -> Value {
         ToolName::RunBash => schemars::schema_for!(RunBashInput),
         ToolName::RunPython => schemars::schema_for!(RunPythonInput),
         ToolName::GetTime => schemars::schema_for!(GetTimeInput),
+        ToolName::LoadSkill => schemars::schema_for!(LoadSkillInput),
         ToolName::Delegate => schemars::schema_for!(DelegateInput),
     };
     let mut value = schema.to_value();

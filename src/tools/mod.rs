@@ -3,7 +3,8 @@
 //!
 //! Inputs are validated against the same Rust types that generate the advertised
 //! schemas, so the model is held to exactly what it was shown. Nothing here touches
-//! the filesystem on a tool's behalf: every tool but `get_time` runs as a job in the
+//! the filesystem on a tool's behalf: every tool but `get_time` and `load_skill`
+//! (which answers from the skills the task read at its start) runs as a job in the
 //! executor's child process. File tools' paths are judged here (see [`judge`]): links
 //! followed to where they lead, `/proc` refused; the job carries the judged path.
 
@@ -17,8 +18,8 @@ mod run;
 /// Re-exported so that the tool runner's users name tools from one place.
 pub use crate::protocol::ToolName;
 pub use input::{
-    DelegateInput, EditFileInput, GetTimeInput, ListDirInput, ReadFileInput, RunBashInput,
-    RunPythonInput, ToolInput, WriteFileInput,
+    DelegateInput, EditFileInput, GetTimeInput, ListDirInput, LoadSkillInput, ReadFileInput,
+    RunBashInput, RunPythonInput, ToolInput, WriteFileInput,
 };
 pub use output::{SpoolCut, ToolResult, render_result, render_text, write_private};
 pub use paths::{JudgedPath, MAX_LINKS, PathError, Walk, WalkError, resolve_in_workspace, walk};
@@ -76,6 +77,10 @@ fn description(tool: ToolName) -> &'static str {
              print what you want to see."
         }
         ToolName::GetTime => "Return the current local time in RFC 3339 format.",
+        ToolName::LoadSkill => {
+            "Load a skill: return the instructions of the skill called name, as the system \
+             prompt lists it. Load a skill when the task matches its description."
+        }
         ToolName::Delegate => {
             "Run a child task on a self-contained piece of work and return its answer. \
              The child starts with no history: give it everything it needs in prompt. \

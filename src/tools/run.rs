@@ -1,5 +1,6 @@
-//! Running one validated, allowed call: `get_time` in-process, everything else as a
-//! [`Job`] in the executor's child process, on a blocking thread.
+//! Running one validated, allowed call: `get_time` and `load_skill` in-process
+//! (nothing to confine: the time, or text the task read at its start), everything
+//! else as a [`Job`] in the executor's child process, on a blocking thread.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -27,13 +28,15 @@ pub struct RunContext {
     pub cancel: CancellationToken,
     /// What of the output may be kept on disk: shared by every call of the task.
     pub spool: crate::exec::SpoolBudget,
+    /// The skills the task read at its start: what `load_skill` answers from.
+    pub knowledge: std::sync::Arc<crate::knowledge::Knowledge>,
 }
 
 /// What a call is judged on, and for a file tool the path it will open.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Judged {
-    /// The argument policy matches: a normalised path, the command or the code;
-    /// `None` for `get_time`.
+    /// The argument policy matches: a normalised path, the command, the code or
+    /// the skill's name; `None` for `get_time`.
     pub subject: Option<String>,
     /// For a file tool: the absolute, link-free path that was judged. The helper
     /// opens exactly this name or refuses (see `sandbox::files`).
@@ -64,6 +67,7 @@ pub fn judge(input: &ToolInput, loaded: &Loaded) -> Result<Judged, PathError> {
         ToolInput::RunBash(i) => text(&i.command),
         ToolInput::RunPython(i) => text(&i.code),
         ToolInput::GetTime(_) => Ok(Judged::default()),
+        ToolInput::LoadSkill(i) => text(&i.name),
         ToolInput::Delegate(i) => text(&i.prompt),
     }
 }
@@ -110,7 +114,8 @@ pub fn decide(tool: ToolName, input: &ToolInput, loaded: &Loaded) -> Verdict {
     }
 }
 
-/// The helper's job for `input`; `Ok(None)` for `get_time`, which runs in-process.
+/// The helper's job for `input`; `Ok(None)` for `get_time` and `load_skill`,
+/// which run in-process.
 /// A file job carries the judged path, never the path as the model wrote it.
 fn job_for(input: &ToolInput, judged: &Judged) -> Result<Option<Job>, String> {
     let path = || {
@@ -142,7 +147,7 @@ fn job_for(input: &ToolInput, judged: &Judged) -> Result<Option<Job>, String> {
         ToolInput::RunPython(i) => Job::Python {
             code: i.code.clone(),
         },
-        ToolInput::GetTime(_) => return Ok(None),
+        ToolInput::GetTime(_) | ToolInput::LoadSkill(_) => return Ok(None),
         // A child task is the loop's to run, never a tool process's.
         ToolInput::Delegate(_) => {
             return Err("internal error: delegate reached the tool runner".to_string());
@@ -236,8 +241,7 @@ pub async fn run(
         Err(message) => return (ToolResult::error(message), None),
     };
     let Some(job) = job else {
-        let now = chrono::Local::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, false);
-        return (ToolResult::ok(now), None);
+        return in_process(tool_use_id, input, ctx);
     };
     let sandbox = &loaded.policy.settings.sandbox;
     let timeout_secs = match input {
@@ -294,6 +298,40 @@ pub async fn run(
             None,
         ),
     }
+}
+
+/// A call that needs no tool process: `get_time`, or `load_skill`, whose answer
+/// is kept like any tool's output (its `.out` file, within the spool budget).
+fn in_process(
+    tool_use_id: &str,
+    input: &ToolInput,
+    ctx: &RunContext,
+) -> (ToolResult, Option<PathBuf>) {
+    let ToolInput::LoadSkill(i) = input else {
+        let now = chrono::Local::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, false);
+        return (ToolResult::ok(now), None);
+    };
+    let (text, is_error) = match ctx.knowledge.load_skill(&i.name) {
+        Ok(body) => (body, false),
+        Err(why) => (why, true),
+    };
+    let out_file = ctx.output_dir.as_ref().and_then(|dir| {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| tracing::warn!("cannot create {}: {e}", dir.display()))
+            .ok()
+            .map(|()| dir.join(out_file_name(tool_use_id)))
+    });
+    // A skill is returned whole, never cut in its middle: its size is already
+    // bounded by the skill limit, which the operator's output cap may be under.
+    let max_chars = (ctx.loaded.policy.settings.output.max_chars)
+        .max(crate::knowledge::MAX_SKILL_BYTES as usize + 1024);
+    let result = super::render_text(
+        &text,
+        is_error,
+        max_chars,
+        out_file.as_deref().map(|p| (p, &ctx.spool)),
+    );
+    (result, out_file)
 }
 
 #[cfg(test)]

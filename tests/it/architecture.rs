@@ -50,7 +50,7 @@ use crate::common::{rust_files, src_dir};
 const LAYERS: &[&[&str]] = &[
     &["protocol", "text", "sandbox", "disk"],
     &["policy"],
-    &["config"],
+    &["config", "knowledge"],
     &["events", "llm", "exec", "approval"],
     &["telemetry"],
     &["tools", "hooks", "notify"],

@@ -54,7 +54,7 @@ fn fresh_init_passes_check() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let tools = report["tools"].as_array().unwrap();
-    assert_eq!(tools.len(), 8);
+    assert_eq!(tools.len(), 9);
     assert_eq!(tools[0]["tool"], "read_file");
     assert_eq!(tools[0]["tier"], "allow");
 }

@@ -11,6 +11,7 @@
 
 mod common;
 
+mod agents_md;
 mod allow_rules;
 mod api;
 mod architecture;
@@ -83,6 +84,7 @@ mod sandbox_read_only;
 mod sandbox_x32;
 mod shell_diff;
 mod shutdown;
+mod skills;
 mod stalled_answers;
 mod stops;
 mod stream_deadline;

@@ -44,6 +44,7 @@ fn end_turn_answers_on_stdout_and_exits_0() {
             "run_bash",
             "run_python",
             "get_time",
+            "load_skill",
             "delegate"
         ]
     );
@@ -92,7 +93,7 @@ fn max_turns_sends_a_summary_request_with_tools_disabled_and_exits_3() {
     assert_eq!(last["tool_choice"], json!({"type": "none"}));
     assert_eq!(
         last["tools"].as_array().unwrap().len(),
-        8,
+        9,
         "tools array is kept"
     );
     let content = last["messages"].as_array().unwrap().last().unwrap()["content"]
