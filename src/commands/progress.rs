@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::events::{Event, Record};
 use crate::protocol::{Decision, Tier};
-use crate::text::{Mode, escape};
+use crate::text::{Mode, escape, escape_line};
 
 /// A field of an event for one line of the trail: cut to `max` characters, then
 /// escaped (text as a one-line field, other values as JSON), so model text in it
@@ -254,7 +254,7 @@ pub async fn print(
                     if std::mem::take(&mut mid_text) {
                         let _ = writeln!(err);
                     }
-                    let _ = writeln!(err, "{l}");
+                    let _ = writeln!(err, "{}", of_task(&record, &l));
                 }
                 waiting = waiting_on(&record.event).map(|what| Waiting {
                     what,
@@ -280,6 +280,25 @@ pub async fn print(
         }
     }
     calls
+}
+
+/// `text` (a progress line, or several) as a line of `record`'s task: a child
+/// task's lines are indented by its depth and say whose they are
+/// (`  [child t-….7a95b70396] …`), so they never pass for the parent's.
+pub(super) fn of_task(record: &Record, text: &str) -> String {
+    let Some(id) = record
+        .task_id
+        .as_deref()
+        .filter(|id| crate::protocol::tree::parent_task_id(id).is_some())
+    else {
+        return text.to_string();
+    };
+    let depth = crate::protocol::tree::delegation_depth(id) as usize;
+    let prefix = format!("{}[child {}] ", "  ".repeat(depth), escape_line(id));
+    text.lines()
+        .map(|l| format!("{prefix}{l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Writes a streamed piece of the model's text, escaped; `mid_text` says whether

@@ -201,6 +201,7 @@ async fn follow_until_finished(
             | Event::PolicyDecision { .. }
             | Event::ToolFinished { .. } => {
                 if let Some(l) = super::progress::line(&record.event, &mut 0) {
+                    let l = super::progress::of_task(&record, &l);
                     let _ = writeln!(std::io::stderr().lock(), "{l}");
                 }
             }

@@ -128,6 +128,12 @@ fn a_childs_answer_is_the_parents_result_and_every_child_line_names_the_parent()
     assert_eq!(starts[0]["parent_tool_use_id"], "d1");
     let child_events = events_of_task(&root, &child_id);
     assert!(child_events.len() >= 6, "{child_events:?}");
+    // run's progress says which lines are the child's.
+    let progress = stderr(&out);
+    assert!(
+        progress.contains(&format!("  [child {child_id}] [turn 1] asking the model")),
+        "{progress}"
+    );
     for e in &child_events {
         assert_eq!(e["parent_task_id"], parent_id, "{e}");
     }
