@@ -483,19 +483,21 @@ fn process_running(needle: &str) -> bool {
     })
 }
 
-#[test]
-fn cancelling_the_parent_cancels_the_child_and_kills_its_running_tool() {
+/// A daemon running a parent whose child runs a long `sleep` (`marker` is its
+/// command), once the sleep runs; the child's next reply is `then`, the parent's
+/// `parent_then`.
+fn child_sleeping(then: &str, parent_then: &str) -> (FakeApi, TestRoot, Daemon, String, String) {
     let marker = format!("sleep 3{}", fastrand::u32(100..999));
     let api = family(vec![
         (
             "parent",
-            vec![delegate("d1", "child"), Reply::text("never")],
+            vec![delegate("d1", "child"), Reply::text(parent_then)],
         ),
         (
             "child",
             vec![
                 Reply::tool("s1", "run_bash", json!({ "command": marker })),
-                Reply::text("never either"),
+                Reply::text(then),
             ],
         ),
     ]);
@@ -506,6 +508,12 @@ fn cancelling_the_parent_cancels_the_child_and_kills_its_running_tool() {
     let d = Daemon::start(&root);
     let id = d.submit("parent");
     wait_until("the child's tool", || process_running(&marker));
+    (api, root, d, id, marker)
+}
+
+#[test]
+fn cancelling_the_parent_cancels_the_child_and_kills_its_running_tool() {
+    let (_api, root, d, id, marker) = child_sleeping("never either", "never");
     let (status, body) = d.request("POST", &format!("/v1/tasks/{id}/cancel"), None);
     assert_eq!(status, 202, "{body}");
     let t = d.wait_finished(&id);
@@ -550,27 +558,7 @@ fn all_answered(t: &Value) {
 
 #[test]
 fn kill_9_mid_child_then_resuming_the_parent_continues_the_child() {
-    let marker = format!("sleep 4{}", fastrand::u32(100..999));
-    let api = family(vec![
-        (
-            "parent",
-            vec![delegate("d1", "child"), Reply::text("parent done")],
-        ),
-        (
-            "child",
-            vec![
-                Reply::tool("s1", "run_bash", json!({ "command": marker })),
-                Reply::text("child finished after all"),
-            ],
-        ),
-    ]);
-    let root = root_allowing_delegate(&api);
-    root.edit_settings(|s| {
-        s["tools"]["allow"] = json!(["get_time", "delegate", "run_bash(sleep *)"]);
-    });
-    let mut d = Daemon::start(&root);
-    let id = d.submit("parent");
-    wait_until("the child's tool", || process_running(&marker));
+    let (api, root, mut d, id, _marker) = child_sleeping("child finished after all", "parent done");
     d.child.kill().unwrap();
     d.child.wait().unwrap();
     let d = Daemon::start(&root);
