@@ -45,7 +45,7 @@ fn family(script: Vec<(String, Vec<Reply>)>) -> FakeApi {
 }
 
 fn root(api: &FakeApi, parallel: u32) -> std::path::PathBuf {
-    let max_turns = format!("max_turns = {}", TURNS + 2);
+    let max_turns = format!("max_turns = {}", 2 * TURNS + 5);
     let parallel = format!("max_parallel_delegates = {parallel}");
     let dir = init_root(
         env!("CARGO_BIN_EXE_harnessd"),
