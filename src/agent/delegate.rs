@@ -173,6 +173,11 @@ pub(super) async fn run(
     input: &DelegateInput,
 ) -> Result<ToolResult, EventError> {
     let child_id = child_task_id(task_id, &call.id);
+    // Without `tools`, the child has all of this task's: its narrowing, if any.
+    let tools = input
+        .tools
+        .clone()
+        .or_else(|| env.tree.tools.as_deref().map(<[String]>::to_vec));
     let path = Transcript::path(&loaded.paths.transcripts, &child_id);
     if path.exists() {
         return Ok(ToolResult::error(format!(
@@ -191,7 +196,7 @@ pub(super) async fn run(
     };
     let transcript = Transcript {
         parent_tool_use_id: Some(call.id.clone()),
-        tools: input.tools.clone(),
+        tools: tools.clone(),
         traceparent: parent.traceparent.clone(),
         ..super::queued_transcript(&spec, parent.model.clone(), spec.by.clone())
     };
@@ -199,7 +204,7 @@ pub(super) async fn run(
         resume: Some(transcript),
         ..spec
     };
-    let outcome = run_child(env, task_id, spec, input.tools.clone()).await?;
+    let outcome = run_child(env, task_id, spec, tools).await?;
     Ok(result_of(&child_id, &outcome, loaded))
 }
 

@@ -15,6 +15,7 @@ mod agents_md;
 mod allow_rules;
 mod api;
 mod architecture;
+mod attack22;
 mod audit;
 mod audit_attribution;
 mod audit_query;
