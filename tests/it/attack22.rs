@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
-use crate::common::{FakeApi, Reply, TestRoot, last_results, stderr};
+use crate::common::daemon::Daemon;
+use crate::common::{FakeApi, Reply, TestRoot, last_results, stderr, wait_until};
 
 /// Replies by the task's prompt (its first message), as in the delegation tests.
 fn family(script: Vec<(&str, Vec<Reply>)>) -> FakeApi {
@@ -102,4 +103,89 @@ fn a_narrowed_childs_child_without_tools_keeps_the_narrowing() {
         json!(["delegate", "get_time"]),
         "{recorded}"
     );
+}
+
+fn costly(reply: Reply, input: u64) -> Reply {
+    let mut body: Value = serde_json::from_str(&reply.body).unwrap();
+    body["usage"] = json!({"input_tokens": input, "output_tokens": 0});
+    Reply {
+        body: body.to_string(),
+        ..reply
+    }
+}
+
+fn process_running(needle: &str) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        std::fs::read(e.path().join("cmdline"))
+            .map(|c| {
+                String::from_utf8_lossy(&c)
+                    .replace('\0', " ")
+                    .contains(needle)
+            })
+            .unwrap_or(false)
+    })
+}
+
+fn transcript(root: &TestRoot, id: &str) -> Value {
+    let path = root.dir.join(format!("transcripts/{id}.json"));
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap_or_default()).unwrap_or_default()
+}
+
+/// kill -9 while one of two parallel children has ended and the other runs: on
+/// the parent's resume, what the ended child spent still counts for the parent
+/// (its usage, and so the tree's budget), and its answer is the call's.
+#[test]
+fn an_ended_childs_spending_survives_kill_9_and_the_parents_resume() {
+    let marker = format!("sleep 4{}", fastrand::u32(100..999));
+    let api = family(vec![
+        (
+            "parent",
+            vec![
+                Reply::tools(&[
+                    ("d1", "delegate", json!({"prompt": "child a"})),
+                    ("d2", "delegate", json!({"prompt": "child b"})),
+                ]),
+                Reply::text("parent done"),
+            ],
+        ),
+        ("child a", vec![costly(Reply::text("a's answer"), 5000)]),
+        (
+            "child b",
+            vec![
+                Reply::tool("s1", "run_bash", json!({ "command": marker })),
+                Reply::text("b's answer"),
+            ],
+        ),
+    ]);
+    let root = TestRoot::new(&api.url);
+    root.edit_settings(|s| {
+        s["tools"]["allow"] = json!(["get_time", "delegate", "run_bash(sleep *)"]);
+        s["tools"]["ask"] = json!(["write_file", "edit_file", "run_python"]);
+    });
+    root.set_config("loop", "max_parallel_delegates", "2");
+    let mut d = Daemon::start(&root);
+    let id = d.submit("parent");
+    let child_a = harnessd::protocol::tree::child_task_id(&id, "d1");
+    wait_until("child a's end and child b's tool", || {
+        transcript(&root, &child_a)["status"] == "finished" && process_running(&marker)
+    });
+    d.child.kill().unwrap();
+    d.child.wait().unwrap();
+    let d = Daemon::start(&root);
+    let (status, body) = d.request("POST", &format!("/v1/tasks/{id}/resume"), None);
+    assert_eq!(status, 202, "{body}");
+    let done = d.wait_finished(&id);
+    assert_eq!(done["stop_reason"], "end_turn", "{done}");
+    let finished = root
+        .events_of("task_finished")
+        .into_iter()
+        .find(|f| f["task_id"] == id.as_str())
+        .unwrap();
+    assert!(
+        finished["usage"]["input_tokens"].as_u64().unwrap() >= 5000,
+        "{finished}"
+    );
+    let results = last_results(&requests_of(&api, "parent")[1]);
+    assert_eq!(results[0]["content"], "a's answer", "{results:?}");
+    assert_eq!(results[1]["content"], "b's answer", "{results:?}");
 }
