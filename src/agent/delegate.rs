@@ -178,6 +178,11 @@ pub(super) async fn run(
         .tools
         .clone()
         .or_else(|| env.tree.tools.as_deref().map(<[String]>::to_vec));
+    if let Some(why) = budget_used_up(env, loaded) {
+        return Ok(ToolResult::error(format!(
+            "not executed: {why}, so no child was started; the task stops here"
+        )));
+    }
     let path = Transcript::path(&loaded.paths.transcripts, &child_id);
     if path.exists() {
         return Ok(ToolResult::error(format!(
@@ -206,6 +211,25 @@ pub(super) async fn run(
     };
     let outcome = run_child(env, task_id, spec, tools).await?;
     Ok(result_of(&child_id, &outcome, loaded))
+}
+
+/// Which of the tree's budgets is used up, if one is: a child started then would
+/// spend a response before its own check saw it (the parent stops after the turn).
+fn budget_used_up(env: &TaskEnv, loaded: &Loaded) -> Option<String> {
+    let limits = &loaded.config.loop_;
+    let spent = env.tree.total();
+    if spent.usage.total() >= limits.token_budget {
+        return Some(format!(
+            "the task's token budget ({} tokens) is used up",
+            limits.token_budget
+        ));
+    }
+    match (limits.usd_budget, spent.usd) {
+        (Some(budget), Some(usd)) if usd >= budget => {
+            Some(format!("the task's USD budget (${budget}) is used up"))
+        }
+        _ => None,
+    }
 }
 
 /// Continues the child that call `tool_use_id` of `task_id` started, when the

@@ -189,3 +189,47 @@ fn an_ended_childs_spending_survives_kill_9_and_the_parents_resume() {
     assert_eq!(results[0]["content"], "a's answer", "{results:?}");
     assert_eq!(results[1]["content"], "b's answer", "{results:?}");
 }
+
+/// Once the tree's token budget is used up, no further child of the same turn
+/// starts: a child would spend a response before its own check saw the budget.
+#[test]
+fn no_child_starts_once_the_trees_budget_is_used_up() {
+    let api = family(vec![
+        (
+            "parent",
+            vec![
+                costly(
+                    Reply::tools(&[
+                        ("d1", "delegate", json!({"prompt": "child a"})),
+                        ("d2", "delegate", json!({"prompt": "child b"})),
+                        ("d3", "delegate", json!({"prompt": "child c"})),
+                    ]),
+                    100,
+                ),
+                Reply::text("never"),
+            ],
+        ),
+        ("child a", vec![costly(Reply::text("a"), 2000)]),
+        ("child b", vec![costly(Reply::text("b"), 2000)]),
+        ("child c", vec![costly(Reply::text("c"), 2000)]),
+    ]);
+    let root = TestRoot::new(&api.url);
+    root.edit_settings(|s| {
+        s["tools"]["allow"] = json!(["get_time", "delegate"]);
+        s["tools"]["ask"] = json!(["write_file", "edit_file", "run_bash", "run_python"]);
+    });
+    root.set_config("loop", "max_parallel_delegates", "1");
+    root.set_config("loop", "token_budget", "1000");
+    let out = root.run(&["run", "parent"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert_eq!(requests_of(&api, "child a").len(), 1);
+    assert_eq!(requests_of(&api, "child b").len(), 0);
+    assert_eq!(requests_of(&api, "child c").len(), 0);
+    let parent = root
+        .events_of("task_finished")
+        .into_iter()
+        .find(|f| f.get("parent_task_id").is_none())
+        .unwrap();
+    assert_eq!(parent["usage"]["input_tokens"], 2100, "{parent}");
+    assert_eq!(parent["stop_reason"], "token_budget", "{parent}");
+}
