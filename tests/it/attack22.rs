@@ -233,3 +233,146 @@ fn no_child_starts_once_the_trees_budget_is_used_up() {
     assert_eq!(parent["usage"]["input_tokens"], 2100, "{parent}");
     assert_eq!(parent["stop_reason"], "token_budget", "{parent}");
 }
+
+/// Every task of the log has an end, and every call its `tool_finished`.
+fn every_start_ended_and_call_answered(root: &TestRoot) {
+    let events = root.events();
+    let ended = |id: &Value| {
+        events.iter().any(|e| {
+            e["task_id"] == *id
+                && ["task_finished", "task_interrupted", "task_cancelled"]
+                    .contains(&e["type"].as_str().unwrap_or_default())
+        })
+    };
+    for s in events.iter().filter(|e| e["type"] == "task_started") {
+        assert!(ended(&s["task_id"]), "no end for {s}");
+    }
+    for r in events.iter().filter(|e| e["type"] == "tool_requested") {
+        let finished = events.iter().filter(|e| {
+            e["type"] == "tool_finished"
+                && e["task_id"] == r["task_id"]
+                && e["tool_use_id"] == r["tool_use_id"]
+        });
+        assert_eq!(finished.count(), 1, "{r}");
+    }
+}
+
+/// SIGTERM past the grace while a grandchild's tool runs: every task's start has
+/// an end and every call one answer, the tool's process is gone; the resumed
+/// parent is told its child was interrupted (as documented), reruns nothing, and
+/// every transcript of the tree answers each of its calls.
+#[test]
+fn sigterm_past_the_grace_mid_grandchild_then_resume_holds() {
+    stopped_mid_grandchild(false);
+}
+
+/// kill -9 while a grandchild's tool runs: the parent's resume continues the child
+/// and the grandchild (its tool answered "state unknown", never rerun), and the
+/// grandchild's answer reaches the child and the child's the parent.
+#[test]
+fn kill_9_mid_grandchild_then_resume_continues_both() {
+    stopped_mid_grandchild(true);
+}
+
+fn stopped_mid_grandchild(kill: bool) {
+    let marker = format!("sleep 5{}", fastrand::u32(100..999));
+    let api = family(vec![
+        (
+            "parent",
+            vec![
+                Reply::tool("d1", "delegate", json!({"prompt": "child"})),
+                Reply::text("parent done"),
+            ],
+        ),
+        (
+            "child",
+            vec![
+                Reply::tool("d2", "delegate", json!({"prompt": "grandchild"})),
+                Reply::text("child done"),
+            ],
+        ),
+        (
+            "grandchild",
+            vec![
+                Reply::tool("s1", "run_bash", json!({ "command": marker })),
+                Reply::text("grandchild done"),
+            ],
+        ),
+    ]);
+    let root = TestRoot::new(&api.url);
+    root.edit_settings(|s| {
+        s["tools"]["allow"] = json!(["get_time", "delegate", "run_bash(sleep *)"]);
+        s["tools"]["ask"] = json!(["write_file", "edit_file", "run_python"]);
+    });
+    root.set_config("daemon", "shutdown_grace_secs", "1");
+    let mut d = Daemon::start(&root);
+    let id = d.submit("parent");
+    wait_until("the grandchild's tool", || process_running(&marker));
+    if kill {
+        d.child.kill().unwrap();
+        d.child.wait().unwrap();
+        wait_until("the grandchild's tool to die with the daemon", || {
+            !process_running(&marker)
+        });
+    } else {
+        d.terminate();
+        assert!(
+            !process_running(&marker),
+            "the grandchild's tool outlived the daemon"
+        );
+        every_start_ended_and_call_answered(&root);
+    }
+    let d = Daemon::start(&root);
+    let (status, body) = d.request("POST", &format!("/v1/tasks/{id}/resume"), None);
+    assert_eq!(status, 202, "{body}");
+    let done = d.wait_finished(&id);
+    assert_eq!(done["stop_reason"], "end_turn", "{done}");
+    let result = &last_results(&requests_of(&api, "parent")[1])[0];
+    if kill {
+        assert_eq!(result["content"], "child done", "{result}");
+        let child_second = &requests_of(&api, "child")[1];
+        assert_eq!(last_results(child_second)[0]["content"], "grandchild done");
+    } else {
+        assert!(
+            result["content"]
+                .as_str()
+                .unwrap()
+                .contains("was interrupted"),
+            "{result}"
+        );
+    }
+    let runs = root
+        .events_of("tool_requested")
+        .into_iter()
+        .filter(|e| e["tool"] == "run_bash")
+        .count();
+    assert_eq!(runs, 1);
+    let child = harnessd::protocol::tree::child_task_id(&id, "d1");
+    let grandchild = harnessd::protocol::tree::child_task_id(&child, "d2");
+    for task in [&id, &child, &grandchild] {
+        let t = transcript(&root, task);
+        let want = if kill || task == &id {
+            "finished"
+        } else {
+            "interrupted"
+        };
+        assert_eq!(t["status"], want, "{task}: {t}");
+        for (i, m) in t["messages"].as_array().unwrap().iter().enumerate() {
+            for u in m["content"].as_array().unwrap() {
+                if u["type"] != "tool_use" {
+                    continue;
+                }
+                let next = &t["messages"][i + 1]["content"];
+                let answered = next
+                    .as_array()
+                    .is_some_and(|b| b.iter().any(|b| b["tool_use_id"] == u["id"]));
+                assert!(answered, "{} unanswered in {task}", u["id"]);
+            }
+        }
+    }
+    every_start_ended_and_call_answered(&root);
+    let out = root.run(&["audit", "verify"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let bad = crate::common::schema::violations(&root.dir.join("transcripts"));
+    assert!(bad.is_empty(), "{bad:?}");
+}
