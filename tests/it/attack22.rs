@@ -376,3 +376,70 @@ fn stopped_mid_grandchild(kill: bool) {
     let bad = crate::common::schema::violations(&root.dir.join("transcripts"));
     assert!(bad.is_empty(), "{bad:?}");
 }
+
+/// Cancelling the parent while a grandchild waits on an approval: the approval
+/// is resolved and no longer pending, every task of the tree records its
+/// cancellation, the parent ends `cancelled`, and the log holds.
+#[test]
+fn cancelling_the_parent_ends_a_grandchilds_pending_approval() {
+    let api = family(vec![
+        (
+            "parent",
+            vec![
+                Reply::tool("d1", "delegate", json!({"prompt": "child"})),
+                Reply::text("never"),
+            ],
+        ),
+        (
+            "child",
+            vec![
+                Reply::tool("d2", "delegate", json!({"prompt": "grandchild"})),
+                Reply::text("never"),
+            ],
+        ),
+        (
+            "grandchild",
+            vec![
+                Reply::tool("w1", "write_file", json!({"path": "x.txt", "content": "x"})),
+                Reply::text("never"),
+            ],
+        ),
+    ]);
+    let root = TestRoot::new(&api.url);
+    root.edit_settings(|s| {
+        s["tools"]["allow"] = json!(["get_time", "delegate"]);
+        s["tools"]["ask"] = json!(["write_file", "edit_file", "run_bash", "run_python"]);
+    });
+    let d = Daemon::start(&root);
+    let id = d.submit("parent");
+    let pending = || {
+        d.request("GET", "/v1/approvals", None).1["approvals"]
+            .as_array()
+            .map_or(0, Vec::len)
+    };
+    wait_until("the grandchild's approval", || pending() == 1);
+    let (status, body) = d.request("POST", &format!("/v1/tasks/{id}/cancel"), None);
+    assert_eq!(status, 202, "{body}");
+    let done = d.wait_finished(&id);
+    assert_eq!(done["stop_reason"], "cancelled", "{done}");
+    assert_eq!(pending(), 0);
+    let child = harnessd::protocol::tree::child_task_id(&id, "d1");
+    let grandchild = harnessd::protocol::tree::child_task_id(&child, "d2");
+    let cancelled = root.events_of("task_cancelled");
+    for task in [&id, &child, &grandchild] {
+        assert_eq!(
+            cancelled
+                .iter()
+                .filter(|e| e["task_id"] == task.as_str())
+                .count(),
+            1,
+            "{task}: {cancelled:?}"
+        );
+        let t = transcript(&root, task);
+        assert_eq!(t["stop_reason"], "cancelled", "{task}: {t}");
+    }
+    assert!(!root.workspace().join("x.txt").exists());
+    every_start_ended_and_call_answered(&root);
+    let out = root.run(&["audit", "verify"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
