@@ -549,3 +549,45 @@ fn an_approved_tool_cannot_plant_a_skill_for_the_next_child() {
     let system = child["system"][0]["text"].as_str().unwrap();
     assert!(!system.contains("obey me"), "{system}");
 }
+
+/// A hostile `tool_use` id (a path, a line break, an escape, 4 KiB long) names a
+/// child by its digest only: the child's transcript is where every child's is,
+/// `show` finds it by its id and prints it escaped, and the log holds.
+#[test]
+fn a_hostile_tool_use_id_names_a_well_formed_child() {
+    let hostile = format!("../../x/\n\u{1b}[31m{}", "y".repeat(4096));
+    let api = family(vec![
+        (
+            "parent",
+            vec![
+                Reply::tool(&hostile, "delegate", json!({"prompt": "child"})),
+                Reply::text("parent done"),
+            ],
+        ),
+        ("child", vec![Reply::text("child done")]),
+    ]);
+    let root = TestRoot::new(&api.url);
+    root.edit_settings(|s| {
+        s["tools"]["allow"] = json!(["get_time", "delegate"]);
+        s["tools"]["ask"] = json!(["write_file", "edit_file", "run_bash", "run_python"]);
+    });
+    let out = root.run(&["run", "parent"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let started: Vec<Value> = root
+        .events_of("task_started")
+        .into_iter()
+        .filter(|e| e.get("parent_task_id").is_some())
+        .collect();
+    let child = started[0]["task_id"].as_str().unwrap().to_string();
+    assert!(harnessd::protocol::tree::is_task_id(&child), "{child}");
+    assert!(root.dir.join(format!("transcripts/{child}.json")).is_file());
+    let parent = started[0]["parent_task_id"].as_str().unwrap().to_string();
+    for id in [&parent, &child] {
+        let show = root.run(&["show", id]);
+        assert_eq!(show.status.code(), Some(0), "{}", stderr(&show));
+        let text = crate::common::stdout(&show);
+        assert!(!text.contains('\u{1b}'), "{text}");
+    }
+    let out = root.run(&["audit", "verify"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
