@@ -591,3 +591,49 @@ fn a_hostile_tool_use_id_names_a_well_formed_child() {
     let out = root.run(&["audit", "verify"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
+
+/// kill -9 right as a child's `task_started` reaches the log, before or after its
+/// transcript is saved (the race is won either way across the runs): after a
+/// restart and the parent's resume, every start has an end, every call one
+/// answer, and the parent ends its turn.
+#[test]
+fn kill_9_as_a_child_starts_leaves_every_start_ended() {
+    for _ in 0..4 {
+        let api = family(vec![
+            (
+                "parent",
+                vec![
+                    Reply::tool("d1", "delegate", json!({"prompt": "child"})),
+                    Reply::text("parent done"),
+                ],
+            ),
+            ("child", vec![Reply::text("child done")]),
+        ]);
+        let root = TestRoot::new(&api.url);
+        root.edit_settings(|s| {
+            s["tools"]["allow"] = json!(["get_time", "delegate"]);
+            s["tools"]["ask"] = json!(["write_file", "edit_file", "run_bash", "run_python"]);
+        });
+        let mut d = Daemon::start(&root);
+        let id = d.submit("parent");
+        let child = harnessd::protocol::tree::child_task_id(&id, "d1");
+        let log = root.dir.join("transcripts/events.jsonl");
+        let needle = format!("\"task_id\":\"{child}\"");
+        wait_until("the child's first line", || {
+            std::fs::read_to_string(&log).is_ok_and(|t| t.contains(&needle))
+        });
+        d.child.kill().unwrap();
+        d.child.wait().unwrap();
+        let d = Daemon::start(&root);
+        let done = match d.request("POST", &format!("/v1/tasks/{id}/resume"), None) {
+            (202, _) => d.wait_finished(&id),
+            // The parent had finished before the kill.
+            (_, body) => {
+                assert_eq!(transcript(&root, &id)["status"], "finished", "{body}");
+                transcript(&root, &id)
+            }
+        };
+        assert_eq!(done["stop_reason"], "end_turn", "{done}");
+        every_start_ended_and_call_answered(&root);
+    }
+}
