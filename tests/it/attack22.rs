@@ -637,3 +637,66 @@ fn kill_9_as_a_child_starts_leaves_every_start_ended() {
         every_start_ended_and_call_answered(&root);
     }
 }
+
+/// A child narrowed to `get_time` calls the tools it lacks under other spellings
+/// (letter case, a trailing space, an MCP-looking name, `delegate` itself): each
+/// is refused, no policy judges it, nothing runs.
+#[test]
+fn a_narrowed_child_cannot_reach_a_tool_by_another_spelling() {
+    let spellings = [
+        "Run_Bash",
+        "run_bash ",
+        "mcp__x__run_bash",
+        "delegate",
+        "run_bash",
+    ];
+    let calls: Vec<(String, &str, Value)> = spellings
+        .iter()
+        .enumerate()
+        .map(|(i, name)| (format!("c{i}"), *name, json!({"command": "touch pwned"})))
+        .collect();
+    let refs: Vec<(&str, &str, Value)> = calls
+        .iter()
+        .map(|(id, name, input)| (id.as_str(), *name, input.clone()))
+        .collect();
+    let api = family(vec![
+        (
+            "parent",
+            vec![
+                Reply::tool(
+                    "d1",
+                    "delegate",
+                    json!({"prompt": "child", "tools": ["get_time"]}),
+                ),
+                Reply::text("ok"),
+            ],
+        ),
+        ("child", vec![Reply::tools(&refs), Reply::text("done")]),
+    ]);
+    let root = TestRoot::new(&api.url);
+    root.edit_settings(|s| {
+        s["tools"]["allow"] = json!(["get_time", "delegate", "run_bash(*)"]);
+        s["tools"]["ask"] = json!(["write_file", "edit_file", "run_python"]);
+    });
+    root.set_config("loop", "max_tool_calls_per_turn", "16");
+    let out = root.run(&["run", "--yes", "parent"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let results = last_results(&requests_of(&api, "child")[1]);
+    assert_eq!(results.len(), spellings.len());
+    for r in &results {
+        assert_eq!(r["is_error"], true, "{r}");
+    }
+    assert!(!root.workspace().join("pwned").exists());
+    let child = harnessd::protocol::tree::child_task_id(
+        root.events_of("task_started")[0]["task_id"]
+            .as_str()
+            .unwrap(),
+        "d1",
+    );
+    let judged = root
+        .events_of("policy_decision")
+        .into_iter()
+        .filter(|e| e["task_id"] == child.as_str())
+        .count();
+    assert_eq!(judged, 0);
+}
