@@ -221,6 +221,20 @@ struct Waiting {
     next: u64,
 }
 
+/// The label of a child task's line: its id below the task at the top of its
+/// tree (`[child .8b53639f15] `), so that none of its lines, its `[done]` above
+/// all, passes for the task's own. Empty for the task's own lines.
+pub fn child_label(record: &Record) -> String {
+    let Some(id) = record.task_id.as_deref() else {
+        return String::new();
+    };
+    let root = crate::protocol::tree::root_task_id(id);
+    match id.strip_prefix(root).filter(|rest| !rest.is_empty()) {
+        Some(below) => format!("[child {}] ", crate::text::escape_line(below)),
+        None => String::new(),
+    }
+}
+
 /// Prints lines for events received until the channel closes, and the model's
 /// text as it streams (`text_delta` values, escaped like an answer), ended by a
 /// newline before the next line. With `live` (stderr is a terminal), a long wait
@@ -248,13 +262,13 @@ pub async fn print(
                     continue;
                 }
                 let Some(record) = Record::from_value(ev) else { continue };
-                calls.observe(&record.event);
+                calls.observe_in(record.task_id.as_deref(), &record.event);
                 if let Some(l) = line(&record.event, &mut total) {
                     let mut err = std::io::stderr().lock();
                     if std::mem::take(&mut mid_text) {
                         let _ = writeln!(err);
                     }
-                    let _ = writeln!(err, "{l}");
+                    let _ = writeln!(err, "{}{l}", child_label(&record));
                 }
                 waiting = waiting_on(&record.event).map(|what| Waiting {
                     what,

@@ -178,7 +178,7 @@ async fn follow_until_finished(
         let Some(record) = Record::from_value(event) else {
             continue;
         };
-        calls.observe(&record.event);
+        calls.observe_in(record.task_id.as_deref(), &record.event);
         match &record.event {
             Event::ApprovalRequested { approval_id, .. } if !shown.contains(approval_id) => {
                 show_approval(socket, &record, prefix).await?;
@@ -201,7 +201,8 @@ async fn follow_until_finished(
             | Event::PolicyDecision { .. }
             | Event::ToolFinished { .. } => {
                 if let Some(l) = super::progress::line(&record.event, &mut 0) {
-                    let _ = writeln!(std::io::stderr().lock(), "{l}");
+                    let label = super::progress::child_label(&record);
+                    let _ = writeln!(std::io::stderr().lock(), "{label}{l}");
                 }
             }
             _ => {}

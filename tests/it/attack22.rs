@@ -700,3 +700,53 @@ fn a_narrowed_child_cannot_reach_a_tool_by_another_spelling() {
         .count();
     assert_eq!(judged, 0);
 }
+
+/// `run` prints a child's lines among its own: none of them passes for the
+/// task's (a child's `[done]` is labelled as the child's), and a child's call
+/// reusing one of the parent's `tool_use` ids is counted as a call of its own.
+#[test]
+fn runs_progress_labels_a_childs_lines_and_counts_its_calls_apart() {
+    let api = family(vec![
+        (
+            "parent",
+            vec![
+                Reply::tool("d1", "delegate", json!({"prompt": "child"})),
+                Reply::text("parent done"),
+            ],
+        ),
+        (
+            "child",
+            vec![
+                Reply::tools(&[
+                    ("d1", "get_time", json!({})),
+                    ("x2", "run_bash", json!({"command": "true"})),
+                ]),
+                Reply::text("child done"),
+            ],
+        ),
+    ]);
+    let root = TestRoot::new(&api.url);
+    root.edit_settings(|s| {
+        s["tools"]["allow"] = json!(["get_time", "delegate"]);
+        s["tools"]["deny"] = json!(["run_bash"]);
+        s["tools"]["ask"] = json!(["write_file", "edit_file", "run_python"]);
+    });
+    let out = root.run(&["run", "parent"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let err = stderr(&out);
+    let done: Vec<&str> = err.lines().filter(|l| l.starts_with("[done]")).collect();
+    assert_eq!(done.len(), 1, "{err}");
+    let child = harnessd::protocol::tree::child_task_id(
+        root.events_of("task_started")[0]["task_id"]
+            .as_str()
+            .unwrap(),
+        "d1",
+    );
+    let segment = &child[child.rfind('.').unwrap()..];
+    assert!(
+        err.lines()
+            .any(|l| l.contains(segment) && l.contains("[done]")),
+        "{err}"
+    );
+    assert!(err.contains("calls: 2 run, 0 denied, 1 failed"), "{err}");
+}
