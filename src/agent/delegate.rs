@@ -173,6 +173,17 @@ pub(super) async fn run(
     input: &DelegateInput,
 ) -> Result<ToolResult, EventError> {
     let child_id = child_task_id(task_id, &call.id);
+    // Without `tools`, the child has all of this task's: its narrowing, if any.
+    let tools = input
+        .tools
+        .clone()
+        .or_else(|| env.tree.tools.as_deref().map(<[String]>::to_vec));
+    let spent = env.tree.total();
+    if let Some((_, why)) =
+        super::limits::budget_used_up(spent, &loaded.config.loop_, &parent.model)
+    {
+        return Ok(ToolResult::error(format!("{why} (no child was started)")));
+    }
     let path = Transcript::path(&loaded.paths.transcripts, &child_id);
     if path.exists() {
         return Ok(ToolResult::error(format!(
@@ -191,7 +202,7 @@ pub(super) async fn run(
     };
     let transcript = Transcript {
         parent_tool_use_id: Some(call.id.clone()),
-        tools: input.tools.clone(),
+        tools: tools.clone(),
         traceparent: parent.traceparent.clone(),
         ..super::queued_transcript(&spec, parent.model.clone(), spec.by.clone())
     };
@@ -199,15 +210,16 @@ pub(super) async fn run(
         resume: Some(transcript),
         ..spec
     };
-    let outcome = run_child(env, task_id, spec, input.tools.clone()).await?;
+    let outcome = run_child(env, task_id, spec, tools).await?;
     Ok(result_of(&child_id, &outcome, loaded))
 }
 
 /// Continues the child that call `tool_use_id` of `task_id` started, when the
 /// parent is resumed with that call open and the child had not ended (the daemon
-/// died under both); its outcome is the call's answer. `Ok(None)`: the call is not
-/// a `delegate` call, or it left no open child (it never started one, or the child
-/// ended), and the call is answered as any other open call.
+/// died under both); its outcome is the call's answer. A child that had ended is
+/// answered from its transcript, its spending counted ([`ended`]). `Ok(None)`: the
+/// call is not a `delegate` call, or it never started a child, and the call is
+/// answered as any other open call.
 pub(super) async fn continue_open(
     env: &TaskEnv,
     task_id: &str,
@@ -215,16 +227,11 @@ pub(super) async fn continue_open(
     tool: &str,
     tool_use_id: &str,
 ) -> Result<Option<ToolResult>, EventError> {
-    if tool != ToolName::Delegate.as_str() {
-        return Ok(None);
-    }
-    let child_id = child_task_id(task_id, tool_use_id);
-    let path = Transcript::path(&loaded.paths.transcripts, &child_id);
-    let Ok(child) = Transcript::read_async(path).await else {
+    let Some((child_id, child)) = child_of(task_id, loaded, tool, tool_use_id).await else {
         return Ok(None);
     };
-    if !open_child(&child) || child.parent_tool_use_id.as_deref() != Some(tool_use_id) {
-        return Ok(None);
+    if !open_child(&child) {
+        return Ok(Some(ended(env, &child_id, &child, loaded)));
     }
     let tools = child.tools.clone();
     let spec = TaskSpec {
@@ -238,6 +245,57 @@ pub(super) async fn continue_open(
     };
     let outcome = run_child(env, task_id, spec, tools).await?;
     Ok(Some(result_of(&child_id, &outcome, loaded)))
+}
+
+/// The transcript of the child that `delegate` call `tool_use_id` of `task_id`
+/// started, if it started one.
+async fn child_of(
+    task_id: &str,
+    loaded: &Loaded,
+    tool: &str,
+    tool_use_id: &str,
+) -> Option<(String, Transcript)> {
+    if tool != ToolName::Delegate.as_str() {
+        return None;
+    }
+    let child_id = child_task_id(task_id, tool_use_id);
+    let path = Transcript::path(&loaded.paths.transcripts, &child_id);
+    let child = Transcript::read_async(path).await.ok()?;
+    (child.parent_tool_use_id.as_deref() == Some(tool_use_id)).then_some((child_id, child))
+}
+
+/// The answer, from its transcript, of a child that ended before the daemon died
+/// under its parent, whose spending the parent had not taken yet: it counts now,
+/// for the tree's budgets and the parent's usage.
+fn ended(env: &TaskEnv, child_id: &str, child: &Transcript, loaded: &Loaded) -> ToolResult {
+    env.tree.spend(&child.usage, child.usd);
+    if let Ok(mut c) = env.tree.children.lock() {
+        c.add(&child.usage, child.usd);
+    }
+    let outcome = super::TaskOutcome {
+        stop_reason: child.stop_reason.unwrap_or(StopReason::Error),
+        answer: child.answer.clone().unwrap_or_default(),
+        turns: child.turns.len() as u32,
+        usage: child.usage,
+        usd: child.usd,
+        error: child.error.clone(),
+        interrupted: false,
+    };
+    result_of(child_id, &outcome, loaded)
+}
+
+/// The answer of a `delegate` call the log shows finished but the parent's
+/// transcript lost, when its child ended: the child's, its spending counted as in
+/// [`continue_open`]. `None` for any other call.
+pub(super) async fn ended_child(
+    env: &TaskEnv,
+    task_id: &str,
+    loaded: &Loaded,
+    tool: &str,
+    tool_use_id: &str,
+) -> Option<ToolResult> {
+    let (child_id, child) = child_of(task_id, loaded, tool, tool_use_id).await?;
+    (!open_child(&child)).then(|| ended(env, &child_id, &child, loaded))
 }
 
 /// The child task's own run, inside the parent's: its own token (cancelled with

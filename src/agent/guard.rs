@@ -255,7 +255,8 @@ this call ran; request it again if it is still needed";
 ///
 /// A `delegate` call that may have run, whose child had not ended, is not guessed
 /// at: the child is continued ([`super::delegate::continue_open`]) and its outcome
-/// is the call's answer.
+/// is the call's answer; one whose child had ended is answered with the child's
+/// answer, and what the child spent counts for the task.
 pub(super) async fn answer_resumed_calls(
     env: &TaskEnv,
     task_id: &str,
@@ -276,6 +277,12 @@ pub(super) async fn answer_resumed_calls(
         {
             let zero = std::time::Duration::ZERO;
             calls::finished(env, task_id, id, name, &result, zero, None).await?;
+            blocks.push(Block::tool_result(id, &result.content, result.is_error));
+            continue;
+        }
+        if let CallTrail::Finished { ran: true, .. } = trail
+            && let Some(result) = super::delegate::ended_child(env, task_id, loaded, name, id).await
+        {
             blocks.push(Block::tool_result(id, &result.content, result.is_error));
             continue;
         }

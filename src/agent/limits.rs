@@ -62,6 +62,38 @@ fn canonical(v: &Value) -> String {
     }
 }
 
+/// The budget (tokens, or US dollars) that `spent` has used up, with why, if
+/// any; `model` names the task's model when its cost is unknown.
+pub(super) fn budget_used_up(
+    spent: super::Spent,
+    limits: &LoopConfig,
+    model: &str,
+) -> Option<(StopReason, String)> {
+    if spent.usage.total() >= limits.token_budget {
+        let why = format!(
+            "not executed: the task's token budget ({} tokens) is used up; the task \
+             stops here",
+            limits.token_budget
+        );
+        return Some((StopReason::TokenBudget, why));
+    }
+    let budget = limits.usd_budget?;
+    // A cost that is not known (a model without a price, chosen per task)
+    // cannot be held to a budget: the task stops rather than run unbounded.
+    let why = match spent.usd {
+        Some(spent) if spent >= budget => format!(
+            "not executed: the task's USD budget (${budget}) is used up (${spent:.4} \
+             spent); the task stops here"
+        ),
+        Some(_) => return None,
+        None => format!(
+            "not executed: the task's cost is unknown (no price for model {model:?}), so \
+             its USD budget (${budget}) cannot be kept; the task stops here"
+        ),
+    };
+    Some((StopReason::UsdBudget, why))
+}
+
 impl TaskRun<'_> {
     /// The task's turn limit: its own (submitted with the task, or kept in its
     /// transcript), else `loop.max_turns`.
@@ -77,31 +109,7 @@ impl TaskRun<'_> {
     /// a `pause_turn` is sent again. What counts is the whole tree's spending: the
     /// task at the top, its children and theirs, so no child outspends its parent.
     pub(super) fn budget_used_up(&self, limits: &LoopConfig) -> Option<(StopReason, String)> {
-        let spent = self.env.tree.total();
-        if spent.usage.total() >= limits.token_budget {
-            let why = format!(
-                "not executed: the task's token budget ({} tokens) is used up; the task \
-                 stops here",
-                limits.token_budget
-            );
-            return Some((StopReason::TokenBudget, why));
-        }
-        let budget = limits.usd_budget?;
-        // A cost that is not known (a model without a price, chosen per task)
-        // cannot be held to a budget: the task stops rather than run unbounded.
-        let why = match spent.usd {
-            Some(spent) if spent >= budget => format!(
-                "not executed: the task's USD budget (${budget}) is used up (${spent:.4} \
-                 spent); the task stops here"
-            ),
-            Some(_) => return None,
-            None => format!(
-                "not executed: the task's cost is unknown (no price for model {:?}), so \
-                 its USD budget (${budget}) cannot be kept; the task stops here",
-                self.transcript.model
-            ),
-        };
-        Some((StopReason::UsdBudget, why))
+        budget_used_up(self.env.tree.total(), limits, &self.transcript.model)
     }
 
     /// The limits checked before calls run: token budget, no progress, turn limit

@@ -248,7 +248,7 @@ pub async fn print(
                     continue;
                 }
                 let Some(record) = Record::from_value(ev) else { continue };
-                calls.observe(&record.event);
+                calls.observe_in(record.task_id.as_deref(), &record.event);
                 if let Some(l) = line(&record.event, &mut total) {
                     let mut err = std::io::stderr().lock();
                     if std::mem::take(&mut mid_text) {

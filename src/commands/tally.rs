@@ -39,15 +39,26 @@ pub struct CallTally {
 impl CallTally {
     /// Counts what `ev` (one event of the task's audit log) says about a call.
     pub fn observe(&mut self, ev: &Event) {
+        self.observe_in(None, ev);
+    }
+
+    /// [`CallTally::observe`] for a line of task `task` of a tree: ids are unique
+    /// within one task only, so a child's call reusing its parent's id is a call
+    /// of its own.
+    pub fn observe_in(&mut self, task: Option<&str>, ev: &Event) {
+        let call = |id: &String| match task {
+            Some(t) => format!("{t}\u{0}{id}"),
+            None => id.clone(),
+        };
         match ev {
             Event::PolicyDecision {
                 tool_use_id, tier, ..
             } => match tier {
                 Tier::Allow => {
-                    self.admitted.insert(tool_use_id.clone());
+                    self.admitted.insert(call(tool_use_id));
                 }
                 Tier::Deny => {
-                    self.refused.insert(tool_use_id.clone());
+                    self.refused.insert(call(tool_use_id));
                 }
                 Tier::Ask => {}
             },
@@ -56,7 +67,7 @@ impl CallTally {
                 tool_use_id,
                 ..
             } => {
-                self.asking.insert(approval_id.clone(), tool_use_id.clone());
+                self.asking.insert(approval_id.clone(), call(tool_use_id));
             }
             Event::ApprovalResolved {
                 approval_id,
@@ -76,7 +87,7 @@ impl CallTally {
                 exit_code,
                 is_error,
                 ..
-            } => self.finished(tool_use_id, *exit_code, *is_error),
+            } => self.finished(&call(tool_use_id), *exit_code, *is_error),
             _ => {}
         }
     }

@@ -178,7 +178,7 @@ async fn follow_until_finished(
         let Some(record) = Record::from_value(event) else {
             continue;
         };
-        calls.observe(&record.event);
+        calls.observe_in(record.task_id.as_deref(), &record.event);
         match &record.event {
             Event::ApprovalRequested { approval_id, .. } if !shown.contains(approval_id) => {
                 show_approval(socket, &record, prefix).await?;

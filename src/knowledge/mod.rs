@@ -146,13 +146,15 @@ fn one_line(text: &str) -> String {
 /// The tag that closes the `AGENTS.md` section of the system prompt.
 const AGENTS_MD_CLOSE: &str = "</workspace-agents-md>";
 
-/// `text` with every closing tag of the section, in any letter case, written
-/// `<\/…>`: ASCII lowercasing keeps byte offsets, so the places found apply.
+/// `text` with every closing tag of the section, in any letter case and whatever
+/// follows its name (`>`, white space, a line break), written `<\/…`: ASCII
+/// lowercasing keeps byte offsets, so the places found apply.
 fn defuse_close(text: &str) -> String {
     let lower = text.to_ascii_lowercase();
+    let open_close = AGENTS_MD_CLOSE.trim_end_matches('>');
     let mut out = String::with_capacity(text.len());
     let mut at = 0;
-    while let Some(i) = lower[at..].find(AGENTS_MD_CLOSE) {
+    while let Some(i) = lower[at..].find(open_close) {
         out.push_str(&text[at..at + i + 1]);
         out.push('\\');
         at += i + 1;

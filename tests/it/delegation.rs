@@ -17,7 +17,7 @@ use crate::common::{FakeApi, Reply, TestRoot, last_results, stderr, stdout, wait
 /// Replies by prompt: each request gets the next reply scripted for its task's
 /// first message. A prompt with nothing left gets an error reply (the test then
 /// fails on the task's outcome rather than hanging).
-fn family(script: Vec<(&str, Vec<Reply>)>) -> FakeApi {
+pub(crate) fn family(script: Vec<(&str, Vec<Reply>)>) -> FakeApi {
     let queues: HashMap<String, VecDeque<Reply>> = script
         .into_iter()
         .map(|(prompt, replies)| (prompt.to_string(), replies.into()))
@@ -41,7 +41,7 @@ fn prompt_of(body: &Value) -> String {
 }
 
 /// The requests of the task whose prompt is `prompt`.
-fn requests_of(api: &FakeApi, prompt: &str) -> Vec<Value> {
+pub(crate) fn requests_of(api: &FakeApi, prompt: &str) -> Vec<Value> {
     api.requests()
         .into_iter()
         .map(|r| r.body)
@@ -50,7 +50,7 @@ fn requests_of(api: &FakeApi, prompt: &str) -> Vec<Value> {
 }
 
 /// The names of the tools a request offered.
-fn offered(body: &Value) -> Vec<String> {
+pub(crate) fn offered(body: &Value) -> Vec<String> {
     body["tools"]
         .as_array()
         .unwrap()
@@ -227,7 +227,7 @@ fn a_narrowed_child_is_offered_and_may_use_only_its_tools() {
 }
 
 /// A reply with these token counts.
-fn costly(reply: Reply, input: u64) -> Reply {
+pub(crate) fn costly(reply: Reply, input: u64) -> Reply {
     let mut body: Value = serde_json::from_str(&reply.body).unwrap();
     body["usage"] = json!({"input_tokens": input, "output_tokens": 0});
     Reply {
@@ -471,7 +471,7 @@ fn a_childs_ask_is_listed_with_both_ids_and_its_approval_resumes_it() {
 }
 
 /// Whether a process whose command line contains `needle` still runs.
-fn process_running(needle: &str) -> bool {
+pub(crate) fn process_running(needle: &str) -> bool {
     std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
         std::fs::read(e.path().join("cmdline"))
             .map(|c| {

@@ -31,6 +31,7 @@ mod cost;
 mod daemon;
 mod defaults;
 mod delegation;
+mod delegation_attacks;
 mod disk_full;
 mod docs;
 mod escape;
