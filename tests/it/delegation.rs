@@ -90,7 +90,7 @@ fn child_starts(root: &TestRoot) -> Vec<Value> {
 }
 
 /// Checks the log's chain and every line against the shipped schema.
-fn log_holds(root: &TestRoot) {
+pub(crate) fn log_holds(root: &TestRoot) {
     let out = root.run(&["audit", "verify"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let bad = crate::common::schema::violations(&root.dir.join("transcripts"));
