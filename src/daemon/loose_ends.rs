@@ -35,6 +35,12 @@ pub enum LooseEndsError {
     Scan(tokio::task::JoinError),
 }
 
+/// The `error` of a child task whose `task_started` is on the log but whose
+/// transcript was never saved: the daemon died as it started.
+pub const CHILD_NEVER_SAVED: &str = "the daemon stopped as this child task started, before \
+                                     its transcript was saved, so it never ran; its \
+                                     parent's call is answered when the parent is resumed";
+
 /// The `error` of a task that never got past its `task_queued`.
 pub const NEVER_SAVED: &str = "not accepted: the daemon stopped after recording the task \
                                and before saving its transcript, so it was never answered \
@@ -78,11 +84,16 @@ fn owed_event(dir: &Path, id: &str) -> Option<Event> {
     }
     let path = Transcript::path(dir, id);
     if !path.exists() {
+        // A child is started by its parent's run, never accepted by a request.
+        let why = match crate::protocol::tree::parent_task_id(id) {
+            Some(_) => CHILD_NEVER_SAVED,
+            None => NEVER_SAVED,
+        };
         return Some(finished(
             StopReason::Error,
             0,
             Usage::default(),
-            Some(NEVER_SAVED.into()),
+            Some(why.into()),
         ));
     }
     // The head first: most open tasks are interrupted ones, left as they are.
