@@ -66,16 +66,6 @@ pub(super) fn offered_to(env: &TaskEnv, task_id: &str, loaded: &Loaded, tool: To
         && super::delegate::offered(loaded, task_id, tool)
 }
 
-/// Whether the tool called `name` (built-in or MCP) is one task `task_id` has now.
-fn task_has(env: &TaskEnv, task_id: &str, loaded: &Loaded, name: &str) -> bool {
-    match ToolName::parse(name) {
-        Some(tool) => offered_to(env, task_id, loaded, tool),
-        None => super::mcp_calls::offered(env, loaded)
-            .iter()
-            .any(|d| d["name"] == name),
-    }
-}
-
 /// Whether `tool` is offered to the model under this config and policy.
 pub fn advertised(loaded: &Loaded, tool: ToolName) -> bool {
     let enabled = loaded
@@ -205,8 +195,12 @@ fn validate(
         ))
     })?;
     if let ToolInput::Delegate(d) = &parsed {
-        let has = |n: &str| task_has(env, task_id, loaded, n);
-        super::delegate::admissible(env, task_id, loaded, d, has)?;
+        // What this task is offered now, narrowing included: a child gets no more.
+        let has = super::request::tools_offered(env, task_id, loaded)
+            .iter()
+            .filter_map(|d| d["name"].as_str().map(str::to_string))
+            .collect();
+        super::delegate::admissible(task_id, loaded, d, &has)?;
     }
     Ok((tool, parsed))
 }

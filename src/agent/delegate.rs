@@ -96,20 +96,35 @@ impl Delegates {
         token.map(|t| t.cancel()).is_some()
     }
 
-    /// Whether child `id` runs now.
-    pub fn is_running(&self, id: &str) -> bool {
-        self.running.lock().is_ok_and(|m| m.contains_key(id))
-    }
-
-    fn enter(&self, id: &str, token: CancellationToken) {
-        if let Ok(mut m) = self.running.lock() {
-            m.insert(id.to_string(), token);
+    /// Takes `id` for a child's run, with a new token; `None` while a child of that
+    /// id runs already (two calls whose ids collide never share a transcript).
+    fn claim(&self, id: &str) -> Option<Running<'_>> {
+        let mut m = self.running.lock().ok()?;
+        if m.contains_key(id) {
+            return None;
         }
+        let token = CancellationToken::new();
+        m.insert(id.to_string(), token.clone());
+        Some(Running {
+            delegates: self,
+            id: id.to_string(),
+            token,
+        })
     }
+}
 
-    fn leave(&self, id: &str) {
-        if let Ok(mut m) = self.running.lock() {
-            m.remove(id);
+/// A child's place among the running ones, held for its run: its token, given up
+/// when the run ends, however it ends.
+struct Running<'a> {
+    delegates: &'a Delegates,
+    id: String,
+    token: CancellationToken,
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut m) = self.delegates.running.lock() {
+            m.remove(&self.id);
         }
     }
 }
@@ -131,11 +146,10 @@ pub(super) struct Parent {
 /// answer, and no child starts. The depth limit, and `tools` a subset of the
 /// parent's own (built-in or MCP) tools.
 pub(super) fn admissible(
-    env: &TaskEnv,
     task_id: &str,
     loaded: &Loaded,
     input: &DelegateInput,
-    parent_has: impl Fn(&str) -> bool,
+    parent_has: &std::collections::HashSet<String>,
 ) -> Result<(), ToolResult> {
     let max = loaded.config.loop_.max_delegation_depth;
     if delegation_depth(task_id) >= max {
@@ -149,14 +163,22 @@ pub(super) fn admissible(
         .iter()
         .flatten()
         .map(String::as_str)
-        .filter(|t| !(env.tree.allows(t) && parent_has(t)))
+        .filter(|t| !parent_has.contains(*t))
         .collect();
     if !lacking.is_empty() {
+        // Named as JSON strings, the first few: the names are the model's text.
+        let named: Vec<String> = lacking.iter().take(5).map(|t| format!("{t:?}")).collect();
+        let more = lacking.len().saturating_sub(named.len());
+        let more = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
         return Err(ToolResult::error(format!(
-            "not executed: a child can only have tools this task has, and it lacks {}; \
+            "not executed: a child can only have tools this task has, and it lacks {}{more}; \
              no child was started. Call delegate again with tools from your own list \
              (or without tools, for all of yours).",
-            lacking.join(", ")
+            named.join(", ")
         )));
     }
     Ok(())
@@ -174,10 +196,19 @@ pub(super) async fn run(
 ) -> Result<ToolResult, EventError> {
     let child_id = child_task_id(task_id, &call.id);
     // Without `tools`, the child has all of this task's: its narrowing, if any.
+    // Each name once: a list the model repeated a name in is no longer than the
+    // parent's own.
     let tools = input
         .tools
         .clone()
+        .map(unique)
         .or_else(|| env.tree.tools.as_deref().map(<[String]>::to_vec));
+    let Some(running) = env.services.delegates.claim(&child_id) else {
+        return Ok(ToolResult::error(format!(
+            "not executed: a child task {child_id} runs already (two calls named one \
+             child), so no child was started for this call"
+        )));
+    };
     let spent = env.tree.total();
     if let Some((_, why)) =
         super::limits::budget_used_up(spent, &loaded.config.loop_, &parent.model)
@@ -210,8 +241,17 @@ pub(super) async fn run(
         resume: Some(transcript),
         ..spec
     };
-    let outcome = run_child(env, task_id, spec, tools).await?;
+    let outcome = run_child(env, task_id, spec, (tools, running)).await?;
     Ok(result_of(&child_id, &outcome, loaded))
+}
+
+/// `names` with each name once, in the order they first came.
+fn unique(names: Vec<String>) -> Vec<String> {
+    let mut seen = std::collections::HashSet::new();
+    names
+        .into_iter()
+        .filter(|n| seen.insert(n.clone()))
+        .collect()
 }
 
 /// Continues the child that call `tool_use_id` of `task_id` started, when the
@@ -234,6 +274,9 @@ pub(super) async fn continue_open(
         return Ok(Some(ended(env, &child_id, &child, loaded)));
     }
     let tools = child.tools.clone();
+    let Some(running) = env.services.delegates.claim(&child_id) else {
+        return Ok(None);
+    };
     let spec = TaskSpec {
         task_id: child_id.clone(),
         prompt: String::new(),
@@ -243,7 +286,7 @@ pub(super) async fn continue_open(
         resume: Some(child),
         resume_recorded: false,
     };
-    let outcome = run_child(env, task_id, spec, tools).await?;
+    let outcome = run_child(env, task_id, spec, (tools, running)).await?;
     Ok(Some(result_of(&child_id, &outcome, loaded)))
 }
 
@@ -305,14 +348,14 @@ async fn run_child(
     env: &TaskEnv,
     task_id: &str,
     spec: TaskSpec,
-    tools: Option<Vec<String>>,
+    (tools, running): (Option<Vec<String>>, Running<'_>),
 ) -> Result<super::TaskOutcome, EventError> {
     let services = super::TaskServices {
         // A child's text is not the parent's stream.
         live_text: None,
         ..env.services.clone()
     };
-    let cancel = CancellationToken::new();
+    let cancel = running.token.clone();
     let child_env = TaskEnv {
         tree: env.tree.child(tools),
         cancel: cancel.clone(),
@@ -320,8 +363,6 @@ async fn run_child(
         ..services.for_task(cancel.clone())
     };
     let child_id = spec.task_id.clone();
-    env.services.delegates.enter(&child_id, cancel.clone());
-    let _leave = scopeguard(&env.services.delegates, &child_id);
     // Boxed: the child's run is this very loop, one level down.
     let mut child = Box::pin(super::run_task(&child_env, &spec));
     let outcome = tokio::select! {
@@ -344,22 +385,6 @@ async fn run_child(
         c.add(&outcome.usage, outcome.usd);
     }
     Ok(outcome)
-}
-
-/// Removes a child from [`Delegates`] when its run ends, however it ends.
-struct Leave<'a> {
-    delegates: &'a Delegates,
-    id: &'a str,
-}
-
-impl Drop for Leave<'_> {
-    fn drop(&mut self) {
-        self.delegates.leave(self.id);
-    }
-}
-
-fn scopeguard<'a>(delegates: &'a Delegates, id: &'a str) -> Leave<'a> {
-    Leave { delegates, id }
 }
 
 /// The parent's result for a child's outcome: the answer itself when the child
@@ -410,4 +435,21 @@ fn open_child(t: &Transcript) -> bool {
 pub(super) fn offered(loaded: &Loaded, task_id: &str, tool: ToolName) -> bool {
     tool != ToolName::Delegate
         || delegation_depth(task_id) < loaded.config.loop_.max_delegation_depth
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_child_id_runs_once_at_a_time() {
+        let delegates = Delegates::default();
+        let first = delegates.claim("t-1.00").expect("free");
+        assert!(delegates.claim("t-1.00").is_none(), "claimed twice");
+        assert!(delegates.cancel("t-1.00"));
+        assert!(first.token.is_cancelled());
+        drop(first);
+        assert!(!delegates.cancel("t-1.00"), "released at the run's end");
+        assert!(delegates.claim("t-1.00").is_some());
+    }
 }

@@ -691,3 +691,51 @@ fn runs_progress_labels_a_childs_lines_and_counts_its_calls_apart() {
     );
     assert!(err.contains("calls: 2 run, 0 denied, 1 failed"), "{err}");
 }
+
+/// A `tools` list the model padded — one name ten thousand times, or ten thousand
+/// names the task lacks — neither grows the child's record nor the answer: the
+/// child gets each name once, and a refusal names the first few.
+#[test]
+fn a_padded_tools_list_is_bounded_in_the_record_and_the_refusal() {
+    let lacking: Vec<String> = (0..10_000).map(|i| format!("nope_{i}")).collect();
+    let api = family(vec![
+        (
+            "parent",
+            vec![
+                Reply::tool(
+                    "d1",
+                    "delegate",
+                    json!({"prompt": "child", "tools": vec!["get_time"; 10_000]}),
+                ),
+                Reply::tool(
+                    "d2",
+                    "delegate",
+                    json!({"prompt": "other", "tools": lacking}),
+                ),
+                Reply::text("ok"),
+            ],
+        ),
+        ("child", vec![Reply::text("child ok")]),
+    ]);
+    let root = TestRoot::new(&api.url);
+    root.edit_settings(|s| {
+        s["tools"]["allow"] = json!(["get_time", "delegate"]);
+        s["tools"]["ask"] = json!([]);
+    });
+    let out = root.run(&["run", "parent"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let started: Vec<Value> = root
+        .events_of("task_started")
+        .into_iter()
+        .filter(|e| e.get("parent_task_id").is_some())
+        .collect();
+    assert_eq!(started.len(), 1);
+    assert_eq!(started[0]["tools"], json!(["get_time"]));
+    let refused = &last_results(&requests_of(&api, "parent")[2])[0];
+    let text = refused["content"].as_str().unwrap();
+    assert!(
+        text.contains("\"nope_0\"") && text.contains("and 9995 more") && text.len() < 600,
+        "{text}"
+    );
+    assert!(requests_of(&api, "other").is_empty());
+}
