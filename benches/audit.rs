@@ -14,23 +14,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 use std::io::{BufWriter, Write};
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use harnessd::events::{Event, EventLog, GENESIS};
+use harnessd_testkit::param;
 use harnessd_testkit::root::init_root;
 use harnessd_testkit::rss::wait_measuring_rss;
 use serde_json::json;
 use sha2::Digest;
-
-fn param(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 fn hex(bytes: &[u8]) -> String {
     sha2::Sha256::digest(bytes)
@@ -161,24 +154,7 @@ fn main() {
     println!(
         "events --task X (no daemon): {lines} lines of {total_mb} MB in {secs:.2} s, client peak RSS {peak} KiB"
     );
-    let mut daemon = Command::new(bin)
-        .arg("--root")
-        .arg(&root)
-        .arg("serve")
-        .env("ANTHROPIC_API_KEY", "bench-key")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let socket = root.join("run/harnessd.sock");
-    let start = Instant::now();
-    while UnixStream::connect(&socket).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "daemon did not start"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let mut daemon = harnessd_testkit::daemon::serve(bin, &root);
     let before = hwm_kib(daemon.id());
     let (secs, peak, lines) = timed(&root, &["events", "--json", "--task", &task]);
     let after = hwm_kib(daemon.id());

@@ -18,6 +18,7 @@
 
 use harnessd_testkit::daemon::{http, serve, submit};
 use harnessd_testkit::fake_api;
+use harnessd_testkit::param;
 use harnessd_testkit::root::{edit_file, init_root};
 
 use std::io::{Read, Write};
@@ -27,15 +28,6 @@ use std::time::{Duration, Instant};
 
 use fake_api::{FakeApi, Reply};
 use serde_json::{Value, json};
-
-/// `BENCH_TASKS` (default 100), `BENCH_TURNS` (default 10) and `BENCH_SLOTS`
-/// (`daemon.max_concurrent_tasks`, default 4) change the load.
-fn param(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 fn rss_kib(pid: u32, key: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -131,6 +123,7 @@ fn metrics(socket: &Path) -> String {
 }
 
 fn main() {
+    // `BENCH_SLOTS` is `daemon.max_concurrent_tasks`.
     let (tasks, turns, slots) = (
         param("BENCH_TASKS", 100),
         param("BENCH_TURNS", 10),

@@ -13,35 +13,18 @@
 //! Run: `cargo bench --bench delegation` (prints the figures; asserts nothing).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
-use std::collections::{HashMap, VecDeque};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use harnessd_testkit::fake_api::{FakeApi, Reply};
+use harnessd_testkit::fake_api::{FakeApi, Reply, prompt_of};
 use harnessd_testkit::root::init_root;
 use serde_json::{Value, json};
 
 const TURNS: usize = 30;
 
-fn prompt_of(body: &Value) -> String {
-    body["messages"][0]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
-}
-
 /// A fake whose replies are scripted per prompt (the task's first message).
 fn family(script: Vec<(String, Vec<Reply>)>) -> FakeApi {
-    let queues: HashMap<String, VecDeque<Reply>> =
-        script.into_iter().map(|(p, r)| (p, r.into())).collect();
-    let queues = Arc::new(Mutex::new(queues));
-    FakeApi::with_responder(Box::new(move |body: &Value| {
-        let mut q = queues.lock().unwrap();
-        q.get_mut(&prompt_of(body))
-            .and_then(VecDeque::pop_front)
-            .unwrap_or_else(|| Reply::text("unscripted"))
-    }))
+    FakeApi::by_prompt(script, Reply::text("unscripted"))
 }
 
 fn root(api: &FakeApi, parallel: u32) -> std::path::PathBuf {

@@ -23,15 +23,9 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use harnessd_testkit::daemon::{http, serve, submit};
 use harnessd_testkit::fake_api::{FakeApi, Reply};
+use harnessd_testkit::param;
 use harnessd_testkit::root::init_root;
 use serde_json::{Value, json};
-
-fn param(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// Milliseconds since the epoch of an event's `ts`.
 fn ts_ms(ts: &str) -> f64 {

@@ -166,7 +166,33 @@ pub struct FakeApi {
     state: Arc<Mutex<State>>,
 }
 
+/// The first user message's text of a request body: the task's prompt.
+pub fn prompt_of(body: &Value) -> String {
+    body["messages"][0]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
 impl FakeApi {
+    /// A fake whose replies are scripted per task (by each request's first
+    /// message, [`prompt_of`]): each request gets the next reply of its task's
+    /// list, and `unscripted` once the list is used up. For tasks that run side by
+    /// side (children of one parent), where one script's order would interleave.
+    pub fn by_prompt(script: Vec<(String, Vec<Reply>)>, unscripted: Reply) -> FakeApi {
+        let queues: HashMap<String, VecDeque<Reply>> = script
+            .into_iter()
+            .map(|(prompt, replies)| (prompt, replies.into()))
+            .collect();
+        let queues = Mutex::new(queues);
+        FakeApi::with_responder(Box::new(move |body: &Value| {
+            let mut q = queues.lock().unwrap();
+            q.get_mut(&prompt_of(body))
+                .and_then(VecDeque::pop_front)
+                .unwrap_or_else(|| unscripted.clone())
+        }))
+    }
+
     /// A fake answering every request with `responder`.
     pub fn with_responder(responder: Responder) -> FakeApi {
         let api = FakeApi::start(Vec::new());

@@ -17,3 +17,12 @@ pub mod rss;
 pub mod sse;
 
 pub use fake_api::{FakeApi, Reply};
+
+/// A bench's knob: the environment variable `name` parsed, else `default` (a
+/// value that does not parse counts as unset).
+pub fn param<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}

@@ -5,39 +5,26 @@
 //! kill -9. The real binary against the fake Messages API, whose replies are
 //! routed by each request's first message (the task's prompt).
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::common::daemon::Daemon;
+use crate::common::fake_api::prompt_of;
 use crate::common::{FakeApi, Reply, TestRoot, last_results, stderr, stdout, wait_until};
 
 /// Replies by prompt: each request gets the next reply scripted for its task's
 /// first message. A prompt with nothing left gets an error reply (the test then
 /// fails on the task's outcome rather than hanging).
 pub(crate) fn family(script: Vec<(&str, Vec<Reply>)>) -> FakeApi {
-    let queues: HashMap<String, VecDeque<Reply>> = script
+    let script = script
         .into_iter()
-        .map(|(prompt, replies)| (prompt.to_string(), replies.into()))
+        .map(|(p, r)| (p.to_string(), r))
         .collect();
-    let queues = Arc::new(Mutex::new(queues));
-    FakeApi::with_responder(Box::new(move |body: &Value| {
-        let prompt = prompt_of(body);
-        let mut q = queues.lock().unwrap();
-        q.get_mut(&prompt)
-            .and_then(VecDeque::pop_front)
-            .unwrap_or_else(|| Reply::error(400, "invalid_request_error", "unscripted"))
-    }))
-}
-
-/// The first user message's text of a request body.
-fn prompt_of(body: &Value) -> String {
-    body["messages"][0]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
+    FakeApi::by_prompt(
+        script,
+        Reply::error(400, "invalid_request_error", "unscripted"),
+    )
 }
 
 /// The requests of the task whose prompt is `prompt`.
