@@ -448,7 +448,22 @@ fn a_childs_ask_is_listed_with_both_ids_and_its_approval_resumes_it() {
     let (p, c) = (tasks.find(&id).unwrap(), tasks.rfind(&child_id).unwrap());
     assert!(p < c, "{tasks}");
     let show = stdout(&root.run(&["show", &id]));
-    assert!(show.contains(&child_id), "{show}");
+    assert!(show.contains(&format!("  child     {child_id}")), "{show}");
+    let tree = show
+        .split("\nchildren:\n")
+        .nth(1)
+        .expect("the children's tree");
+    assert!(
+        tree.starts_with(&format!("  {child_id}  finished (end_turn)  30 tokens  $")),
+        "{show}"
+    );
+    // The parent's events include its child's.
+    let out = root.run(&["events", "--task", &id, "--json"]);
+    let lines = stdout(&out);
+    assert!(
+        lines.contains(&format!("\"task_id\":\"{child_id}\"")),
+        "{lines}"
+    );
     let child_show = root.run(&["show", &child_id]);
     assert_eq!(child_show.status.code(), Some(0), "{}", stderr(&child_show));
     // A child is resumed through its parent only.
@@ -673,4 +688,30 @@ fn policy_test_judges_a_delegate_call_by_its_prompt() {
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
     let out = root.run(&["policy", "test", "delegate", "rewrite everything"]);
     assert_eq!(out.status.code(), Some(4), "{}", stdout(&out));
+}
+
+#[test]
+fn cancelling_a_child_alone_stops_it_and_its_parent_goes_on() {
+    let (api, root, d, id, marker) = child_sleeping("never", "parent done");
+    let child_id = child_starts(&root)[0]["task_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (status, body) = d.request("POST", &format!("/v1/tasks/{child_id}/cancel"), None);
+    assert_eq!(status, 202, "{body}");
+    let t = d.wait_finished(&id);
+    assert_eq!(t["stop_reason"], "end_turn", "{t}");
+    wait_until("the child's tool to die", || !process_running(&marker));
+    let result = &last_results(&requests_of(&api, "parent")[1])[0];
+    assert_eq!(result["is_error"], true, "{result}");
+    assert!(
+        result["content"]
+            .as_str()
+            .unwrap()
+            .contains("stopped with cancelled"),
+        "{result}"
+    );
+    let (_, child) = d.request("GET", &format!("/v1/tasks/{child_id}"), None);
+    assert_eq!(child["stop_reason"], "cancelled", "{child}");
+    log_holds(&root);
 }
