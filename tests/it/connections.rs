@@ -167,7 +167,9 @@ fn idle_keep_alive_and_trickled_heads_are_closed_after_10_s() {
 fn send_and_wait(d: &Daemon, head: &str, body: &[u8]) -> (String, Duration) {
     let mut s = UnixStream::connect(&d.socket).unwrap();
     s.write_all(head.as_bytes()).unwrap();
-    s.write_all(body).unwrap();
+    // The daemon may answer a head it refuses (a length past the limit) and close
+    // before the body is written: a broken pipe here is its answer, not a failure.
+    let _ = s.write_all(body);
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let start = Instant::now();
     let mut raw = Vec::new();
