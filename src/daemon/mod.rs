@@ -10,6 +10,7 @@ pub mod access;
 pub mod api;
 pub mod approvals;
 pub mod checkpoint;
+pub mod console;
 mod listener;
 pub mod loose_ends;
 pub mod metrics;

@@ -91,6 +91,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/events", get(events::events))
         .route("/v1/mcp/servers", get(mcp::list_servers))
         .route("/v1/mcp/servers/{name}/pin", post(mcp::pin_server))
+        .merge(super::console::routes())
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,
