@@ -26,6 +26,7 @@ mod cgroup_reaping;
 mod check;
 mod compaction;
 mod connections;
+mod console_login;
 mod control_api_errors;
 mod cost;
 mod daemon;
