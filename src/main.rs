@@ -128,6 +128,8 @@ fn dispatch(cli: Cli, helper: std::path::PathBuf) -> Result<ExitCode, CliError> 
         }
         Command::Deny { id, reason, json } => client(&root, answer(id, false, reason, false), json),
         Command::Events(args) => commands::events::run(&root, args),
+        Command::Completions { shell } => commands::completions::completions(shell),
+        Command::Man => commands::completions::man(),
     }
 }
 
