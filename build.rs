@@ -57,13 +57,17 @@ const PACKAGE_HEADER: &str = "\
 # Reload policy: systemctl reload harnessd (SIGHUP); edits are also picked up live.
 ";
 
+/// Every file this script reads: its own and under src/, never a root's (the
+/// repository is a working root; tests/it/defaults.rs checks this list).
+const INPUTS: [&str; 4] = [
+    "build.rs",
+    "src/cli.rs",
+    "src/cli_render.rs",
+    "src/config/harnessd.service",
+];
+
 fn main() -> Result<(), String> {
-    for input in [
-        "build.rs",
-        "src/cli.rs",
-        "src/cli_render.rs",
-        "src/config/harnessd.service",
-    ] {
+    for input in INPUTS {
         println!("cargo::rerun-if-changed={input}");
     }
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").ok_or("OUT_DIR is not set")?);
