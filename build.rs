@@ -45,15 +45,16 @@ const PACKAGE_EXEC: &str = "ExecStart=/usr/bin/harnessd serve --root /var/lib/ha
 const PACKAGE_HEADER: &str = "\
 # harnessd as a system service, as the Debian package installs it. Local changes go
 # in a drop-in (systemctl edit harnessd), which an upgrade keeps; this file is
-# replaced. The package made the root /var/lib/harnessd (harnessd init, with
-# api.api_key_file and daemon.operators_group set) and the group harnessd, and left
-# the service disabled: it needs the key first. As root:
+# replaced. The package made the group harnessd and, when there was none, the root
+# /var/lib/harnessd (harnessd init, with api.api_key_file and
+# daemon.operators_group set), and left the service disabled: it needs the key
+# first. As root:
 #
 #   install -D -m 0600 /dev/stdin /etc/harnessd/anthropic.key    # paste the key, Ctrl-D
 #   systemctl enable --now harnessd
 #
 # Operators who are not root: add each to the group harnessd (usermod -aG harnessd
-# alice); the socket is 0660 for that group.
+# alice, then alice logs in again); the socket is 0660 for that group.
 # Reload policy: systemctl reload harnessd (SIGHUP); edits are also picked up live.
 ";
 
