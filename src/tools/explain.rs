@@ -155,4 +155,3 @@ pub fn input_from_arg(tool: &str, arg: &str) -> Value {
         _ => json!({"path": arg}),
     }
 }
-
