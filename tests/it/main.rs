@@ -26,6 +26,7 @@ mod cgroup_reaping;
 mod check;
 mod compaction;
 mod connections;
+mod console_browser;
 mod control_api_errors;
 mod cost;
 mod daemon;

@@ -52,7 +52,7 @@ fn approval(viewer: &Viewer, a: &Approval) -> Markup {
     let action = format!("/console/approvals/{}", url_part(&r.approval_id));
     let reason_id = format!("reason-{}", url_part(&r.approval_id));
     html! {
-        article class="approval" {
+        article class="approval" id={"approval-" (url_part(&r.approval_id))} {
             h2 { code { (line(&r.tool)) } " in task "
                 a href={"/console/tasks/" (url_part(&r.task_id))} { (line(&r.task_id)) } }
             dl class="facts" {
