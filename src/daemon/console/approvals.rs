@@ -47,7 +47,7 @@ pub(super) async fn page(
 }
 
 /// One pending call and its forms.
-fn approval(viewer: &Viewer, a: &Approval) -> Markup {
+pub(super) fn approval(viewer: &Viewer, a: &Approval) -> Markup {
     let r = &a.request;
     let action = format!("/console/approvals/{}", url_part(&r.approval_id));
     let reason_id = format!("reason-{}", url_part(&r.approval_id));

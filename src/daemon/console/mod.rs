@@ -88,3 +88,6 @@ async fn secure_headers(mut r: Response) -> Response {
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     r
 }
+
+#[cfg(test)]
+mod tests;

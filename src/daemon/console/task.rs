@@ -161,7 +161,7 @@ fn conversation(t: &Transcript, v: &TaskView) -> Markup {
 }
 
 /// One content block.
-fn block(task: &str, b: &Value, calls: &HashMap<&str, &Call>) -> Markup {
+pub(super) fn block(task: &str, b: &Value, calls: &HashMap<&str, &Call>) -> Markup {
     let s = |k: &str| b.get(k).and_then(Value::as_str).unwrap_or_default();
     match s("type") {
         "text" => html! { pre class="text" { (text(s("text"))) } },
@@ -180,7 +180,7 @@ fn block(task: &str, b: &Value, calls: &HashMap<&str, &Call>) -> Markup {
 }
 
 /// A tool call, with what the log says of it.
-fn call(task: &str, id: &str, tool: &str, input: &Value, rec: Option<&Call>) -> Markup {
+pub(super) fn call(task: &str, id: &str, tool: &str, input: &Value, rec: Option<&Call>) -> Markup {
     let dash = |v: Option<&String>| v.map_or_else(|| "-".to_string(), |s| line(s).into_owned());
     html! {
         article class="call" {

@@ -121,7 +121,7 @@ fn cursor(b: String) -> Cursor {
 
 /// The page's tasks: those whose parent is not on the page at the top, each
 /// task's children (oldest first) nested in it.
-fn list(tasks: &[Task]) -> Markup {
+pub(super) fn list(tasks: &[Task]) -> Markup {
     if tasks.is_empty() {
         return html! { p { "No tasks." } };
     }
