@@ -115,7 +115,7 @@ fn metrics(socket: &Path) -> String {
     };
     let _ = write!(
         s,
-        "GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+        "GET /metrics HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n"
     );
     let mut raw = String::new();
     let _ = s.read_to_string(&mut raw);

@@ -28,7 +28,7 @@ fn http(socket: &Path, path: &str) -> Option<(u16, String)> {
     let mut s = UnixStream::connect(socket).ok()?;
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n"
     )
     .ok()?;
     let mut raw = String::new();

@@ -122,6 +122,16 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print a one-time login link for the web console (docs/console.md).
+    ConsoleUrl {
+        /// Who the link is for: what they do is recorded as `console:<name>`
+        /// (default: your user name).
+        #[arg(long)]
+        name: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Deny a waiting call.
     Deny {
         /// Approval id.

@@ -127,6 +127,9 @@ fn dispatch(cli: Cli, helper: std::path::PathBuf) -> Result<ExitCode, CliError> 
             client(&root, answer(id, true, None, remember), json)
         }
         Command::Deny { id, reason, json } => client(&root, answer(id, false, reason, false), json),
+        Command::ConsoleUrl { name, json } => {
+            client(&root, ClientCommand::ConsoleUrl { name }, json)
+        }
         Command::Events(args) => commands::events::run(&root, args),
     }
 }

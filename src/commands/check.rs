@@ -87,6 +87,7 @@ impl Findings {
         boundary.extend(super::check_mcp::warnings(loaded, &pins));
         boundary.extend(super::check_hooks::warnings(loaded));
         boundary.extend(super::skills::warnings(loaded));
+        boundary.extend(listen_warning(loaded));
         Self {
             key_warning,
             enforcement,
@@ -348,6 +349,21 @@ fn mcp_line(s: &Value) -> String {
 /// run as `sandbox.user` and file permissions protect the daemon's files).
 fn metadata_cost() -> Option<&'static str> {
     (!nix::unistd::Uid::effective().is_root()).then_some(super::boundary::SAME_UID_METADATA_COST)
+}
+
+/// A listener off loopback (`daemon.listen_public`) speaks plain HTTP: logins and
+/// session cookies cross the network in the clear unless TLS is terminated in
+/// front of it.
+fn listen_warning(loaded: &Loaded) -> Option<String> {
+    let daemon = &loaded.config.daemon;
+    let addr = daemon.listen_addr()?;
+    (daemon.listen_public && !addr.ip().is_loopback()).then(|| {
+        format!(
+            "daemon.listen = {addr} is reachable off this host and serves plain HTTP: \
+             terminate TLS in front of it (a reverse proxy on the same host) or login \
+             links and session cookies cross the network in the clear"
+        )
+    })
 }
 
 /// The warnings that follow the text output, on stderr.

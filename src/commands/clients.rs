@@ -22,7 +22,8 @@ use crate::control::ClientError;
 use crate::control::client::{request, request_empty};
 use crate::protocol::TaskStatus;
 use crate::protocol::{
-    ApprovalList, DecisionRequest, DecisionResponse, SubmitRequest, SubmitResponse, Task, TaskList,
+    ApprovalList, DecisionRequest, DecisionResponse, LinkRequest, LinkResponse, SubmitRequest,
+    SubmitResponse, Task, TaskList,
 };
 use crate::text::{escape_json, escape_line, escape_text};
 
@@ -62,6 +63,11 @@ pub enum ClientCommand {
         reason: Option<String>,
         /// Also remember the call as an allow rule.
         remember: bool,
+    },
+    /// A console login link.
+    ConsoleUrl {
+        /// Who it is for; the caller's user name when unset.
+        name: Option<String>,
     },
 }
 
@@ -208,6 +214,7 @@ async fn run_async(
             body.remember = remember;
             answer(socket, &id, &body, json_out).await
         }
+        ClientCommand::ConsoleUrl { name } => console_url(socket, name, json_out).await,
     };
     // An error the daemon answered with is the user's to read (exit 1); only a
     // failure to talk to the daemon at all goes up as an error of the command.
@@ -302,6 +309,50 @@ async fn cancel(socket: &Path, id: &str, json_out: bool) -> Result<ExitCode, Cli
     } else {
         super::listing::print_task(&mut std::io::stdout().lock(), &t)?;
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `console-url`: asks the daemon for a one-time link and prints it: the whole URL
+/// on `daemon.listen`, or without one the path to open on a port forwarded to the
+/// socket (`ssh -L`).
+async fn console_url(
+    socket: &Path,
+    name: Option<String>,
+    json_out: bool,
+) -> Result<ExitCode, CliError> {
+    let name = name.unwrap_or_else(|| {
+        nix::unistd::User::from_uid(nix::unistd::Uid::current())
+            .ok()
+            .flatten()
+            .map_or_else(|| format!("uid{}", nix::unistd::Uid::current()), |u| u.name)
+    });
+    let link: LinkResponse = request(
+        socket,
+        "POST",
+        "/v1/console/links",
+        Some(&LinkRequest { name }),
+    )
+    .await?;
+    if json_out {
+        print_json(&link)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut out = std::io::stdout().lock();
+    match &link.url {
+        Some(url) => writeln!(out, "{}", escape_line(url))?,
+        None => {
+            writeln!(out, "{}", escape_line(&link.path))?;
+            eprintln!(
+                "daemon.listen is not set: forward the socket (ssh -L 8080:{} host) and open \
+                 http://localhost:8080 followed by this path",
+                escape_line(&socket.display().to_string())
+            );
+        }
+    }
+    eprintln!(
+        "the link works once, until {}",
+        escape_line(&link.expires_at)
+    );
     Ok(ExitCode::SUCCESS)
 }
 

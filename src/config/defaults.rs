@@ -39,6 +39,8 @@ const EXAMPLES: &[(&str, &str)] = &[
         "[\"read_file\", \"list_dir\", \"get_time\", \"load_skill\"]",
     ),
     ("daemon.operators_group", "\"harnessd-operators\""),
+    ("daemon.listen", "\"127.0.0.1:8080\""),
+    ("daemon.console_origin", "\"https://harnessd.example.com\""),
     ("telemetry.otlp_endpoint", "\"http://127.0.0.1:4318\""),
 ];
 

@@ -256,6 +256,20 @@ pub struct DaemonConfig {
     /// own limited to all of it, beside the tools' call cgroups. Read at start: a
     /// change needs a restart.
     pub memory_mb: u64,
+    /// A TCP address (`127.0.0.1:8080`) on which the daemon also serves `/metrics`
+    /// and `/healthz` without a login and, with a console login, the control API
+    /// and the web console. Read at start: a change needs a restart.
+    pub listen: Option<String>,
+    /// Lets `daemon.listen` be an address other than loopback; TLS must then be
+    /// terminated in front of it. Read at start: a change needs a restart.
+    pub listen_public: bool,
+    /// The origin browsers see the console at when a proxy serves it under a name
+    /// (`https://harnessd.example.com`): its host is accepted as `Host` and it as
+    /// `Origin`, and login links use it. Read at start: a change needs a restart.
+    pub console_origin: Option<String>,
+    /// How long a console login lasts, in hours (a fraction is allowed); a login
+    /// link from `console-url` lasts at most 10 minutes and never longer than this.
+    pub console_session_hours: f64,
 }
 
 /// MiB an idle daemon needs of `daemon.memory_mb` for itself (measured idle RSS
@@ -272,6 +286,10 @@ impl Default for DaemonConfig {
             operators_group: None,
             max_connections: 256,
             memory_mb: 256,
+            listen: None,
+            listen_public: false,
+            console_origin: None,
+            console_session_hours: 12.0,
         }
     }
 }
@@ -297,6 +315,7 @@ impl Config {
             .and_then(|()| self.validate_thinking_and_key())
             .and_then(|()| self.validate_cost())
             .and_then(|()| validate_operators_group(self.daemon.operators_group.as_deref()))
+            .and_then(|()| self.daemon.validate_listen())
             .and_then(|()| validate_enabled_tools(self.tools.enabled.as_deref()))
             .and_then(|()| {
                 self.telemetry
@@ -519,6 +538,72 @@ impl Bad {
             key: key.to_string(),
             message,
         })
+    }
+}
+
+/// The scheme and authority of an origin (`https://name[:port]`, nothing after).
+pub fn origin_parts(origin: &str) -> Result<(&str, &str), String> {
+    let (scheme, authority) = origin
+        .split_once("://")
+        .filter(|(s, _)| matches!(*s, "http" | "https"))
+        .ok_or_else(|| {
+            format!("{origin:?} is not an origin; write e.g. \"https://harnessd.example.com\"")
+        })?;
+    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']');
+    if authority.is_empty() || !authority.chars().all(plain) {
+        return Err(format!(
+            "{origin:?} is not an origin: a scheme and a host[:port] only, no path, no user"
+        ));
+    }
+    Ok((scheme, authority))
+}
+
+/// The longest console login: a year.
+const MAX_CONSOLE_SESSION_HOURS: f64 = 24.0 * 366.0;
+
+impl DaemonConfig {
+    /// The TCP address of `daemon.listen`, if set: an IP address and port (a name
+    /// would be resolved at each start, and could resolve off loopback).
+    pub fn listen_addr(&self) -> Option<std::net::SocketAddr> {
+        self.listen.as_deref().and_then(|a| a.parse().ok())
+    }
+
+    /// `daemon.listen` is an IP address and port, on loopback unless
+    /// `daemon.listen_public` is set; the session length is bounded.
+    fn validate_listen(&self) -> Result<(), Bad> {
+        let hours = self.console_session_hours;
+        if !(hours.is_finite() && hours > 0.0 && hours <= MAX_CONSOLE_SESSION_HOURS) {
+            return Bad::at(
+                "daemon.console_session_hours",
+                format!("must be more than 0 and at most {MAX_CONSOLE_SESSION_HOURS} (a year)"),
+            );
+        }
+        if let Some(origin) = self.console_origin.as_deref()
+            && let Err(why) = origin_parts(origin)
+        {
+            return Bad::at("daemon.console_origin", why);
+        }
+        let Some(listen) = self.listen.as_deref() else {
+            return Ok(());
+        };
+        let addr: std::net::SocketAddr = listen.parse().map_err(|_| Bad {
+            key: "daemon.listen".into(),
+            message: format!(
+                "{listen:?} is not an IP address and port; write e.g. \"127.0.0.1:8080\" \
+                 or \"[::1]:8080\""
+            ),
+        })?;
+        if !addr.ip().is_loopback() && !self.listen_public {
+            return Bad::at(
+                "daemon.listen",
+                format!(
+                    "{listen} is not a loopback address: anyone who can reach it could try \
+                     to log in; set daemon.listen_public = true as well (and terminate TLS \
+                     in front of it), or listen on 127.0.0.1"
+                ),
+            );
+        }
+        Ok(())
     }
 }
 

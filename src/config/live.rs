@@ -246,6 +246,15 @@ fn keep_start_bound(new: &mut Loaded, old: &Loaded) -> Vec<String> {
         restart_needed.push("daemon.max_connections".to_string());
         new.config.daemon.max_connections = old.config.daemon.max_connections;
     }
+    // The TCP listener is bound once, at start.
+    let listening =
+        |d: &super::DaemonConfig| (d.listen.clone(), d.listen_public, d.console_origin.clone());
+    if listening(&new.config.daemon) != listening(&old.config.daemon) {
+        restart_needed.push("daemon.listen".to_string());
+        new.config.daemon.listen = old.config.daemon.listen.clone();
+        new.config.daemon.listen_public = old.config.daemon.listen_public;
+        new.config.daemon.console_origin = old.config.daemon.console_origin.clone();
+    }
     // The model client (endpoint, timeouts, retries, key) is built at start.
     let client_keys = |c: &super::ApiConfig| {
         (

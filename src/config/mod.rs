@@ -25,7 +25,7 @@ pub use error::{ConfigError, Invalid, Location, find_key};
 pub(crate) use file::http_url;
 pub use file::{
     ApiConfig, AuditConfig, AuditSync, Config, ContextConfig, DaemonConfig, LoopConfig,
-    PathsConfig, ToolsConfig, shown_url,
+    PathsConfig, ToolsConfig, origin_parts, shown_url,
 };
 pub use hooks::{DEFAULT_HOOK_TIMEOUT_SECS, Hook, HookNetwork, HooksSettings};
 pub use key::{ApiKey, read_credential};

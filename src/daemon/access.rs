@@ -5,7 +5,8 @@
 //! depend on them.
 //!
 //! Checked on every request, in one middleware ([`authorize`]), from the peer's
-//! SO_PEERCRED ([`Peer`]). Accounts are looked up per request, so removing someone
+//! SO_PEERCRED ([`Peer`]). A browser is not the peer uid (a forwarded socket, a
+//! page on another site): it needs a console session, on both listeners. Accounts are looked up per request, so removing someone
 //! from the group takes effect at once; the daemon's user and root need no lookup.
 
 use axum::extract::connect_info::ConnectInfo;
@@ -15,7 +16,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use nix::unistd::{Group, Uid, User};
 
-use super::api::{ApiError, AppState, Peer};
+use super::api::{ApiError, AppState, Caller, Peer, Via};
+use super::login::Lookup;
 use crate::config::{ConfigSource, LiveConfig};
 
 /// Why a peer is refused, or `Ok` when it may call. Pure: `is_operator` is asked
@@ -68,22 +70,71 @@ fn is_member(group: &str, peer: u32) -> bool {
     user.gid == group.gid || group.mem.contains(&user.name)
 }
 
-/// The middleware: answers 403 `{error: {type: "forbidden", message}}` to a peer
-/// that may not call, before any handler or body parsing runs.
-pub async fn authorize(State(s): State<AppState>, req: Request, next: Next) -> Response {
-    let peer = req
+/// The middleware, outermost, so it runs before any handler or body parsing: a
+/// request naming a foreign `Host` or `Origin` is refused (403); on the TCP
+/// listener `/metrics` and `/healthz` need nothing more; on the socket the peer's
+/// uid must be allowed ([`verdict`]); a request from a browser, and on the TCP
+/// listener every other one, needs a console session (401 without one) and
+/// carries its [`Viewer`]. Every request that passes carries its [`Caller`].
+pub async fn authorize(State(s): State<AppState>, mut req: Request, next: Next) -> Response {
+    let Some(peer) = req
         .extensions()
         .get::<ConnectInfo<Peer>>()
-        .and_then(|ConnectInfo(p)| p.uid);
-    let Some(peer) = peer else {
-        return forbidden("the kernel did not report the caller's credentials".into());
+        .map(|ConnectInfo(p)| p.clone())
+    else {
+        return forbidden("the listener did not say who is calling".into());
     };
-    match verdict(&s.config, peer).await {
-        Ok(()) => next.run(req).await,
-        Err(why) => {
-            tracing::info!("control API: refused a request: {why}");
-            forbidden(why)
+    let public = s.config.current().config.daemon.console_origin.clone();
+    if let Err(why) = super::origin::check(req.headers(), peer.via, public.as_deref()) {
+        tracing::info!("control API: refused a request: {why}");
+        return forbidden(why);
+    }
+    let path = req.uri().path();
+    let open = matches!(path, "/healthz" | "/metrics");
+    match peer.via {
+        Via::Tcp if open => return next.run(req).await,
+        Via::Tcp => {}
+        Via::Socket => {
+            let Some(uid) = peer.uid else {
+                return forbidden("the kernel did not report the caller's credentials".into());
+            };
+            if let Err(why) = verdict(&s.config, uid).await {
+                tracing::info!("control API: refused a request: {why}");
+                return forbidden(why);
+            }
+            if open || !super::origin::from_browser(&req) {
+                req.extensions_mut().insert(Caller::Peer(peer));
+                return next.run(req).await;
+            }
         }
+    }
+    if path == super::login::LOGIN_PATH {
+        // The link's token is the credential; its handler checks it.
+        return next.run(req).await;
+    }
+    let Some(cookie) = super::login::session_cookie(req.headers()) else {
+        return super::login::unauthorized(
+            path,
+            "this needs a console login: run `harnessd console-url` on the host and open \
+             the link it prints",
+        );
+    };
+    match s.logins.lookup(&cookie).await {
+        Lookup::Valid(viewer) => {
+            req.extensions_mut().insert(viewer.clone());
+            req.extensions_mut().insert(Caller::Console(viewer));
+            next.run(req).await
+        }
+        Lookup::Expired => super::login::unauthorized(
+            path,
+            "your console session expired; run `harnessd console-url` on the host for a new \
+             link",
+        ),
+        Lookup::Unknown => super::login::unauthorized(
+            path,
+            "no such console session (logged out, or the daemon restarted); run \
+             `harnessd console-url` on the host for a new link",
+        ),
     }
 }
 

@@ -1,5 +1,6 @@
 //! The control socket's listener: the accept loop, the connections' slots
-//! ([`slots`]) and binding the socket again when it is removed under the daemon.
+//! ([`slots`]) and binding the socket again when it is removed under the daemon;
+//! and the TCP listener of `daemon.listen`, with the same slots and timeouts.
 //!
 //! Every connection is served on the daemon's [`Shutdown`]: when it is cancelled
 //! (after `daemon_stopping` is on the record), an idle kept-alive connection is
@@ -16,9 +17,10 @@ use axum::extract::connect_info::ConnectInfo;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use tokio::net::{UnixListener, UnixStream};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, UnixListener};
 
-use super::api::Peer;
+use super::api::{Peer, Via};
 use super::shutdown::Shutdown;
 use super::socket::SocketDir;
 use crate::config::LiveConfig;
@@ -170,6 +172,7 @@ pub(super) async fn accept_loop(
         };
         let peer = Peer {
             uid: stream.peer_cred().ok().map(|c| c.uid()),
+            via: Via::Socket,
         };
         let allowed = match peer.uid {
             Some(uid) => super::access::verdict(&config, uid).await.is_ok(),
@@ -187,12 +190,48 @@ pub(super) async fn accept_loop(
     }
 }
 
+/// Accepts connections on `daemon.listen` until dropped, with the socket's limits:
+/// `max_connections` slots of their own (the oldest idle one gives way, as on the
+/// socket), the same head and body timeouts, the same graceful end at the stop.
+/// There is no peer uid here: the access middleware lets only `/metrics` and
+/// `/healthz` through without a console session.
+pub(super) async fn accept_tcp(
+    listener: TcpListener,
+    app: Router,
+    max_connections: u32,
+    shutdown: &Shutdown,
+) {
+    let slots = Slots::new(usize::try_from(max_connections).unwrap_or(usize::MAX));
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                tracing::warn!("daemon.listen: accept failed: {e}");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let Some(slot) = slots.admit() else {
+            tracing::debug!("daemon.listen: connection limit reached; closed a connection");
+            continue;
+        };
+        let peer = Peer {
+            uid: None,
+            via: Via::Tcp,
+        };
+        let service =
+            TowerToHyperService::new(app.clone().layer(axum::Extension(ConnectInfo(peer))));
+        shutdown.spawn(connection(stream, service, slot, shutdown.clone()));
+    }
+}
+
 /// Serves one connection until it ends, its slot is given to a newer one, or the
 /// daemon stops: then it ends as soon as it is idle (at once if it is; after the
 /// response being written if not, a `/v1/events` stream included), so no response
 /// is cut mid-write.
-async fn connection(
-    stream: UnixStream,
+async fn connection<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+    stream: S,
     service: TowerToHyperService<Router>,
     slot: Slot,
     shutdown: Shutdown,

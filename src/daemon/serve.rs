@@ -21,19 +21,20 @@ use futures::stream::BoxStream;
 use nix::fcntl::Flock;
 use nix::unistd::Gid;
 use serde_json::Value;
+use tokio::net::UnixListener;
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use super::api::{AppState, router};
 use super::approvals::Approvals;
-use super::listener::accept_loop;
+use super::listener::{accept_loop, accept_tcp};
 use super::metrics::Metrics;
 use super::recover::{RecoverError, recover_tasks, take_up};
 use super::registry::Registry;
 use super::shutdown::Shutdown;
 use super::socket::{SocketDir, SocketError};
 use super::tasks::{Scheduler, SchedulerParts};
-use crate::config::{ConfigSource, Loaded, resolve};
+use crate::config::{ConfigSource, LiveConfig, Loaded, resolve};
 use crate::events::{Event, EventError, EventLog, Record};
 use crate::services::{Prepared, Services, StartError, StartOptions};
 
@@ -52,6 +53,9 @@ pub enum ServeError {
     /// `daemon.operators_group` cannot be resolved (any more).
     #[error("{0}")]
     OperatorsGroup(String),
+    /// `daemon.listen` cannot be bound.
+    #[error("{0}")]
+    Listen(String),
     /// What the last daemon left could not be taken up.
     #[error(transparent)]
     Recover(#[from] RecoverError),
@@ -201,6 +205,8 @@ pub async fn serve(
     let head_logger = daemon.spawn(log_heads(services.events.clone(), writers.clone()));
     // We hold the lock, so a socket file left there is a crashed daemon's.
     let listener = socket.dir.bind()?;
+    let tcp = bind_tcp(&services).await?;
+    daemon.spawn(state.logins.clone().sweep_every_minute(writers.clone()));
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
     watchdog(&daemon);
     tracing::info!(
@@ -209,14 +215,14 @@ pub async fn serve(
         crate::text::escape_text(&socket.path.display().to_string()),
         std::process::id()
     );
-    let max_connections = services.live.current().config.daemon.max_connections;
-    let live = services.live.clone();
-    let reason = tokio::select! {
-        () = accept_loop(&socket.dir, listener, router(state), max_connections, live, &daemon) => {
-            "server ended".to_string()
-        }
-        reason = shutdown => reason,
+    let listeners = Listeners {
+        dir: &socket.dir,
+        socket: listener,
+        tcp,
     };
+    let reason = listeners
+        .serve(router(state), services.live.clone(), &daemon, shutdown)
+        .await;
     // No longer accepting: the listener is gone with the server future.
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     socket.dir.remove_socket();
@@ -245,6 +251,63 @@ pub async fn serve(
         );
     }
     Ok(())
+}
+
+/// The daemon's listeners: the control socket and, with `daemon.listen`, TCP.
+struct Listeners<'a> {
+    dir: &'a SocketDir,
+    socket: UnixListener,
+    tcp: Option<tokio::net::TcpListener>,
+}
+
+impl Listeners<'_> {
+    /// Serves `app` on every listener until `shutdown` resolves (its reason) or a
+    /// listener's loop ends.
+    async fn serve(
+        self,
+        app: axum::Router,
+        live: Arc<LiveConfig>,
+        daemon: &Shutdown,
+        shutdown: impl Future<Output = String>,
+    ) -> String {
+        let max_connections = live.current().config.daemon.max_connections;
+        let tcp = async {
+            match self.tcp {
+                Some(tcp) => accept_tcp(tcp, app.clone(), max_connections, daemon).await,
+                None => std::future::pending().await,
+            }
+        };
+        let socket = accept_loop(
+            self.dir,
+            self.socket,
+            app.clone(),
+            max_connections,
+            live,
+            daemon,
+        );
+        tokio::select! {
+            () = socket => "server ended".to_string(),
+            () = tcp => "server ended".to_string(),
+            reason = shutdown => reason,
+        }
+    }
+}
+
+/// Binds `daemon.listen`, when set, before the daemon says it is ready: an address
+/// in use is a start-up error, not a console that silently never answers.
+async fn bind_tcp(services: &Services) -> Result<Option<tokio::net::TcpListener>, ServeError> {
+    let Some(addr) = services.live.current().config.daemon.listen_addr() else {
+        return Ok(None);
+    };
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| ServeError::Listen(format!("cannot listen on {addr} (daemon.listen): {e}")))?;
+    tracing::info!(
+        target: crate::text::NOTICE,
+        "harnessd also serving on http://{addr} (/metrics and /healthz open, the rest with a \
+         console login)"
+    );
+    Ok(Some(listener))
 }
 
 /// Writes the audit log's chain head to stderr every hour (journald keeps it), so
@@ -313,6 +376,7 @@ async fn wire(
         live_events: live_tx,
         live_text: text_live_tx,
         shutdown: daemon.clone(),
+        logins: super::login::Logins::new(services.events.clone()),
     };
     Ok((state, scheduler))
 }

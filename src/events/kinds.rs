@@ -470,6 +470,28 @@ pub enum Event {
         /// What went wrong with the last one (never the URL).
         error: String,
     },
+    /// A console login: a link from `harnessd console-url` was exchanged for a
+    /// session.
+    ConsoleLogin {
+        /// The name given to `console-url --name`.
+        name: String,
+        /// The session, as the start of its cookie's sha256 (never the cookie).
+        session: String,
+        /// `console:<name>`.
+        by: String,
+    },
+    /// A console session ended.
+    ConsoleLogout {
+        /// The name given to `console-url --name`.
+        name: String,
+        /// The session, as in its `console_login`.
+        session: String,
+        /// `logout` (the operator logged out) or `expired`
+        /// (`daemon.console_session_hours` passed).
+        reason: String,
+        /// `console:<name>`.
+        by: String,
+    },
     /// A task ended.
     TaskFinished {
         /// The task's stop reason.
@@ -661,6 +683,8 @@ impl Event {
             Event::McpToolsPinned { .. } => "mcp_tools_pinned",
             Event::McpRequestRefused { .. } => "mcp_request_refused",
             Event::NotifyFailed { .. } => "notify_failed",
+            Event::ConsoleLogin { .. } => "console_login",
+            Event::ConsoleLogout { .. } => "console_logout",
             Event::Unknown => return None,
         };
         Some(kind)
@@ -757,7 +781,7 @@ mod tests {
         ] {
             assert!(types.iter().any(|x| x == t), "{t} missing from {types:?}");
         }
-        assert_eq!(types.len(), 32, "{types:?}");
+        assert_eq!(types.len(), 34, "{types:?}");
     }
 
     /// Lines of older versions read back typed: a remembered rule's sentence as

@@ -251,3 +251,23 @@ mod tests {
         assert_eq!(maybe.approves(), None);
     }
 }
+
+/// `POST /v1/console/links`'s body.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkRequest {
+    /// Who the link is for: actions through it are `console:<name>`.
+    pub name: String,
+}
+
+/// `POST /v1/console/links`'s answer.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct LinkResponse {
+    /// The link's path and token, to open on `daemon.listen` or a port
+    /// forwarded to the socket.
+    pub path: String,
+    /// The whole link on `daemon.listen`, when it is set.
+    pub url: Option<String>,
+    /// When the link stops working if unused (RFC 3339).
+    pub expires_at: String,
+}

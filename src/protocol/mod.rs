@@ -25,8 +25,8 @@ pub use audit::{
     Source, Trigger,
 };
 pub use control::{
-    Approval, ApprovalList, DecisionRequest, DecisionResponse, ErrorBody, ErrorDetail,
-    SubmitRequest, SubmitResponse, Task, TaskList,
+    Approval, ApprovalList, DecisionRequest, DecisionResponse, ErrorBody, ErrorDetail, LinkRequest,
+    LinkResponse, SubmitRequest, SubmitResponse, Task, TaskList,
 };
 pub use hash::{canonical_json, sha256_hex};
 pub use task::{StopReason, TaskStatus};

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 /// the daemon is not there or the body is not JSON.
 pub fn http(socket: &Path, method: &str, path: &str, body: &str) -> Option<Value> {
     let mut s = UnixStream::connect(socket).ok()?;
-    write!(s, "{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len()).ok()?;
+    write!(s, "{method} {path} HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len()).ok()?;
     let mut raw = String::new();
     s.read_to_string(&mut raw).ok()?;
     serde_json::from_str(raw.split_once("\r\n\r\n")?.1).ok()

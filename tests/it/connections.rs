@@ -74,7 +74,7 @@ fn connections_in_the_middle_of_a_request_keep_their_slots() {
             // A whole request answered first proves the daemon has heard this
             // connection (a sleep cannot, on a loaded machine); then the head of
             // a second one, left unfinished: the connection is mid-request.
-            s.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+            s.write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\n\r\n")
                 .unwrap();
             s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
             let mut buf = [0u8; 512];
@@ -83,7 +83,7 @@ fn connections_in_the_middle_of_a_request_keep_their_slots() {
                 buf[..n].starts_with(b"HTTP/1.1 200"),
                 "no answer to a whole request"
             );
-            s.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n")
+            s.write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\n")
                 .unwrap();
             s
         })
@@ -108,7 +108,7 @@ fn a_removed_socket_is_bound_again_within_5_s() {
     let start = Instant::now();
     loop {
         if let Ok(mut s) = UnixStream::connect(&d.socket) {
-            s.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            s.write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n")
                 .unwrap();
             let mut answer = String::new();
             let _ = s.read_to_string(&mut answer);
@@ -138,7 +138,7 @@ fn idle_keep_alive_and_trickled_heads_are_closed_after_10_s() {
     let d = Daemon::start(&root);
     // A kept-alive connection that made one request, then fell silent.
     let mut kept = UnixStream::connect(&d.socket).unwrap();
-    kept.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\n\r\n")
         .unwrap();
     kept.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut buf = [0u8; 512];
@@ -183,7 +183,7 @@ fn a_body_that_never_arrives_is_not_held() {
     let d = Daemon::start(&root);
     let head = |len: u64| {
         format!(
-            "POST /v1/tasks HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+            "POST /v1/tasks HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n\
              content-length: {len}\r\n\r\n"
         )
     };

@@ -353,7 +353,7 @@ def attempt(name, f):
         results.append(name + ': ' + type(e).__name__)
 def by_path():
     s = socket.socket(socket.AF_UNIX); s.connect('../run/harnessd.sock')
-    s.sendall(b'GET /v1/approvals HTTP/1.1\r\nhost: x\r\n\r\n'); s.recv(100)
+    s.sendall(b'GET /v1/approvals HTTP/1.1\r\nhost: localhost\r\n\r\n'); s.recv(100)
 attempt('socket path', by_path)
 pid = open('daemon.pid').read().strip()
 attempt('proc fd', lambda: os.listdir('/proc/' + pid + '/fd'))
@@ -364,7 +364,7 @@ def inherited():
             s = socket.socket(fileno=fd)
         except OSError:
             continue
-        s.sendall(b'GET /v1/approvals HTTP/1.1\r\nhost: x\r\n\r\n')
+        s.sendall(b'GET /v1/approvals HTTP/1.1\r\nhost: localhost\r\n\r\n')
         raise SystemExit('fd %d is a live socket' % fd)
     raise OSError('no inherited socket')
 attempt('inherited fd', inherited)
@@ -376,7 +376,7 @@ print('\n'.join(results))
             (
                 "curl",
                 "run_bash",
-                json!({"command": "curl -s --max-time 2 --unix-socket ../run/harnessd.sock http://x/v1/approvals && echo REACHED; ls ../run && echo REACHED"}),
+                json!({"command": "curl -s --max-time 2 --unix-socket ../run/harnessd.sock http://localhost/v1/approvals && echo REACHED; ls ../run && echo REACHED"}),
             ),
             (
                 "w",

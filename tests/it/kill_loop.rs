@@ -151,7 +151,7 @@ fn submit_until_killed(socket: &Path, prompts: Vec<String>) -> Vec<String> {
         };
         let sent = write!(
             s,
-            "POST /v1/tasks HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+            "POST /v1/tasks HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n\
              content-length: {}\r\nconnection: close\r\n\r\n{body}",
             body.len()
         );

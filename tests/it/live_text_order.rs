@@ -52,7 +52,7 @@ fn live_text_comes_before_the_response_of_its_turn() {
         std::os::unix::net::UnixStream::connect(root.dir.join("run/harnessd.sock")).unwrap();
     write!(
         s,
-        "GET /v1/events?follow=1&text=1 HTTP/1.1\r\nhost: x\r\n\r\n"
+        "GET /v1/events?follow=1&text=1 HTTP/1.1\r\nhost: localhost\r\n\r\n"
     )
     .unwrap();
     let id = daemon.submit("go");

@@ -27,6 +27,7 @@ mod check;
 mod compaction;
 mod connections;
 mod console_browser;
+mod console_login;
 mod control_api_errors;
 mod cost;
 mod daemon;

@@ -277,7 +277,7 @@ fn a_queued_task_cancelled_during_the_stop_is_not_run_after_the_restart() {
     let mut kept = std::os::unix::net::UnixStream::connect(&d.socket).unwrap();
     kept.set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    kept.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\n\r\n")
         .unwrap();
     let mut buf = [0u8; 4096];
     let n = kept.read(&mut buf).unwrap();
@@ -287,7 +287,7 @@ fn a_queued_task_cancelled_during_the_stop_is_not_run_after_the_restart() {
     std::thread::sleep(Duration::from_millis(500));
     write!(
         kept,
-        "POST /v1/tasks/{id}/cancel HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n"
+        "POST /v1/tasks/{id}/cancel HTTP/1.1\r\nhost: localhost\r\ncontent-length: 0\r\n\r\n"
     )
     .unwrap();
     let n = kept.read(&mut buf).unwrap();

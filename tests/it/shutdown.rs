@@ -55,7 +55,7 @@ fn lines_of(raw: &[u8]) -> Vec<Value> {
 /// A follower of `/v1/events` on `socket`: the request sent, nothing read yet.
 fn follow(socket: &std::path::Path) -> UnixStream {
     let mut s = UnixStream::connect(socket).unwrap();
-    s.write_all(b"GET /v1/events?follow=1 HTTP/1.1\r\nhost: x\r\n\r\n")
+    s.write_all(b"GET /v1/events?follow=1 HTTP/1.1\r\nhost: localhost\r\n\r\n")
         .unwrap();
     s
 }
@@ -63,7 +63,7 @@ fn follow(socket: &std::path::Path) -> UnixStream {
 /// A connection that made one request, got its answer and stays open, idle.
 fn idle_keep_alive(socket: &std::path::Path) -> UnixStream {
     let mut s = UnixStream::connect(socket).unwrap();
-    s.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+    s.write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\n\r\n")
         .unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut buf = [0u8; 512];
@@ -160,7 +160,7 @@ fn a_submission_finished_after_daemon_stopping_is_refused_and_writes_nothing() {
     let mut s = UnixStream::connect(&d.socket).unwrap();
     write!(
         s,
-        "POST /v1/tasks HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+        "POST /v1/tasks HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n\
          content-length: {}\r\n\r\n",
         body.len()
     )

@@ -592,7 +592,7 @@ fn a_traceparent_header_is_taken_and_telemetry_changes_wait_for_a_restart() {
         let mut s =
             std::os::unix::net::UnixStream::connect(root.dir.join("run/harnessd.sock")).unwrap();
         let request = format!(
-            "POST /v1/tasks HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+            "POST /v1/tasks HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n\
              traceparent: {traceparent}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
             body.len()
         );

@@ -177,7 +177,7 @@ pub(crate) fn request_as(
         cmd.args(["-H", "content-type: application/json", "--data-binary", b]);
     }
     let out = cmd
-        .arg(format!("http://x{path}"))
+        .arg(format!("http://localhost{path}"))
         .env_clear()
         .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
         .current_dir("/")
@@ -259,7 +259,7 @@ fn a_tool_users_connection_gets_403_even_with_the_socket_opened_to_all() {
         "\n%{http_code}",
         "--unix-socket",
         d.socket.to_str().unwrap(),
-        "http://x/v1/approvals",
+        "http://localhost/v1/approvals",
     ]);
     assert!(
         stdout(&out).trim_end().ends_with("\n403"),

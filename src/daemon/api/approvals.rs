@@ -1,13 +1,12 @@
 //! `/v1/approvals`: the calls waiting for a human, and their answers. Who answered
 //! is the connection's uid, never a field of the body.
 
-use axum::Json;
-use axum::extract::connect_info::ConnectInfo;
 use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use axum::{Extension, Json};
 
-use super::{ApiError, AppState, Peer};
+use super::{ApiError, AppState, Caller};
 use crate::daemon::approvals::{Answer, ResolveError};
 use crate::protocol::{ApprovalList, DecisionRequest, DecisionResponse};
 
@@ -22,13 +21,13 @@ pub(super) async fn list_approvals(State(s): State<AppState>) -> Json<ApprovalLi
 /// written first, and the approval stays pending if they cannot be.
 pub(super) async fn answer_approval(
     State(s): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<Peer>,
+    Extension(caller): Extension<Caller>,
     id: Result<Path<String>, PathRejection>,
     body: Result<Json<DecisionRequest>, JsonRejection>,
 ) -> Result<Json<DecisionResponse>, ApiError> {
     let Path(id) = id?;
     let Json(body) = body?;
-    let by = peer.by();
+    let by = caller.by();
     Ok(Json(answer(&s, id, body, by).await?))
 }
 

@@ -41,7 +41,7 @@ impl ApiError {
     }
 
     /// 404 for the `what` named `id`.
-    pub(super) fn not_found(what: &str, id: &str) -> ApiError {
+    pub(crate) fn not_found(what: &str, id: &str) -> ApiError {
         ApiError::new(
             StatusCode::NOT_FOUND,
             "not_found",
@@ -50,7 +50,7 @@ impl ApiError {
     }
 
     /// 400 `invalid_request`.
-    pub(super) fn bad_request(message: impl Into<String>) -> ApiError {
+    pub(crate) fn bad_request(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message)
     }
 }

@@ -2,14 +2,13 @@
 //! accepting a server's current definitions (`mcp pin`) — here, because the audit
 //! log has one writer and the daemon is it.
 
-use axum::Json;
-use axum::extract::connect_info::ConnectInfo;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use axum::{Extension, Json};
 use serde::Serialize;
 
-use super::{ApiError, AppState, Peer};
+use super::{ApiError, AppState, Caller};
 use crate::config::ConfigSource;
 use crate::mcp::McpError;
 use crate::protocol::mcp::{Drift, PinResponse, ServerView};
@@ -40,7 +39,7 @@ pub(super) async fn list_servers(State(s): State<AppState>) -> Result<Json<Serve
 /// Pins what server `name` lists now.
 pub(super) async fn pin_server(
     State(s): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<Peer>,
+    Extension(caller): Extension<Caller>,
     name: Result<Path<String>, PathRejection>,
 ) -> Result<Json<PinResponse>, ApiError> {
     let Path(name) = name?;
@@ -52,7 +51,7 @@ pub(super) async fn pin_server(
     let drift = Drift::between(s.mcp.pins().servers.get(&name), &listed);
     let tools = s
         .mcp
-        .pin(None, &name, &listed, &peer.by())
+        .pin(None, &name, &listed, &caller.by())
         .await
         .map_err(failed)?;
     Ok(Json(PinResponse {

@@ -25,6 +25,8 @@ pub use body::{BODY_TIMEOUT, MAX_BODY};
 pub use error::ApiError;
 
 use super::approvals::Approvals;
+use super::console::Viewer;
+use super::login::Logins;
 use super::metrics::Metrics;
 use super::shutdown::Shutdown;
 use super::tasks::Scheduler;
@@ -52,15 +54,49 @@ pub struct AppState {
     /// The daemon's shutdown: what a handler spawns (the reader behind a
     /// `/v1/events` response) is spawned on it and ends when it is cancelled.
     pub shutdown: Shutdown,
+    /// Console links and sessions.
+    pub logins: Logins,
 }
 
-/// The peer of a connection: its credentials, read from SO_PEERCRED when the
-/// connection is accepted (the listener's accept loop) and attached to every
-/// request on it as `ConnectInfo<Peer>`.
+/// The peer of a connection: the listener it came through and, on the socket, its
+/// credentials, read from SO_PEERCRED when the connection is accepted (the
+/// listener's accept loop) and attached to every request on it as
+/// `ConnectInfo<Peer>`.
 #[derive(Clone, Debug)]
 pub struct Peer {
-    /// The peer's uid, if the kernel told.
+    /// The peer's uid, if the kernel told (never on the TCP listener).
     pub uid: Option<u32>,
+    /// Which listener.
+    pub via: Via,
+}
+
+/// The listener a connection came through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Via {
+    /// The control socket (`daemon.socket`).
+    Socket,
+    /// The TCP listener (`daemon.listen`).
+    Tcp,
+}
+
+/// Who a request comes from, as the access layer decided; the handlers take who
+/// acted (`by`) from it, never from the body.
+#[derive(Clone, Debug)]
+pub enum Caller {
+    /// A command-line client on the socket, by its uid.
+    Peer(Peer),
+    /// A console session.
+    Console(Viewer),
+}
+
+impl Caller {
+    /// Who acted, for the audit log's `by`: `uid:N (name)` or `console:<name>`.
+    pub fn by(&self) -> String {
+        match self {
+            Caller::Peer(peer) => peer.by(),
+            Caller::Console(viewer) => viewer.by(),
+        }
+    }
 }
 
 impl Peer {
@@ -91,6 +127,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/events", get(events::events))
         .route("/v1/mcp/servers", get(mcp::list_servers))
         .route("/v1/mcp/servers/{name}/pin", post(mcp::pin_server))
+        .route("/v1/console/links", post(super::login::make_link))
+        .route("/v1/console/session", get(super::login::session))
+        .route(super::login::LOGIN_PATH, get(super::login::login))
+        .route(super::login::LOGOUT_PATH, post(super::login::logout))
         .merge(super::console::routes())
         .fallback(|| async {
             ApiError::new(
@@ -107,6 +147,9 @@ pub fn router(state: AppState) -> Router {
             )
         })
         .layer(DefaultBodyLimit::max(MAX_BODY))
+        // Inside the body's bounds, so a form's token is read from a body already
+        // whole; before every handler, so a refused request changes nothing.
+        .layer(axum::middleware::from_fn(super::login::csrf))
         .layer(axum::middleware::from_fn(body::bounded_body))
         // Outermost, so it runs first, for every route and both fallbacks.
         .layer(axum::middleware::from_fn_with_state(

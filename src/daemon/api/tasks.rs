@@ -2,16 +2,15 @@
 //! it did is on the record (`task_queued`, `task_cancelled`, `task_resumed`): 507
 //! while the audit log cannot take the line.
 
-use axum::Json;
-use axum::extract::connect_info::ConnectInfo;
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{ApiError, AppState, Peer};
+use super::{ApiError, AppState, Caller};
 use crate::agent::{TaskStatus, Transcript};
 use crate::config::ConfigSource;
 use crate::daemon::registry::{ClaimError, Cursor, ListQuery};
@@ -41,7 +40,7 @@ fn refused(e: SubmitError, prefix: String) -> ApiError {
 /// probe that notices space came back).
 pub(super) async fn submit(
     State(s): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<Peer>,
+    Extension(caller): Extension<Caller>,
     headers: axum::http::HeaderMap,
     body: Result<Json<SubmitRequest>, JsonRejection>,
 ) -> Result<Response, ApiError> {
@@ -56,7 +55,7 @@ pub(super) async fn submit(
     if body.max_turns == Some(0) {
         return Err(ApiError::bad_request("max_turns must be at least 1"));
     }
-    let by = peer.by();
+    let by = caller.by();
     let id = s
         .scheduler
         .submit(body.prompt, body.max_turns, body.model, by, traceparent)
@@ -183,11 +182,11 @@ pub(super) async fn show_task(
 /// Cancels a task, once who cancelled it is on the record.
 pub(super) async fn cancel_task(
     State(s): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<Peer>,
+    Extension(caller): Extension<Caller>,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let Path(id) = id?;
-    let t = cancel(&s, &id, peer.by()).await?;
+    let t = cancel(&s, &id, caller.by()).await?;
     Ok((StatusCode::ACCEPTED, Json(t)).into_response())
 }
 
@@ -210,7 +209,7 @@ pub(crate) async fn cancel(s: &AppState, id: &str, by: String) -> Result<Task, A
 /// Queues an interrupted or stopped task to continue from its transcript.
 pub(super) async fn resume_task(
     State(s): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<Peer>,
+    Extension(caller): Extension<Caller>,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let Path(id) = id?;
@@ -249,7 +248,7 @@ pub(super) async fn resume_task(
     // Answered only once `task_resumed` is on the record, like a new task: 507
     // while the log cannot take it.
     s.scheduler
-        .resume(claim, transcript, lock, peer.by())
+        .resume(claim, transcript, lock, caller.by())
         .await
         .map_err(|e| refused(e, "the task is not resumed: ".into()))?;
     let t = task(&s, &id)?;

@@ -94,7 +94,7 @@ impl Daemon {
         let body = body.unwrap_or("");
         write!(
             s,
-            "{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            "{method} {path} HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
             body.len()
         )?;
         let mut raw = Vec::new();
@@ -211,7 +211,7 @@ impl InProcess {
         let mut s = tokio::net::UnixStream::connect(&self.socket).await?;
         let body = body.unwrap_or("");
         let head = format!(
-            "{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            "{method} {path} HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
             body.len()
         );
         s.write_all(head.as_bytes()).await?;
@@ -255,7 +255,7 @@ impl InProcess {
 }
 
 /// Status and body (de-chunked) of a raw HTTP/1.1 response.
-fn parse_response(raw: &[u8]) -> (u16, String) {
+pub fn parse_response(raw: &[u8]) -> (u16, String) {
     let text = String::from_utf8_lossy(raw).into_owned();
     let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let status = head

@@ -1,6 +1,7 @@
 //! Fixtures: a temporary root wired to a fake API, and a runner for the real binary.
 
 pub mod blessed;
+pub mod console;
 pub mod daemon;
 pub mod mcp;
 pub mod sandbox;
