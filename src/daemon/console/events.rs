@@ -117,17 +117,25 @@ fn filters(p: &Params, follow: bool) -> Markup {
     let kind = given(&p.kind);
     html! {
         form class="filters" method="get" action="/console/events" {
-            label for="f-type" { "Type" }
-            select id="f-type" name="type" {
-                option value="" { "any" }
-                @for t in &types { option value=(t) selected[kind.as_deref() == Some(t.as_str())] { (t) } }
+            span class="field" {
+                label for="f-type" { "Type" }
+                select id="f-type" name="type" {
+                    option value="" { "any" }
+                    @for t in &types { option value=(t) selected[kind.as_deref() == Some(t.as_str())] { (t) } }
+                }
             }
-            label for="f-task" { "Task" }
-            input id="f-task" name="task" value=(p.task.as_deref().unwrap_or_default());
-            label for="f-since" { "Since" }
-            input id="f-since" name="since" placeholder="1h, 2026-01-31 or RFC 3339" value=(p.since.as_deref().unwrap_or_default());
-            label for="f-grep" { "Matching" }
-            input id="f-grep" name="grep" placeholder="regular expression" value=(p.grep.as_deref().unwrap_or_default());
+            span class="field" {
+                label for="f-task" { "Task" }
+                input id="f-task" name="task" value=(p.task.as_deref().unwrap_or_default());
+            }
+            span class="field" {
+                label for="f-since" { "Since" }
+                input id="f-since" name="since" placeholder="1h, 2026-01-31 or RFC 3339" value=(p.since.as_deref().unwrap_or_default());
+            }
+            span class="field" {
+                label for="f-grep" { "Matching" }
+                input id="f-grep" name="grep" placeholder="regular expression" value=(p.grep.as_deref().unwrap_or_default());
+            }
             label class="check" { input type="checkbox" name="follow" value="1" checked[follow]; " Follow" }
             button type="submit" { "Show" }
         }

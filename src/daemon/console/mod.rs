@@ -69,8 +69,12 @@ pub fn routes() -> Router<AppState> {
 }
 
 /// Headers on every console response: the strict policy, no sniffing, no
-/// referrer (ids in URLs stay here), nothing cached (pages show live state and
-/// hold a CSRF token).
+/// referrer to any other site (ids in URLs stay here), nothing cached (pages show
+/// live state and hold a CSRF token).
+///
+/// The referrer policy is `same-origin`, not `no-referrer`: under `no-referrer` a
+/// browser sends `Origin: null` with every form POST, and the access layer refuses
+/// an origin that is not the daemon's own.
 async fn secure_headers(mut r: Response) -> Response {
     let h = r.headers_mut();
     h.insert(
@@ -83,7 +87,7 @@ async fn secure_headers(mut r: Response) -> Response {
     );
     h.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     r
