@@ -54,6 +54,7 @@ pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'
 /// The console's routes, each under `/console`.
 pub fn routes() -> Router<AppState> {
     Router::new()
+        .route("/console", get(|| async { layout::see_other("/console/") }))
         .route("/console/", get(tasks::page))
         .route("/console/tasks/{id}", get(task::page))
         .route("/console/tasks/{id}/cancel", post(task::cancel))
