@@ -28,6 +28,7 @@ mod compaction;
 mod connections;
 mod console_browser;
 mod console_login;
+mod console_pages;
 mod control_api_errors;
 mod cost;
 mod daemon;
