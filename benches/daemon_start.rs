@@ -8,11 +8,11 @@
 //! `BENCH_KEEP=1` keeps the root).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
-#[path = "shared/finished.rs"]
-mod finished;
+#[path = "common/old_tasks.rs"]
+mod old_tasks;
 
-use finished::transcript;
 use harnessd::agent::Transcript;
+use old_tasks::transcript;
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;

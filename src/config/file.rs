@@ -568,6 +568,16 @@ impl DaemonConfig {
         self.listen.as_deref().and_then(|a| a.parse().ok())
     }
 
+    /// Where browsers reach the console: `daemon.console_origin`, else
+    /// `http://` and `daemon.listen`; `None` when it is only on the socket.
+    pub fn console_base(&self) -> Option<String> {
+        match (&self.console_origin, self.listen_addr()) {
+            (Some(origin), _) => Some(origin.clone()),
+            (None, Some(addr)) => Some(format!("http://{addr}")),
+            (None, None) => None,
+        }
+    }
+
     /// `daemon.listen` is an IP address and port, on loopback unless
     /// `daemon.listen_public` is set; the session length is bounded.
     fn validate_listen(&self) -> Result<(), Bad> {

@@ -351,12 +351,13 @@ pub(super) async fn make_link(
         .link(&body.name, session_length(&s))
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
     let path = format!("{LOGIN_PATH}?token={token}");
-    let daemon = s.config.current().config.daemon.clone();
-    let url = match (&daemon.console_origin, daemon.listen_addr()) {
-        (Some(origin), _) => Some(format!("{origin}{path}")),
-        (None, Some(addr)) => Some(format!("http://{addr}{path}")),
-        (None, None) => None,
-    };
+    let url = s
+        .config
+        .current()
+        .config
+        .daemon
+        .console_base()
+        .map(|base| format!("{base}{path}"));
     Ok(Json(LinkResponse {
         path,
         url,

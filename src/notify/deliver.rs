@@ -45,6 +45,8 @@ pub(super) struct Context {
     pub log: PathBuf,
     pub transcripts: PathBuf,
     pub client: reqwest::Client,
+    /// Where browsers reach the console, for links to an approval.
+    pub console: Option<String>,
 }
 
 /// The HTTP client of every sink: bounded, no redirect followed (a webhook that
@@ -250,7 +252,13 @@ async fn deliver(
                 }
             }
             attempts += 1;
-            let body = format::body(sink.config.format, line, record, chrono::Utc::now());
+            let body = format::body(
+                sink.config.format,
+                line,
+                record,
+                ctx.console.as_deref(),
+                chrono::Utc::now(),
+            );
             let posted = tokio::select! {
                 () = stop.cancelled() => return false,
                 posted = post(&ctx.client, sink, body) => posted,

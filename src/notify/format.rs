@@ -23,11 +23,18 @@ pub const SLACK_INPUT_CHARS: usize = 3000;
 const SLACK_SECTION_CHARS: usize = 2900;
 
 /// The body of a POST of the line `line`, read back as `record`, at `now` (the
-/// time left of an approval is counted from it).
-pub fn body(format: NotifyFormat, line: &[u8], record: &Record, now: DateTime<Utc>) -> Vec<u8> {
+/// time left of an approval is counted from it); `console` is where browsers reach
+/// the web console, when it is served off the socket.
+pub fn body(
+    format: NotifyFormat,
+    line: &[u8],
+    record: &Record,
+    console: Option<&str>,
+    now: DateTime<Utc>,
+) -> Vec<u8> {
     match format {
         NotifyFormat::Json => line.to_vec(),
-        NotifyFormat::Slack => slack(record, now).to_string().into_bytes(),
+        NotifyFormat::Slack => slack(record, console, now).to_string().into_bytes(),
     }
 }
 
@@ -75,7 +82,7 @@ fn code(text: &str) -> String {
 }
 
 /// The Slack message for `record`.
-fn slack(record: &Record, now: DateTime<Utc>) -> Value {
+fn slack(record: &Record, console: Option<&str>, now: DateTime<Utc>) -> Value {
     let task = record.task_id.as_deref().unwrap_or("");
     if let Event::ApprovalRequested {
         approval_id,
@@ -86,15 +93,14 @@ fn slack(record: &Record, now: DateTime<Utc>) -> Value {
         ..
     } = &record.event
     {
-        return approval(
+        let call = Call {
             task,
-            approval_id,
+            id: approval_id,
             tool,
             input,
             rule,
-            expires_at.as_deref(),
-            now,
-        );
+        };
+        return approval(&call, expires_at.as_deref(), console, now);
     }
     let line = summary(record);
     json!({
@@ -139,17 +145,31 @@ fn summary(record: &Record) -> String {
     }
 }
 
+/// An approval request's call.
+struct Call<'a> {
+    task: &'a str,
+    id: &'a str,
+    tool: &'a str,
+    input: &'a Value,
+    rule: &'a str,
+}
+
 /// The message for an approval request: what it is, the whole input (up to
-/// [`SLACK_INPUT_CHARS`]), the time left and the commands that answer it.
+/// [`SLACK_INPUT_CHARS`]), the time left, the commands that answer it and, when the
+/// console is served, a link to its page of approvals.
 fn approval(
-    task: &str,
-    id: &str,
-    tool: &str,
-    input: &Value,
-    rule: &str,
+    call: &Call,
     expires_at: Option<&str>,
+    console: Option<&str>,
     now: DateTime<Utc>,
 ) -> Value {
+    let Call {
+        task,
+        id,
+        tool,
+        input,
+        rule,
+    } = call;
     let left = time_left(expires_at, now);
     let head = format!(
         "*Approval requested* for {} in task {}\nRule: {} · {left}",
@@ -165,19 +185,36 @@ fn approval(
     }
     if cut {
         blocks.push(section(&format!(
-            "_The input is cut here; {} shows every character._",
+            "_The input is cut here; {} or the console shows every character._",
             code("harnessd approvals")
         )));
     }
-    blocks.push(section(&format!(
+    let mut answer = format!(
         "Approve: {}\nDeny: {}",
         code(&format!("harnessd approve {id}")),
         code(&format!("harnessd deny {id}")),
-    )));
+    );
+    if let Some(link) = console.and_then(|base| approval_link(base, id)) {
+        answer.push_str(&format!("\n<{link}|Open it in the console>"));
+    }
+    blocks.push(section(&answer));
     json!({
         "text": format!("Approval requested for {} in task {}", code(tool), code(task)),
         "blocks": blocks,
     })
+}
+
+/// The console's link to approval `id`, when both are plain enough to sit in a
+/// Slack link unescaped (the base is the operator's config; an id the daemon
+/// made is letters, digits and `-`): anything else gets no link rather than one
+/// the text could bend.
+fn approval_link(base: &str, id: &str) -> Option<String> {
+    let plain = |s: &str, extra: &str| {
+        s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || extra.contains(c))
+    };
+    (plain(base, ":/.-[]") && plain(id, "-_"))
+        .then(|| format!("{base}/console/approvals#approval-{id}"))
 }
 
 /// `text` made inert, in pieces of at most [`SLACK_SECTION_CHARS`] characters,
@@ -238,6 +275,27 @@ mod tests {
     }
 
     #[test]
+    fn an_approval_links_to_the_console_only_when_it_is_served_and_the_link_is_plain() {
+        let line = r#"{"seq":9,"ts":"t","task_id":"t-1","type":"approval_requested","approval_id":"ap-1","tool_use_id":"u","tool":"run_bash","input":{"command":"ls"},"input_sha256":"x","rule":"default"}"#;
+        let now = Utc::now();
+        let last = |console| {
+            let m = slack(&record(line), console, now);
+            m["blocks"].as_array().unwrap().last().unwrap()["text"]["text"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        };
+        let with = last(Some("http://127.0.0.1:8080"));
+        assert!(
+            with.contains("<http://127.0.0.1:8080/console/approvals#approval-ap-1|"),
+            "{with}"
+        );
+        assert!(!last(None).contains("console/"));
+        assert_eq!(approval_link("http://h", "a|b>"), None);
+        assert_eq!(approval_link("http://h>|x", "ap-1"), None);
+    }
+
+    #[test]
     fn a_code_span_is_one_line_whatever_its_text_holds() {
         let span = code("rule\n*bold* <!here>\r`x`");
         assert!(!span.contains('\n') && !span.contains('\r'), "{span}");
@@ -254,7 +312,7 @@ mod tests {
         let now = DateTime::parse_from_rfc3339("2026-01-01T00:00:02Z")
             .unwrap()
             .with_timezone(&Utc);
-        let message = slack(&record(&line), now);
+        let message = slack(&record(&line), None, now);
         let blocks = message["blocks"].as_array().unwrap();
         let texts: Vec<&str> = blocks
             .iter()

@@ -218,6 +218,7 @@ pub async fn run(
                         log: current.paths.events.clone(),
                         transcripts: current.paths.transcripts.clone(),
                         client: client.clone(),
+                        console: current.config.daemon.console_base(),
                     };
                     reconcile(&mut running, sinks, &ctx, &status).await;
                 }

@@ -1,5 +1,5 @@
-//! Finished transcripts for the benchmarks that need many old tasks on disk
-//! (daemon_start, console): included with `#[path]`, so there is one generator.
+//! Finished tasks to put on disk, for the benches that measure a daemon holding
+//! many (`daemon_start`, `console`).
 
 use harnessd::agent::{Transcript, TurnRecord};
 use harnessd::llm::{Block, Message, Role, Usage};
