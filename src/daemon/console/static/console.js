@@ -78,13 +78,14 @@
       });
   }
 
-  // Several events in a burst make one fetch.
+  // Several events in a burst make one fetch (each renders the page again, which
+  // may read the log: a busy task must not make it read without pause).
   function soon() {
     if (timer) return;
     timer = setTimeout(function () {
       timer = null;
       refresh();
-    }, 150);
+    }, 300);
   }
 
   function onLine(text) {
