@@ -35,6 +35,9 @@ pub enum CliError {
     /// An audit log query the files cannot answer (exit 1).
     #[error(transparent)]
     Query(#[from] crate::events::query::QueryError),
+    /// A task's view cannot be read from the audit log (exit 1).
+    #[error(transparent)]
+    TaskView(#[from] crate::control::task_view::TaskViewError),
     /// The workspace cannot be made ready for a command (exit 1).
     #[error(transparent)]
     Workspace(#[from] crate::exec::WorkspaceError),

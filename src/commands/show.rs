@@ -6,75 +6,15 @@
 //! what happened to each call. Everything printed is escaped.
 
 use super::error::{CliError, exit};
-use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
-use serde::Serialize;
 use serde_json::Value;
 
 use crate::agent::Transcript;
-use crate::events::query::{self, Found, Query, QueryParams};
-use crate::events::{Event, Record};
-use crate::llm::Role;
+use crate::control::task_view::{self, Call, Descendant, TaskView};
 use crate::text::{escape_json, escape_line, escape_text};
-
-/// What the log says about one tool call.
-#[derive(Debug, Default, Serialize)]
-struct Call {
-    tool_use_id: String,
-    tool: String,
-    input: Value,
-    tier: Option<String>,
-    rule: Option<String>,
-    commands: Option<Value>,
-    approval: Option<String>,
-    approved_by: Option<String>,
-    exit_code: Option<Value>,
-    duration_ms: Option<u64>,
-    is_error: Option<bool>,
-    output_file: Option<String>,
-    /// For a `delegate` call: the child task it started.
-    child: Option<String>,
-}
-
-/// One task below the shown one: a child, a grandchild, …
-#[derive(Debug, Serialize)]
-struct Descendant {
-    task_id: String,
-    /// 1 for a child, 2 for a grandchild, …
-    depth: u32,
-    status: String,
-    stop_reason: Option<String>,
-    /// Tokens it used, its own children's included.
-    tokens: u64,
-    usd: Option<f64>,
-    prompt: Option<String>,
-}
-
-/// The whole view of a task.
-#[derive(Debug, Serialize)]
-struct Shown {
-    task_id: String,
-    prompt: String,
-    model: String,
-    status: String,
-    stop_reason: Option<String>,
-    error: Option<String>,
-    usage: crate::protocol::Usage,
-    /// US dollars, when the model has a price.
-    usd: Option<f64>,
-    created: String,
-    duration_ms: Option<u64>,
-    submitted_by: Option<String>,
-    /// For a child task: the task that delegated it.
-    parent_task_id: Option<String>,
-    calls: Vec<Call>,
-    /// The tasks it delegated to, and theirs, each under its parent.
-    children: Vec<Descendant>,
-    answer: Option<String>,
-}
 
 /// Runs `show`: exit 0, or 1 when the task has no readable transcript.
 pub fn run(root: &Path, id: &str, json_out: bool) -> Result<ExitCode, CliError> {
@@ -98,7 +38,10 @@ pub fn run(root: &Path, id: &str, json_out: bool) -> Result<ExitCode, CliError> 
             return Ok(ExitCode::FAILURE);
         }
     };
-    let shown = build(&transcript, &loaded.paths.events)?;
+    let shown = task_view::build(&transcript, &loaded.paths.events)?;
+    for w in &shown.warnings {
+        eprintln!("warning: {}", escape_text(w));
+    }
     let mut out = std::io::stdout().lock();
     if json_out {
         let text = serde_json::to_string_pretty(&shown)?;
@@ -109,234 +52,11 @@ pub fn run(root: &Path, id: &str, json_out: bool) -> Result<ExitCode, CliError> 
     Ok(ExitCode::SUCCESS)
 }
 
-/// The transcript's calls in order, before the log fills in what became of them.
-/// A `tool_use` reusing an earlier id never ran (the task stopped on it, see
-/// docs/events.md): the call listed, with the log's records of that id, is the first.
-fn calls_of(t: &Transcript) -> Vec<Call> {
-    let mut calls = Vec::new();
-    let mut listed = std::collections::HashSet::new();
-    for m in t.messages.iter().filter(|m| m.role == Role::Assistant) {
-        for crate::llm::ToolUse {
-            id,
-            name: tool,
-            input,
-        } in m.tool_uses()
-        {
-            if !listed.insert(id.clone()) {
-                continue;
-            }
-            let child = (tool == crate::protocol::ToolName::Delegate.as_str())
-                .then(|| crate::protocol::tree::child_task_id(&t.task_id, &id));
-            calls.push(Call {
-                tool_use_id: id,
-                tool,
-                input,
-                child,
-                ..Call::default()
-            });
-        }
-    }
-    calls
-}
-
-fn build(t: &Transcript, events: &Path) -> Result<Shown, CliError> {
-    let mut calls = calls_of(t);
-    let mut shown = Shown {
-        task_id: t.task_id.clone(),
-        prompt: t.messages.first().map(|m| m.text()).unwrap_or_default(),
-        model: t.model.clone(),
-        status: t.status.as_str().to_string(),
-        stop_reason: t.stop_reason.map(|s| s.as_str().to_string()),
-        error: t.error.clone(),
-        usage: t.usage,
-        usd: t.usd,
-        created: t.created.clone(),
-        duration_ms: None,
-        // A `run` is the operator at the terminal (docs/events.md: `cli`).
-        submitted_by: t.by.clone().or_else(|| {
-            (t.source == Some(crate::protocol::Source::Cli)).then(|| "cli".to_string())
-        }),
-        parent_task_id: crate::protocol::tree::parent_task_id(&t.task_id).map(str::to_string),
-        calls: Vec::new(),
-        children: Vec::new(),
-        answer: t.answer.clone(),
-    };
-    let index: HashMap<String, usize> = calls
-        .iter()
-        .enumerate()
-        .map(|(i, c)| (c.tool_use_id.clone(), i))
-        .collect();
-    let query = Query::new(QueryParams {
-        task: Some(t.task_id.clone()),
-        ..QueryParams::default()
-    })?;
-    let mut approvals: HashMap<String, usize> = HashMap::new();
-    for found in query::run(events, query)? {
-        match found {
-            Found::Line(_, ev) => {
-                // The query brings the children's lines too; theirs are shown as
-                // theirs, under `children`.
-                if let Some(record) =
-                    Record::from_value(ev).filter(|r| r.task_id.as_deref() == Some(&t.task_id))
-                {
-                    if let Some(kind) = &record.unread {
-                        let at = format!(
-                            "seq {}: a {kind:?} line this version cannot read",
-                            record.seq
-                        );
-                        eprintln!("warning: {}", escape_text(&at));
-                    }
-                    apply(
-                        &record.event,
-                        &index,
-                        &mut approvals,
-                        &mut calls,
-                        &mut shown,
-                    );
-                }
-            }
-            Found::Unreadable { path, line, error } => {
-                let at = format!("{}:{line}: unreadable line: {error}", path.display());
-                eprintln!("warning: {}", escape_text(&at));
-            }
-        }
-    }
-    shown.calls = calls;
-    if let Some(dir) = events.parent() {
-        shown.children = descendants(dir, &t.task_id);
-    }
-    Ok(shown)
-}
-
-/// The tasks below `id` whose transcripts are in `dir`, each right after its
-/// parent, oldest first; read by their heads only (the messages are skipped).
-fn descendants(dir: &Path, id: &str) -> Vec<Descendant> {
-    let prefix = format!("{id}.");
-    let mut found: Vec<(String, crate::agent::TranscriptHead)> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            let task = name.strip_suffix(".json")?;
-            if !task.starts_with(&prefix) || !crate::protocol::tree::is_task_id(task) {
-                return None;
-            }
-            let text = Transcript::read_text(&e.path()).ok()?;
-            Some((task.to_string(), serde_json::from_str(&text).ok()?))
-        })
-        .collect();
-    // A child's id extends its parent's: sorted by (created, id) within each
-    // parent, the depth-first order is the ids' own order once each level is.
-    found.sort_by(|(a, ha), (b, hb)| tree_order(a, &ha.created, b, &hb.created));
-    let base = crate::protocol::tree::delegation_depth(id);
-    found
-        .into_iter()
-        .map(|(task_id, h)| Descendant {
-            depth: crate::protocol::tree::delegation_depth(&task_id) - base,
-            status: h.status.as_str().to_string(),
-            stop_reason: h.stop_reason.map(|s| s.as_str().to_string()),
-            tokens: h.usage.total(),
-            usd: h.usd,
-            prompt: h.prompt,
-            task_id,
-        })
-        .collect()
-}
-
-/// Depth-first order of two tasks of one tree: an ancestor before its
-/// descendants, siblings by creation time.
-fn tree_order(a: &str, created_a: &str, b: &str, created_b: &str) -> std::cmp::Ordering {
-    if crate::protocol::tree::within_tree(b, a) {
-        return std::cmp::Ordering::Less;
-    }
-    if crate::protocol::tree::within_tree(a, b) {
-        return std::cmp::Ordering::Greater;
-    }
-    (created_a, a).cmp(&(created_b, b))
-}
-
-/// The call a line is about: by its `tool_use_id`, or for an approval's lines
-/// written before they carried one, by its approval id.
-fn call_of(
-    event: &Event,
-    index: &HashMap<String, usize>,
-    approvals: &HashMap<String, usize>,
-) -> Option<usize> {
-    let (call, approval) = match event {
-        Event::PolicyDecision { tool_use_id, .. } | Event::ToolFinished { tool_use_id, .. } => {
-            (Some(tool_use_id), None)
-        }
-        Event::ApprovalRequested {
-            tool_use_id,
-            approval_id,
-            ..
-        }
-        | Event::ApprovalResolved {
-            tool_use_id,
-            approval_id,
-            ..
-        } => (Some(tool_use_id), Some(approval_id)),
-        _ => (None, None),
-    };
-    call.and_then(|id| index.get(id).copied())
-        .or_else(|| approval.and_then(|id| approvals.get(id).copied()))
-}
-
-/// Adds one of the task's log lines to the view.
-fn apply(
-    event: &Event,
-    index: &HashMap<String, usize>,
-    approvals: &mut HashMap<String, usize>,
-    calls: &mut [Call],
-    shown: &mut Shown,
-) {
-    if let Event::TaskFinished { duration_ms, .. } = event {
-        shown.duration_ms = Some(*duration_ms);
-        return;
-    }
-    let Some(i) = call_of(event, index, approvals) else {
-        return;
-    };
-    match event {
-        Event::PolicyDecision {
-            tier,
-            rule,
-            commands,
-            ..
-        } => {
-            calls[i].tier = Some(tier.as_str().to_string());
-            calls[i].rule = Some(rule.clone());
-            calls[i].commands = commands.as_ref().map(|c| Value::from(c.clone()));
-        }
-        Event::ApprovalRequested { approval_id, .. } => {
-            approvals.insert(approval_id.clone(), i);
-        }
-        Event::ApprovalResolved { decision, by, .. } => {
-            calls[i].approval = Some(decision.as_str().to_string());
-            calls[i].approved_by = Some(by.clone());
-        }
-        Event::ToolFinished {
-            exit_code,
-            duration_ms,
-            is_error,
-            output_file,
-            ..
-        } => {
-            calls[i].exit_code = Some(Value::from(*exit_code));
-            calls[i].duration_ms = Some(*duration_ms);
-            calls[i].is_error = Some(*is_error);
-            calls[i].output_file = output_file.clone();
-        }
-        _ => {}
-    }
-}
-
 fn or_dash(v: Option<&str>) -> std::borrow::Cow<'_, str> {
     escape_line(v.unwrap_or("-"))
 }
 
-fn print(out: &mut impl Write, s: &Shown) -> std::io::Result<()> {
+fn print(out: &mut impl Write, s: &TaskView) -> std::io::Result<()> {
     writeln!(out, "task     {}", escape_line(&s.task_id))?;
     writeln!(out, "prompt   {}", escape_line(&s.prompt))?;
     writeln!(out, "model    {}", escape_line(&s.model))?;

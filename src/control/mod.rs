@@ -8,5 +8,6 @@
 //! scheduler, the approvals' channels or the command line.
 
 pub mod client;
+pub mod task_view;
 
 pub use client::{ClientError, LineStream};

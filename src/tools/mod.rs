@@ -8,6 +8,7 @@
 //! executor's child process. File tools' paths are judged here (see [`judge`]): links
 //! followed to where they lead, `/proc` refused; the job carries the judged path.
 
+pub mod explain;
 mod input;
 mod output;
 mod paths;

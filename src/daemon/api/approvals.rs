@@ -27,13 +27,24 @@ pub(super) async fn answer_approval(
 ) -> Result<Json<DecisionResponse>, ApiError> {
     let Path(id) = id?;
     let Json(body) = body?;
+    let by = caller.by();
+    Ok(Json(answer(&s, id, body, by).await?))
+}
+
+/// Answers approval `id` as `body` says, on behalf of `by`: what the API's
+/// handler and the web console's form both do.
+pub(crate) async fn answer(
+    s: &AppState,
+    id: String,
+    body: DecisionRequest,
+    by: String,
+) -> Result<DecisionResponse, ApiError> {
     let approved = body.approves().ok_or_else(|| {
         ApiError::bad_request(format!(
             "decision must be \"approve\" or \"deny\", not {:?}",
             body.decision
         ))
     })?;
-    let by = caller.by();
     let answer = Answer {
         approved,
         by,
@@ -50,9 +61,9 @@ pub(super) async fn answer_approval(
         };
         ApiError::new(status, kind, e.to_string())
     })?;
-    Ok(Json(DecisionResponse {
+    Ok(DecisionResponse {
         approval_id: id,
         decision: body.decision,
         remembered,
-    }))
+    })
 }

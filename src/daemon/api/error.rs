@@ -55,6 +55,18 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// The status it answers with.
+    pub(crate) fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// What it says, for a page that shows it in its own shape.
+    pub(crate) fn message(&self) -> &str {
+        &self.message
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         (

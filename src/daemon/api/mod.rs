@@ -4,13 +4,13 @@
 //! answered an approval is that uid too. The body is read whole, within bounds,
 //! before any handler runs (`body`); the handlers are grouped by resource.
 
-mod approvals;
+pub(crate) mod approvals;
 mod body;
 mod error;
-mod events;
+pub(crate) mod events;
 mod health;
 mod mcp;
-mod tasks;
+pub(crate) mod tasks;
 
 use std::sync::Arc;
 

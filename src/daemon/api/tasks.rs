@@ -186,20 +186,24 @@ pub(super) async fn cancel_task(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let Path(id) = id?;
-    task(&s, &id)?;
-    // Who cancelled is on the log before the cancel takes effect.
-    let t = match s.scheduler.cancel(&id, caller.by()).await {
-        Ok(t) => t.ok_or_else(|| ApiError::not_found("task", &id))?,
-        Err(e @ CancelError::Record(_)) => return Err(ApiError::log_failing(e.to_string())),
-        Err(e @ CancelError::Stopping(_)) => {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                "conflict",
-                e.to_string(),
-            ));
-        }
-    };
+    let t = cancel(&s, &id, caller.by()).await?;
     Ok((StatusCode::ACCEPTED, Json(t)).into_response())
+}
+
+/// Cancels task `id` on behalf of `by`: what the API's handler and the web
+/// console's button both do.
+pub(crate) async fn cancel(s: &AppState, id: &str, by: String) -> Result<Task, ApiError> {
+    task(s, id)?;
+    // Who cancelled is on the log before the cancel takes effect.
+    match s.scheduler.cancel(id, by).await {
+        Ok(t) => t.ok_or_else(|| ApiError::not_found("task", id)),
+        Err(e @ CancelError::Record(_)) => Err(ApiError::log_failing(e.to_string())),
+        Err(e @ CancelError::Stopping(_)) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "conflict",
+            e.to_string(),
+        )),
+    }
 }
 
 /// Queues an interrupted or stopped task to continue from its transcript.
