@@ -199,6 +199,15 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print the completion script for SHELL on stdout (the Debian package installs
+    /// bash, zsh and fish ones).
+    Completions {
+        /// The shell: bash, zsh, fish, elvish or powershell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) on stdout: `harnessd man | man -l -`.
+    Man,
     /// Run a command confined exactly as a tool would be, to try a policy out.
     /// Exit code: the command's, 124 on timeout, 125 if the sandbox refused.
     Sandbox {

@@ -55,6 +55,7 @@
 pub mod agent;
 pub mod approval;
 pub mod cli;
+pub mod cli_render;
 pub mod commands;
 pub mod config;
 pub mod control;

@@ -131,6 +131,8 @@ fn dispatch(cli: Cli, helper: std::path::PathBuf) -> Result<ExitCode, CliError> 
             client(&root, ClientCommand::ConsoleUrl { name }, json)
         }
         Command::Events(args) => commands::events::run(&root, args),
+        Command::Completions { shell } => commands::completions::completions(shell),
+        Command::Man => commands::completions::man(),
     }
 }
 

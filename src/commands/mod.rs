@@ -13,6 +13,7 @@ pub mod check;
 pub mod check_hooks;
 pub mod check_mcp;
 pub mod clients;
+pub mod completions;
 pub mod error;
 pub mod events;
 pub mod init;

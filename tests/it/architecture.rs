@@ -46,6 +46,7 @@ use crate::common::{rust_files, src_dir};
 ///   `remember`: "always allow this call", over `tools` (which rules), `config`
 ///   (the file) and `reload` (the policy in force at once), for `serve` and `run`.
 /// - `daemon` and `cli`: the service and the clap types.
+/// - `cli_render`: completions and the man page, rendered from `cli`.
 /// - `commands`: one module per subcommand, the top.
 const LAYERS: &[&[&str]] = &[
     &["protocol", "text", "sandbox", "disk"],
@@ -58,6 +59,7 @@ const LAYERS: &[&[&str]] = &[
     &["agent", "reload"],
     &["services", "control", "remember"],
     &["daemon", "cli"],
+    &["cli_render"],
     &["commands"],
 ];
 

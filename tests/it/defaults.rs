@@ -113,9 +113,48 @@ fn no_file_of_a_root_is_an_input_of_the_build() {
         "built-in defaults must come from code under src/, not from a root's files \
          (an edit would recompile harnessd and change what init writes): {found:#?}"
     );
-    let build_script = Path::new(env!("CARGO_MANIFEST_DIR")).join("build.rs");
+    // The build script (the package's completions, man page and unit) reads only
+    // what its INPUTS list, each its own file or under src/, and names no other path.
+    let build_script =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("build.rs")).unwrap();
+    let list = &build_script[build_script.find("const INPUTS").unwrap()..];
+    let list = &list[list.find('=').unwrap()..list.find("];").unwrap()];
+    let inputs: Vec<&str> = list.split('"').skip(1).step_by(2).collect();
+    assert!(!inputs.is_empty(), "build.rs lists no INPUTS");
+    for input in &inputs {
+        assert!(
+            *input == "build.rs" || input.starts_with("src/"),
+            "build.rs reads {input}, outside src/"
+        );
+    }
     assert!(
-        !build_script.exists(),
-        "a build script could watch a root's files"
+        build_script.contains("for input in INPUTS"),
+        "build.rs watches other files"
     );
+    let literals: Vec<&str> = build_script.split('"').skip(1).step_by(2).collect();
+    for dir in [
+        "config/",
+        "policies/",
+        "workspace/",
+        "skills/",
+        "transcripts/",
+        "systemd/",
+    ] {
+        for literal in &literals {
+            assert!(
+                !literal.starts_with(dir) && !literal.starts_with(&format!("./{dir}")),
+                "build.rs names a root's path: {literal:?}"
+            );
+        }
+    }
+    for read in ["read_to_string(\"", "fs::read(\""] {
+        for (at, _) in build_script.match_indices(read) {
+            let path = &build_script[at + read.len()..];
+            let path = &path[..path.find('"').unwrap()];
+            assert!(
+                inputs.contains(&path),
+                "build.rs reads {path}, not in INPUTS"
+            );
+        }
+    }
 }
