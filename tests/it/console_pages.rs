@@ -140,6 +140,8 @@ fn a_cancel_from_the_task_page_is_the_sessions() {
             .is_some_and(|a| !a.is_empty())
     });
     let s = login(&root, addr, "alice");
+    let tasks = get(addr, &s, "/console/").body;
+    assert!(tasks.contains("1 call is waiting for approval"), "{tasks}");
     let page = get(addr, &s, &format!("/console/tasks/{id}")).body;
     let action = format!("/console/tasks/{id}/cancel");
     assert!(page.contains(&format!("action=\"{action}\"")), "{page}");

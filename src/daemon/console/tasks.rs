@@ -71,6 +71,7 @@ pub(super) async fn page(
             );
         }
     };
+    let waiting = s.approvals.list().len();
     let status_q = p.status.as_deref().filter(|s| !s.is_empty());
     let next = page.next.as_deref().map(|n| {
         let mut href = format!("/console/?before={}", url_part(n));
@@ -92,6 +93,13 @@ pub(super) async fn page(
             button type="submit" { "Show" }
         }
         section id="tasks" data-live="tasks" data-follow=(follow_url("")) aria-live="polite" {
+            @if waiting > 0 {
+                p class="notice" {
+                    a href="/console/approvals" {
+                        (waiting) @if waiting == 1 { " call is" } @else { " calls are" } " waiting for approval"
+                    }
+                }
+            }
             (list(&page.tasks))
             nav class="pages" aria-label="Pages" {
                 @if p.before.as_deref().is_some_and(|b| !b.is_empty()) {
