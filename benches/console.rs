@@ -154,7 +154,14 @@ with sync_playwright() as p:
     fcp = []
     for _ in range({loads}):
         page.goto("{url}", wait_until="load")
-        t = page.evaluate("() => (performance.getEntriesByName('first-contentful-paint')[0] || {{}}).startTime || -1")
+        # The paint entry may come after `load`: wait for it (buffered observer).
+        t = page.evaluate("""() => new Promise(done => {{
+            new PerformanceObserver(list => {{
+                const e = list.getEntriesByName('first-contentful-paint')[0];
+                if (e) done(e.startTime);
+            }}).observe({{type: 'paint', buffered: true}});
+            setTimeout(() => done(-1), 5000);
+        }})""")
         fcp.append(t)
     print(statistics.median(fcp))
     b.close()
