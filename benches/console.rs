@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use harnessd::agent::Transcript;
 use harnessd_testkit::daemon::{serve, submit};
 use harnessd_testkit::root::init_root;
+use harnessd_testkit::rss::status_kib;
 use harnessd_testkit::{FakeApi, Reply, param};
 
 /// One GET over TCP with `cookie`: status, body, and the time to the whole answer.
@@ -116,15 +117,6 @@ fn assets(html: &str) -> Vec<String> {
     out.sort();
     out.dedup();
     out
-}
-
-fn proc_kib(pid: u32, key: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -232,7 +224,7 @@ fn follow_figures(
         })
         .collect();
     std::thread::sleep(Duration::from_secs(1));
-    let following = (proc_kib(pid, "VmRSS:"), proc_kib(pid, "VmHWM:"));
+    let following = (status_kib(pid, "VmRSS:"), status_kib(pid, "VmHWM:"));
     let readers: Vec<_> = followers
         .into_iter()
         .map(|mut r| {
@@ -254,7 +246,7 @@ fn follow_figures(
         submit(&socket, &format!("task {i}"));
     }
     let seen: Vec<usize> = readers.into_iter().map(|h| h.join().unwrap()).collect();
-    let after = (proc_kib(pid, "VmRSS:"), proc_kib(pid, "VmHWM:"));
+    let after = (status_kib(pid, "VmRSS:"), status_kib(pid, "VmHWM:"));
     (following, after, streamed.elapsed(), seen)
 }
 
@@ -285,7 +277,7 @@ fn main() {
     let mut daemon = serve(bin, &root);
     let pid = daemon.id();
     std::thread::sleep(Duration::from_secs(1));
-    let idle = (proc_kib(pid, "VmRSS:"), proc_kib(pid, "VmHWM:"));
+    let idle = (status_kib(pid, "VmRSS:"), status_kib(pid, "VmHWM:"));
     let cookie = login(bin, &root, addr, "bench");
 
     let page = page_figures(addr, &cookie);

@@ -27,16 +27,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use fake_api::{FakeApi, Reply};
+use harnessd_testkit::rss::status_kib;
 use serde_json::{Value, json};
-
-fn rss_kib(pid: u32, key: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
 
 fn fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
@@ -71,7 +63,7 @@ fn deep_queue(bin: &str, queued: usize) {
     }
     let accept = started.elapsed();
     let queued_fds = fds(pid);
-    let queued_rss = rss_kib(pid, "VmRSS:");
+    let queued_rss = status_kib(pid, "VmRSS:");
     http(&socket, "POST", &format!("/v1/tasks/{held}/cancel"), "").unwrap();
     loop {
         // Counted from the metrics: the list is paged at 500. The held task ends
@@ -83,7 +75,7 @@ fn deep_queue(bin: &str, queued: usize) {
         std::thread::sleep(Duration::from_millis(100));
     }
     let total = started.elapsed();
-    let peak = rss_kib(pid, "VmHWM:");
+    let peak = status_kib(pid, "VmHWM:");
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     let _ = child.wait();
     println!("daemon_load deep queue: {queued} one-turn tasks queued behind one slot");
@@ -165,7 +157,7 @@ fn main() {
     let socket = root.join("run/harnessd.sock");
     std::thread::sleep(Duration::from_millis(500));
     let pid = child.id();
-    let idle = rss_kib(pid, "VmRSS:");
+    let idle = status_kib(pid, "VmRSS:");
     let started = Instant::now();
     let ids: Vec<String> = (0..tasks)
         .map(|i| {
@@ -200,7 +192,7 @@ fn main() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let total = started.elapsed();
-    let peak = rss_kib(pid, "VmHWM:");
+    let peak = status_kib(pid, "VmHWM:");
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     let _ = child.wait();
     let events = std::fs::read_to_string(root.join("transcripts/events.jsonl")).unwrap();

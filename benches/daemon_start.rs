@@ -21,6 +21,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use harnessd_testkit::root::init_root;
+use harnessd_testkit::rss::status_kib;
 
 const RUNS: usize = 3;
 
@@ -37,15 +38,6 @@ fn http(socket: &Path, path: &str) -> Option<(u16, String)> {
     let (head, body) = raw.split_once("\r\n\r\n")?;
     let status = head.split_whitespace().nth(1)?.parse().ok()?;
     Some((status, body.to_string()))
-}
-
-fn proc_kib(pid: u32, key: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
 }
 
 struct Run {
@@ -83,8 +75,8 @@ fn run_once(bin: &str, root: &Path) -> Run {
     let ready = spawned.elapsed();
     std::thread::sleep(Duration::from_secs(1));
     let pid = child.id();
-    let idle_kib = proc_kib(pid, "VmRSS:");
-    let peak_kib = proc_kib(pid, "VmHWM:");
+    let idle_kib = status_kib(pid, "VmRSS:");
+    let peak_kib = status_kib(pid, "VmHWM:");
     let asked = Instant::now();
     let (status, body) = http(&socket, "/v1/tasks?limit=50").unwrap();
     let list = asked.elapsed();

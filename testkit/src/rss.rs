@@ -6,12 +6,19 @@
 use std::process::{Child, ExitStatus};
 use std::time::Duration;
 
-fn vm_hwm_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
+/// A `/proc/<pid>/status` figure in KiB (`key` with its colon: `"VmRSS:"`,
+/// `"VmHWM:"`); 0 when the process or the line is gone.
+pub fn status_kib(pid: u32, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(key))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn vm_hwm_kib(pid: u32) -> Option<u64> {
+    Some(status_kib(pid, "VmHWM:")).filter(|&k| k > 0)
 }
 
 /// Waits for `child`, sampling its peak RSS every 5 ms; returns its status and the
