@@ -112,14 +112,15 @@ pub async fn authorize(State(s): State<AppState>, mut req: Request, next: Next) 
         // The link's token is the credential; its handler checks it.
         return next.run(req).await;
     }
-    let Some(cookie) = super::login::session_cookie(req.headers()) else {
+    let cookies = super::login::session_cookies(req.headers());
+    if cookies.is_empty() {
         return super::login::unauthorized(
             path,
             "this needs a console login: run `harnessd console-url` on the host and open \
              the link it prints",
         );
-    };
-    match s.logins.lookup(&cookie).await {
+    }
+    match s.logins.lookup_any(&cookies).await {
         Lookup::Valid(viewer) => {
             req.extensions_mut().insert(viewer.clone());
             req.extensions_mut().insert(Caller::Console(viewer));

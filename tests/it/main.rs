@@ -26,6 +26,7 @@ mod cgroup_reaping;
 mod check;
 mod compaction;
 mod connections;
+mod console_cookie_shadowing;
 mod console_login;
 mod console_rebinding;
 mod control_api_errors;
