@@ -58,6 +58,10 @@ pub fn check(headers: &HeaderMap, via: Via, public: Option<&str>) -> Result<(), 
     let public_authority = public
         .and_then(|o| crate::config::origin_parts(o).ok())
         .map(|(_, a)| a);
+    // A proxy in front may route by another of them than the one checked here.
+    if headers.get_all(header::HOST).iter().nth(1).is_some() {
+        return Err("the request has more than one Host header".into());
+    }
     let host = headers
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())
@@ -161,6 +165,9 @@ mod tests {
             );
         }
         assert!(check(&HeaderMap::new(), Via::Socket, None).is_err());
+        let mut two = headers(&[("host", "localhost")]);
+        two.append("host", "localhost".parse().unwrap());
+        assert!(check(&two, Via::Tcp, None).is_err());
     }
 
     #[test]

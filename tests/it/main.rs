@@ -27,6 +27,7 @@ mod check;
 mod compaction;
 mod connections;
 mod console_cookie_shadowing;
+mod console_host_header;
 mod console_login;
 mod console_rebinding;
 mod control_api_errors;
