@@ -29,6 +29,7 @@ mod connections;
 mod console_cookie_shadowing;
 mod console_host_header;
 mod console_login;
+mod console_origin_config;
 mod console_rebinding;
 mod control_api_errors;
 mod cost;
