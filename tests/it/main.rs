@@ -31,6 +31,7 @@ mod console_host_header;
 mod console_login;
 mod console_origin_config;
 mod console_rebinding;
+mod console_tcp_slots;
 mod control_api_errors;
 mod cost;
 mod daemon;
