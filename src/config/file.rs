@@ -555,6 +555,36 @@ pub fn origin_parts(origin: &str) -> Result<(&str, &str), String> {
             "{origin:?} is not an origin: a scheme and a host[:port] only, no path, no user"
         ));
     }
+    // Compared as text with the `Origin` and `Host` browsers send, which never
+    // carry the scheme's default port: one written here would match nothing.
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((h, "")) => (h, None),
+            Some((h, p)) => (h, Some(p.strip_prefix(':').unwrap_or(p))),
+            None => ("", None),
+        },
+        None => match authority.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        },
+    };
+    let bad = |why: &str| Err(format!("{origin:?} is not an origin: {why}"));
+    if host.is_empty() || (host.contains(['[', ']', ':']) && !authority.starts_with('[')) {
+        return bad("its host is missing or malformed");
+    }
+    if let Some(port) = port {
+        let default = if scheme == "https" { 443 } else { 80 };
+        match port.parse::<u16>() {
+            Ok(0) | Err(_) => return bad("its port is not a port"),
+            Ok(p) if p == default => {
+                return bad(&format!(
+                    "drop the port {default}: browsers never send the default port, so \
+                     this origin would match none of their requests"
+                ));
+            }
+            Ok(_) => {}
+        }
+    }
     Ok((scheme, authority))
 }
 

@@ -9,16 +9,53 @@
 //! page on another site): it needs a console session, on both listeners. Accounts are looked up per request, so removing someone
 //! from the group takes effect at once; the daemon's user and root need no lookup.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use axum::body::Body;
 use axum::extract::connect_info::ConnectInfo;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use http_body_util::BodyExt as _;
 use nix::unistd::{Group, Uid, User};
 
 use super::api::{ApiError, AppState, Caller, Peer, Via};
 use super::login::Lookup;
 use crate::config::{ConfigSource, LiveConfig};
+
+/// The count of console sessions' requests being answered on a connection of the
+/// TCP listener: while it is above zero the connection keeps its slot. Put on each
+/// request by the listener.
+#[derive(Clone)]
+pub struct SessionsOnSlot(pub Arc<AtomicUsize>);
+
+impl SessionsOnSlot {
+    /// Counts the request from now (its body and handler, which eviction would
+    /// cut short) until its response's body is sent or dropped (a `/v1/events`
+    /// stream counts as long as it lasts).
+    async fn serve(self, req: Request, next: Next) -> Response {
+        struct Held(Arc<AtomicUsize>);
+        impl Held {
+            /// Used in the body's closure, which must own the count to keep it.
+            fn keep(&self) {}
+        }
+        impl Drop for Held {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        self.0.fetch_add(1, Ordering::AcqRel);
+        let held = Held(self.0);
+        next.run(req).await.map(|body| {
+            Body::new(body.map_frame(move |frame| {
+                held.keep();
+                frame
+            }))
+        })
+    }
+}
 
 /// Why a peer is refused, or `Ok` when it may call. Pure: `is_operator` is asked
 /// only when the answer depends on it.
@@ -112,18 +149,23 @@ pub async fn authorize(State(s): State<AppState>, mut req: Request, next: Next) 
         // The link's token is the credential; its handler checks it.
         return next.run(req).await;
     }
-    let Some(cookie) = super::login::session_cookie(req.headers()) else {
+    let cookies = super::login::session_cookies(req.headers());
+    if cookies.is_empty() {
         return super::login::unauthorized(
             path,
             "this needs a console login: run `harnessd console-url` on the host and open \
              the link it prints",
         );
-    };
-    match s.logins.lookup(&cookie).await {
+    }
+    match s.logins.lookup_any(&cookies).await {
         Lookup::Valid(viewer) => {
+            let slot = req.extensions().get::<SessionsOnSlot>().cloned();
             req.extensions_mut().insert(viewer.clone());
             req.extensions_mut().insert(Caller::Console(viewer));
-            next.run(req).await
+            match slot {
+                Some(slot) => slot.serve(req, next).await,
+                None => next.run(req).await,
+            }
         }
         Lookup::Expired => super::login::unauthorized(
             path,

@@ -20,6 +20,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, UnixListener};
 
+use super::access::SessionsOnSlot;
 use super::api::{Peer, Via};
 use super::shutdown::Shutdown;
 use super::socket::SocketDir;
@@ -191,8 +192,10 @@ pub(super) async fn accept_loop(
 }
 
 /// Accepts connections on `daemon.listen` until dropped, with the socket's limits:
-/// `max_connections` slots of their own (the oldest idle one gives way, as on the
-/// socket), the same head and body timeouts, the same graceful end at the stop.
+/// `max_connections` slots of their own, the same head and body timeouts, the same
+/// graceful end at the stop. When they are full the oldest connection that is not
+/// answering a console session's request gives way ([`Slots::sessions_only`]):
+/// anyone may connect here, so a connection mid-head proves nothing.
 /// There is no peer uid here: the access middleware lets only `/metrics` and
 /// `/healthz` through without a console session.
 pub(super) async fn accept_tcp(
@@ -201,7 +204,7 @@ pub(super) async fn accept_tcp(
     max_connections: u32,
     shutdown: &Shutdown,
 ) {
-    let slots = Slots::new(usize::try_from(max_connections).unwrap_or(usize::MAX));
+    let slots = Slots::sessions_only(usize::try_from(max_connections).unwrap_or(usize::MAX));
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -220,8 +223,11 @@ pub(super) async fn accept_tcp(
             uid: None,
             via: Via::Tcp,
         };
-        let service =
-            TowerToHyperService::new(app.clone().layer(axum::Extension(ConnectInfo(peer))));
+        let service = TowerToHyperService::new(
+            app.clone()
+                .layer(axum::Extension(ConnectInfo(peer)))
+                .layer(axum::Extension(SessionsOnSlot(Arc::clone(&slot.sessions)))),
+        );
         shutdown.spawn(connection(stream, service, slot, shutdown.clone()));
     }
 }

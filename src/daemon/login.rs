@@ -251,6 +251,24 @@ impl Logins {
         Lookup::Expired
     }
 
+    /// The first session in force among `cookies`; [`Lookup::Expired`] when none
+    /// is but one was found past its end.
+    pub async fn lookup_any(&self, cookies: &[String]) -> Lookup {
+        let mut expired = false;
+        for cookie in cookies {
+            match self.lookup(cookie).await {
+                Lookup::Valid(viewer) => return Lookup::Valid(viewer),
+                Lookup::Expired => expired = true,
+                Lookup::Unknown => {}
+            }
+        }
+        if expired {
+            Lookup::Expired
+        } else {
+            Lookup::Unknown
+        }
+    }
+
     /// Ends the session `cookie` names (`console_logout` with reason `logout`);
     /// whether there was one.
     pub async fn logout(&self, cookie: &str) -> bool {
@@ -439,7 +457,7 @@ pub(super) async fn login(
 
 /// Ends the session; the cookie is cleared either way.
 pub(super) async fn logout(State(s): State<AppState>, headers: HeaderMap) -> Response {
-    if let Some(cookie) = session_cookie(&headers) {
+    for cookie in session_cookies(&headers) {
         s.logins.logout(&cookie).await;
     }
     let mut response = page(
@@ -474,16 +492,24 @@ fn secure_cookie(s: &AppState, headers: &HeaderMap) -> bool {
             .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"))
 }
 
-/// The session cookie a request carries, if any.
-pub fn session_cookie(headers: &HeaderMap) -> Option<String> {
+/// Session cookies looked at in one request, at most: each is hashed.
+const MAX_COOKIES: usize = 16;
+
+/// The session cookies a request carries, in its order. There may be more than
+/// one: cookies are not kept apart by port, so a page on another port of the
+/// same host can set one (with a longer `Path`, which the browser sends first);
+/// taking only the first would let it lock the operator out.
+pub fn session_cookies(headers: &HeaderMap) -> Vec<String> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE)
+        .filter(|(name, _)| *name == COOKIE)
         .map(|(_, value)| value.to_string())
+        .take(MAX_COOKIES)
+        .collect()
 }
 
 /// Refuses a state-changing request of a console session (403) unless it sends
@@ -620,8 +646,10 @@ mod tests {
             header::COOKIE,
             "a=1; harnessd_session=abc; b=2".parse().unwrap(),
         );
-        assert_eq!(session_cookie(&h).as_deref(), Some("abc"));
-        assert_eq!(session_cookie(&HeaderMap::new()), None);
+        assert_eq!(session_cookies(&h), ["abc"]);
+        assert!(session_cookies(&HeaderMap::new()).is_empty());
+        h.append(header::COOKIE, "harnessd_session=def".parse().unwrap());
+        assert_eq!(session_cookies(&h), ["abc", "def"]);
     }
 
     #[test]

@@ -34,8 +34,21 @@ fn host_allowed(authority: &str, via: Via, public: Option<&str>) -> bool {
     let host = host_of(authority);
     host.eq_ignore_ascii_case("localhost")
         || host.parse::<IpAddr>().is_ok()
-        || (via == Via::Socket && host == CLIENT_HOST)
+        || (via == Via::Socket && authority == CLIENT_HOST)
         || public.is_some_and(|p| authority.eq_ignore_ascii_case(p))
+}
+
+/// Whether a request naming the daemon [`CLIENT_HOST`] cannot be the
+/// command-line client. `harnessd` is a name like any other to a browser: a page
+/// on it (through a search domain, LLMNR, mDNS) rebound to a forwarded socket
+/// fetches same-origin with none of the headers [`from_browser`] looks for (no
+/// `Origin` on a GET, no `Sec-Fetch-*` to an http name off loopback, no
+/// `Referer` when its script asks for none). Its `Host` carries the forwarded
+/// port unless that port is 80, and every browser adds `Accept-Encoding`, which
+/// no script can remove; the client sends neither.
+fn posing_as_client(authority: &str, headers: &HeaderMap) -> bool {
+    host_of(authority) == CLIENT_HOST
+        && (authority != CLIENT_HOST || headers.contains_key(header::ACCEPT_ENCODING))
 }
 
 /// `Ok` when the request names this daemon and no other origin sent it; `Err`
@@ -45,11 +58,17 @@ pub fn check(headers: &HeaderMap, via: Via, public: Option<&str>) -> Result<(), 
     let public_authority = public
         .and_then(|o| crate::config::origin_parts(o).ok())
         .map(|(_, a)| a);
+    // A proxy in front may route by another of them than the one checked here.
+    if headers.get_all(header::HOST).iter().nth(1).is_some() {
+        return Err("the request has more than one Host header".into());
+    }
     let host = headers
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())
         .ok_or("the request has no Host header (or one that is not text)")?;
-    if !host_allowed(host, via, public_authority) {
+    if !host_allowed(host, via, public_authority)
+        || (via == Via::Socket && posing_as_client(host, headers))
+    {
         return Err(format!(
             "Host {:?} does not name this daemon: use localhost or its address (a page \
              on another name cannot reach it)",
@@ -130,6 +149,10 @@ mod tests {
             );
         }
         assert!(check(&headers(&[("host", "harnessd")]), Via::Socket, None).is_ok());
+        // A browser on a page named `harnessd`: the forwarded port, or its encodings.
+        let browser = headers(&[("host", "harnessd"), ("accept-encoding", "gzip")]);
+        assert!(check(&browser, Via::Socket, None).is_err());
+        assert!(check(&headers(&[("host", "harnessd:8080")]), Via::Socket, None).is_err());
         for bad in [
             "harnessd",
             "evil.example",
@@ -142,6 +165,9 @@ mod tests {
             );
         }
         assert!(check(&HeaderMap::new(), Via::Socket, None).is_err());
+        let mut two = headers(&[("host", "localhost")]);
+        two.append("host", "localhost".parse().unwrap());
+        assert!(check(&two, Via::Tcp, None).is_err());
     }
 
     #[test]

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
@@ -25,11 +25,16 @@ struct Open {
     heard: Arc<AtomicBool>,
     /// Cancelled to close the connection when its slot is given to a newer one.
     evict: CancellationToken,
+    /// Requests of a console session being answered on it.
+    sessions: Arc<AtomicUsize>,
 }
 
 /// The slots of one pool (the operators', or the refused peers').
 pub struct Slots {
     max: usize,
+    /// Whether only a console session's request keeps a slot (the TCP listener,
+    /// where there is no peer uid to tell an operator from anyone else).
+    sessions_only: bool,
     /// Open connections by admission order (the key), so the oldest idle one is
     /// found first.
     open: Mutex<(u64, BTreeMap<u64, Open>)>,
@@ -43,6 +48,9 @@ pub struct Slot {
     pub heard: Arc<AtomicBool>,
     /// Cancelled when this connection must close to make room.
     pub evicted: CancellationToken,
+    /// Requests of a console session being answered on this connection (see
+    /// [`Slots::sessions_only`]).
+    pub sessions: Arc<AtomicUsize>,
 }
 
 impl Drop for Slot {
@@ -58,6 +66,19 @@ impl Slots {
     pub fn new(max: usize) -> Arc<Slots> {
         Arc::new(Slots {
             max,
+            sessions_only: false,
+            open: Mutex::new((0, BTreeMap::new())),
+        })
+    }
+
+    /// A pool of `max` slots where, when it is full, the oldest connection not
+    /// answering a console session's request gives way, silent or not: with no
+    /// peer uid, a connection mid-head may be anyone's, and heads sent a byte at a
+    /// time would otherwise keep every operator out.
+    pub fn sessions_only(max: usize) -> Arc<Slots> {
+        Arc::new(Slots {
+            max,
+            sessions_only: true,
             open: Mutex::new((0, BTreeMap::new())),
         })
     }
@@ -71,6 +92,11 @@ impl Slots {
             let idle = open
                 .iter()
                 .find(|(_, o)| !o.heard.load(Ordering::Acquire))
+                .or_else(|| {
+                    open.iter().find(|(_, o)| {
+                        self.sessions_only && o.sessions.load(Ordering::Acquire) == 0
+                    })
+                })
                 .map(|(id, _)| *id)?;
             if let Some(o) = open.remove(&idle) {
                 o.evict.cancel();
@@ -81,11 +107,13 @@ impl Slots {
         *next += 1;
         let heard = Arc::new(AtomicBool::new(false));
         let evicted = CancellationToken::new();
+        let sessions = Arc::new(AtomicUsize::new(0));
         open.insert(
             id,
             Open {
                 heard: Arc::clone(&heard),
                 evict: evicted.clone(),
+                sessions: Arc::clone(&sessions),
             },
         );
         Some(Slot {
@@ -93,6 +121,7 @@ impl Slots {
             id,
             heard,
             evicted,
+            sessions,
         })
     }
 }
@@ -180,5 +209,23 @@ mod tests {
         drop(a);
         let d = slots.admit().unwrap();
         assert!(!d.evicted.is_cancelled());
+    }
+
+    #[test]
+    fn where_sessions_only_keep_slots_a_heard_connection_gives_way() {
+        let slots = Slots::sessions_only(2);
+        let a = slots.admit().unwrap();
+        let b = slots.admit().unwrap();
+        a.heard.store(true, Ordering::Release);
+        b.heard.store(true, Ordering::Release);
+        a.sessions.fetch_add(1, Ordering::AcqRel);
+        // Both have spoken; only a is answering a session: b makes room.
+        let c = slots.admit().unwrap();
+        assert!(!a.evicted.is_cancelled());
+        assert!(b.evicted.is_cancelled());
+        c.heard.store(true, Ordering::Release);
+        c.sessions.fetch_add(1, Ordering::AcqRel);
+        // Both open ones answer sessions: the next is refused.
+        assert!(slots.admit().is_none());
     }
 }
