@@ -123,6 +123,9 @@ pub async fn authorize(State(s): State<AppState>, mut req: Request, next: Next) 
     };
     let public = s.config.current().config.daemon.console_origin.clone();
     if let Err(why) = super::origin::check(req.headers(), peer.via, public.as_deref()) {
+        if super::origin::is_link_followed(&req, peer.via, public.as_deref()) {
+            return super::login::bounce(&req);
+        }
         tracing::info!("control API: refused a request: {why}");
         return forbidden(why);
     }

@@ -575,6 +575,45 @@ pub fn unauthorized(path: &str, why: &str) -> Response {
     ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", why).into_response()
 }
 
+/// The answer to a link followed from another site: a page that loads the same
+/// path and query again from this origin (a meta refresh, which a strict CSP
+/// allows, and a link for the keyboard). The address is the request's own,
+/// escaped for the attribute; only a console page's path reaches here.
+pub fn bounce(req: &Request) -> Response {
+    let target = req
+        .uri()
+        .path_and_query()
+        .map_or("/console/", |p| p.as_str());
+    let esc = |t: &str| {
+        t.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+            .replace('"', "&quot;")
+            .replace('\'', "&#39;")
+    };
+    let t = esc(target);
+    let html = format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta http-equiv=\"refresh\" content=\"0; url={t}\">\
+         <title>harnessd · opening the console</title></head><body><main>\
+         <p><a href=\"{t}\">Open the console page</a></p></main></body></html>"
+    );
+    let mut response = (
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+            ),
+        ],
+        html,
+    )
+        .into_response();
+    no_store(&mut response);
+    response
+}
+
 /// A page of a title and a sentence, for answers given before a session exists;
 /// the sentence is fixed text of ours, escaped all the same.
 fn page(status: StatusCode, title: &str, text: &str) -> Response {

@@ -103,6 +103,33 @@ pub fn check(headers: &HeaderMap, via: Via, public: Option<&str>) -> Result<(), 
     Ok(())
 }
 
+/// Whether the request is a browser following a link from another site (a chat's
+/// approval link) to a console page: a top-level GET navigation whose only fault
+/// is its `Sec-Fetch-Site`. Its answer is a page that reloads the same address from
+/// the daemon's own origin ([`super::login::bounce`]), nothing else: no state
+/// changes, nothing is shown, and the `SameSite=Strict` cookie (which a cross-site
+/// navigation does not carry) goes with the reload.
+pub fn is_link_followed(req: &Request, via: Via, public: Option<&str>) -> bool {
+    let h = req.headers();
+    let header_is = |name: &str, want: &[&str]| {
+        h.get(name)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| want.contains(&v))
+    };
+    let path = req.uri().path();
+    req.method() == axum::http::Method::GET
+        && (path == "/console" || path.starts_with("/console/"))
+        && header_is("sec-fetch-mode", &["navigate"])
+        && header_is("sec-fetch-dest", &["document"])
+        && header_is("sec-fetch-site", &["cross-site", "same-site"])
+        && !h.contains_key(header::ORIGIN)
+        && {
+            let mut rest = h.clone();
+            rest.remove("sec-fetch-site");
+            check(&rest, via, public).is_ok()
+        }
+}
+
 /// Whether a browser sent the request: it carries a header a browser adds and the
 /// command-line client never does, or it asks for the console. Such a request
 /// needs a console session even on the socket, whose peer uid is then whoever

@@ -28,6 +28,7 @@ mod compaction;
 mod completions;
 mod connections;
 mod console_browser;
+mod console_chat_links;
 mod console_cookie_shadowing;
 mod console_host_header;
 mod console_login;
