@@ -584,14 +584,7 @@ pub fn bounce(req: &Request) -> Response {
         .uri()
         .path_and_query()
         .map_or("/console/", |p| p.as_str());
-    let esc = |t: &str| {
-        t.replace('&', "&amp;")
-            .replace('<', "&lt;")
-            .replace('>', "&gt;")
-            .replace('"', "&quot;")
-            .replace('\'', "&#39;")
-    };
-    let t = esc(target);
+    let t = html_escape(target);
     let html = format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta http-equiv=\"refresh\" content=\"0; url={t}\">\
@@ -617,19 +610,13 @@ pub fn bounce(req: &Request) -> Response {
 /// A page of a title and a sentence, for answers given before a session exists;
 /// the sentence is fixed text of ours, escaped all the same.
 fn page(status: StatusCode, title: &str, text: &str) -> Response {
-    let esc = |t: &str| {
-        t.replace('&', "&amp;")
-            .replace('<', "&lt;")
-            .replace('>', "&gt;")
-            .replace('"', "&quot;")
-    };
     let html = format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <title>harnessd · {t}</title></head><body><main><h1>{t}</h1><p>{x}</p></main>\
          </body></html>",
-        t = esc(title),
-        x = esc(text)
+        t = html_escape(title),
+        x = html_escape(text)
     );
     let mut response = (
         status,
@@ -645,6 +632,16 @@ fn page(status: StatusCode, title: &str, text: &str) -> Response {
         .into_response();
     no_store(&mut response);
     response
+}
+
+/// `t` safe inside HTML text and quoted attributes (these pages are written
+/// before a session exists, without the console's templates).
+fn html_escape(t: &str) -> String {
+    t.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&#39;")
 }
 
 /// A login's answers are never cached, nor their address sent on as a referrer.
