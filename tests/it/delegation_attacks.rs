@@ -532,15 +532,21 @@ fn a_hostile_tool_use_id_names_a_well_formed_child() {
 #[test]
 fn kill_9_as_a_child_starts_leaves_every_start_ended() {
     for _ in 0..4 {
+        // Each last answer twice: the kill may land after a task's last reply was
+        // read but before its end was saved, and the resume then asks again.
         let api = family(vec![
             (
                 "parent",
                 vec![
                     Reply::tool("d1", "delegate", json!({"prompt": "child"})),
                     Reply::text("parent done"),
+                    Reply::text("parent done"),
                 ],
             ),
-            ("child", vec![Reply::text("child done")]),
+            (
+                "child",
+                vec![Reply::text("child done"), Reply::text("child done")],
+            ),
         ]);
         let root = TestRoot::new(&api.url);
         root.edit_settings(|s| {
