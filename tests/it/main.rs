@@ -45,6 +45,7 @@ mod delegation_attacks;
 mod disk_full;
 mod docs;
 mod escape;
+mod events_sse;
 mod failpoints;
 mod forged_log_files;
 mod forged_transcripts;

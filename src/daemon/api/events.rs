@@ -9,6 +9,9 @@
 //! live. A line that does not parse is sent as an `unreadable_line` object naming
 //! its file and line number, never skipped.
 //!
+//! With `Accept: text/event-stream` the same lines are server-sent events (`id:` the
+//! seq, so a client's `Last-Event-ID` resumes after it).
+//!
 //! When the daemon stops, a follower is sent the lines up to the last one
 //! (`daemon_stopping`) from the files, then its stream ends: the client sees the
 //! end of the response, not a connection cut mid-line.
@@ -20,7 +23,7 @@ use std::path::PathBuf;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query as QueryParam, State};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -235,11 +238,56 @@ impl TextFeed {
     }
 }
 
+/// Whether the client asked for server-sent events (`Accept: text/event-stream`).
+fn wants_sse(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("text/event-stream"))
+}
+
+/// The seq an SSE client last saw (`Last-Event-ID`), to resume after it.
+fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
+    let Some(v) = headers.get("last-event-id") else {
+        return Ok(None);
+    };
+    v.to_str()
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .map(Some)
+        .ok_or_else(|| ApiError::bad_request("Last-Event-ID must be the seq of an event"))
+}
+
+/// One ndjson line as a server-sent event: `id:` its seq (none for a text delta,
+/// which has no seq and is never replayed), `data:` the line. A line is one JSON
+/// object without a raw newline, so it is one `data:` field.
+fn as_sse(line: &Bytes) -> Bytes {
+    let text = line.strip_suffix(b"\n").unwrap_or(line);
+    let seq = serde_json::from_slice::<Value>(text)
+        .ok()
+        .and_then(|v| v["seq"].as_u64());
+    let mut out = Vec::with_capacity(text.len() + 32);
+    if let Some(seq) = seq {
+        out.extend_from_slice(format!("id: {seq}\n").as_bytes());
+    }
+    out.extend_from_slice(b"data: ");
+    out.extend_from_slice(text);
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
+}
+
 /// `GET /v1/events`.
 pub(super) async fn events(
     State(s): State<AppState>,
+    headers: HeaderMap,
     params: Result<QueryParam<EventsQuery>, QueryRejection>,
 ) -> Response {
+    let sse = wants_sse(&headers);
+    let resume_after = match last_event_id(&headers) {
+        Ok(id) => id,
+        Err(e) => return e.into_response(),
+    };
     let p = match params {
         Ok(QueryParam(p)) => p,
         Err(r) => return ApiError::from(r).into_response(),
@@ -258,7 +306,10 @@ pub(super) async fn events(
         until: p.until,
         grep: p.grep,
     }) {
-        Ok(q) => q,
+        Ok(mut q) => {
+            q.after_seq = q.after_seq.max(resume_after.unwrap_or(0));
+            q
+        }
         Err(e) => {
             return ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", e.to_string())
                 .into_response();
@@ -284,11 +335,13 @@ pub(super) async fn events(
         }
     });
     let body = futures::stream::poll_fn(move |cx| {
-        rx.poll_recv(cx).map(|b| b.map(Ok::<Bytes, Infallible>))
+        rx.poll_recv(cx)
+            .map(|b| b.map(|line| Ok::<Bytes, Infallible>(if sse { as_sse(&line) } else { line })))
     });
-    (
-        [(header::CONTENT_TYPE, "application/x-ndjson")],
-        Body::from_stream(body),
-    )
-        .into_response()
+    let kind = if sse {
+        "text/event-stream"
+    } else {
+        "application/x-ndjson"
+    };
+    ([(header::CONTENT_TYPE, kind)], Body::from_stream(body)).into_response()
 }
