@@ -260,19 +260,32 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
 }
 
 /// One ndjson line as a server-sent event: `id:` its seq (none for a text delta,
-/// which has no seq and is never replayed), `data:` the line. A line is one JSON
-/// object without a raw newline, so it is one `data:` field.
+/// which has no seq and is never replayed), `data:` the line. A CR or LF would end
+/// the `data:` field and let the rest read as fields of its own (a forged `id:`):
+/// JSON written by the daemon never holds one raw, but a line of the file may
+/// (JSON allows them as whitespace), so such a line is sent re-serialised.
 fn as_sse(line: &Bytes) -> Bytes {
     let text = line.strip_suffix(b"\n").unwrap_or(line);
-    let seq = serde_json::from_slice::<Value>(text)
-        .ok()
-        .and_then(|v| v["seq"].as_u64());
-    let mut out = Vec::with_capacity(text.len() + 32);
+    let parsed = serde_json::from_slice::<Value>(text).ok();
+    let seq = parsed.as_ref().and_then(|v| v["seq"].as_u64());
+    let data: std::borrow::Cow<'_, [u8]> = if text.iter().any(|&b| b == b'\r' || b == b'\n') {
+        match &parsed {
+            Some(v) => v.to_string().into_bytes().into(),
+            None => text
+                .iter()
+                .map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b })
+                .collect::<Vec<u8>>()
+                .into(),
+        }
+    } else {
+        text.into()
+    };
+    let mut out = Vec::with_capacity(data.len() + 32);
     if let Some(seq) = seq {
         out.extend_from_slice(format!("id: {seq}\n").as_bytes());
     }
     out.extend_from_slice(b"data: ");
-    out.extend_from_slice(text);
+    out.extend_from_slice(&data);
     out.extend_from_slice(b"\n\n");
     Bytes::from(out)
 }
@@ -344,4 +357,20 @@ pub(super) async fn events(
         "application/x-ndjson"
     };
     ([(header::CONTENT_TYPE, kind)], Body::from_stream(body)).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_holding_a_raw_cr_cannot_forge_a_field() {
+        let line = Bytes::from_static(b"{\"seq\":5,\r\"type\":\"x\"}\n");
+        let out = as_sse(&line);
+        let text = std::str::from_utf8(&out).unwrap();
+        assert_eq!(text, "id: 5\ndata: {\"seq\":5,\"type\":\"x\"}\n\n");
+        let junk = as_sse(&Bytes::from_static(b"not json\r\nid: 99\n"));
+        let text = std::str::from_utf8(&junk).unwrap();
+        assert_eq!(text, "data: not json  id: 99\n\n");
+    }
 }
