@@ -1,8 +1,10 @@
 //! Benchmark of the sandbox (figures of docs/benchmarks.md):
 //!
-//! - median spawn-to-exit of `true` through the full sandbox (helper re-exec, every
-//!   layer, exec), under the write and the read-only profile, against an unconfined fork+exec in the same run, and against
-//!   `bwrap` doing comparable confinement when bubblewrap is installed;
+//! - median spawn-to-exit of `true` through the full sandbox (every layer, the
+//!   call's cgroup, exec), under the write and the read-only profile, by a spawn
+//!   server's child and by a helper exec'd for the call alone, against an
+//!   unconfined fork+exec in the same run, and against `bwrap` doing comparable
+//!   confinement when bubblewrap is installed;
 //! - peak RSS of `harnessd run` during an endless-output attack (`yes`) against a
 //!   task with no tool.
 //!
@@ -76,45 +78,39 @@ fn spawn_figures() {
         &tool_user.user,
         harnessd::sandbox::Profile::Write,
     );
-    let executor = Executor::new(PathBuf::from(env!("CARGO_BIN_EXE_harnessd")));
+    let served = Executor::new(PathBuf::from(env!("CARGO_BIN_EXE_harnessd")));
+    let one_off =
+        Executor::new(PathBuf::from(env!("CARGO_BIN_EXE_harnessd"))).without_spawn_servers();
     let never = CancellationToken::new();
     let job = Job::Exec {
         argv: vec!["true".into()],
     };
-    let sandboxed = time_runs(|| {
-        let o = executor.run(&ExecRequest {
-            job: &job,
-            workspace: &workspace,
-            confine: &confine,
-            timeout: Duration::from_secs(10),
-            spool_prefix: None,
-            spool_budget: harnessd::exec::SpoolBudget::unlimited(),
-            keep_bytes: 4096,
-            cancel: &never,
-            relay_output: false,
-        });
-        assert_eq!(o.ending, Ending::Exited(0), "{}", o.stderr.text());
-    });
     // The read-only profile (a pattern-allowed call): its own mount namespace and
     // a tmpfs on /tmp besides every layer above.
     let read_only = Confinement {
         profile: harnessd::sandbox::Profile::ReadOnly,
         ..confine.clone()
     };
-    let sandboxed_ro = time_runs(|| {
-        let o = executor.run(&ExecRequest {
-            job: &job,
-            workspace: &workspace,
-            confine: &read_only,
-            timeout: Duration::from_secs(10),
-            spool_prefix: None,
-            spool_budget: harnessd::exec::SpoolBudget::unlimited(),
-            keep_bytes: 4096,
-            cancel: &never,
-            relay_output: false,
-        });
-        assert_eq!(o.ending, Ending::Exited(0), "{}", o.stderr.text());
-    });
+    let measure = |executor: &Executor, confine: &Confinement| {
+        time_runs(|| {
+            let o = executor.run(&ExecRequest {
+                job: &job,
+                workspace: &workspace,
+                confine,
+                timeout: Duration::from_secs(10),
+                spool_prefix: None,
+                spool_budget: harnessd::exec::SpoolBudget::unlimited(),
+                keep_bytes: 4096,
+                cancel: &never,
+                relay_output: false,
+            });
+            assert_eq!(o.ending, Ending::Exited(0), "{}", o.stderr.text());
+        })
+    };
+    let sandboxed = measure(&served, &confine);
+    let sandboxed_ro = measure(&served, &read_only);
+    let helper = measure(&one_off, &confine);
+    let helper_ro = measure(&one_off, &read_only);
     let bare = time_runs(|| {
         let s = Command::new("/bin/true")
             .stdout(Stdio::null())
@@ -125,7 +121,7 @@ fn spawn_figures() {
     println!("sandbox_spawn: `true`, median of {RUNS} runs");
     println!("  unconfined fork+exec:        {:.2} ms", ms(bare));
     println!(
-        "  full sandbox (harnessd):     {:.2} ms  (+{:.2} ms)",
+        "  full sandbox (spawn server): {:.2} ms  (+{:.2} ms)",
         ms(sandboxed),
         ms(sandboxed.saturating_sub(bare))
     );
@@ -133,6 +129,12 @@ fn spawn_figures() {
         "  read-only profile:           {:.2} ms  (+{:.2} ms over the write profile)",
         ms(sandboxed_ro),
         ms(sandboxed_ro.saturating_sub(sandboxed))
+    );
+    println!(
+        "  a helper per call:           {:.2} ms  (+{:.2} ms); read-only {:.2} ms",
+        ms(helper),
+        ms(helper.saturating_sub(bare)),
+        ms(helper_ro)
     );
     if Path::new("/usr/bin/bwrap").exists() {
         let mut args: Vec<String> = Vec::new();

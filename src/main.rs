@@ -19,6 +19,13 @@ fn main() -> ExitCode {
     {
         return exit(harnessd::sandbox::helper_main());
     }
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(
+            harnessd::sandbox::spawn_server::SPAWN_SERVER_ARG,
+        ))
+    {
+        return exit(harnessd::sandbox::spawn_server::spawn_server_main());
+    }
     let cli = Cli::parse();
     // Dropped when `main` returns, after the command: the file layer's last lines
     // are written then. (`process::exit` would skip the drop and lose them.)

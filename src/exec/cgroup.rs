@@ -379,6 +379,20 @@ impl CallCgroup {
         Ok(())
     }
 
+    /// Each hierarchy's `cgroup.procs`, open for writing: a process that writes
+    /// `0` to them moves itself in (a spawn server's child, before it starts
+    /// anything). Opened by the daemon, so the daemon's rights to them count.
+    pub fn procs_files(&self) -> std::io::Result<Vec<std::fs::File>> {
+        self.dirs
+            .iter()
+            .map(|d| {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(d.join("cgroup.procs"))
+            })
+            .collect()
+    }
+
     /// Kills every process in the cgroup.
     pub fn kill_all(&self) {
         if self.v2 {

@@ -20,6 +20,7 @@ mod hook;
 mod relay;
 mod server;
 mod spare;
+mod spawn_server;
 pub mod verdict;
 mod workspace;
 
@@ -126,6 +127,9 @@ pub struct Executor {
     weakened: Option<String>,
     /// Starts helpers ahead of need; shared by every clone.
     spares: Arc<spare::Spares>,
+    /// The spawn servers tool calls run in; shared by every clone. `None` runs
+    /// every call through a helper of its own.
+    servers: Option<Arc<spawn_server::SpawnServers>>,
 }
 
 impl Executor {
@@ -133,9 +137,27 @@ impl Executor {
     pub fn new(helper: PathBuf) -> Executor {
         Executor {
             spares: Arc::new(spare::Spares::new(helper.clone())),
+            servers: Some(Arc::new(spawn_server::SpawnServers::new(helper.clone()))),
             helper,
             weakened: None,
         }
+    }
+
+    /// Runs every call through a helper of its own instead of a spawn server
+    /// (the benchmark compares the two).
+    pub fn without_spawn_servers(mut self) -> Executor {
+        self.servers = None;
+        self
+    }
+
+    /// The pids of the live spawn servers.
+    pub fn spawn_server_pids(&self) -> Vec<u32> {
+        self.servers.as_ref().map(|s| s.pids()).unwrap_or_default()
+    }
+
+    /// How many spawn servers are live.
+    pub fn spawn_servers(&self) -> usize {
+        self.servers.as_ref().map_or(0, |s| s.count())
     }
 
     /// Records what a probe found missing, for [`Executor::weakened`].
@@ -200,6 +222,41 @@ impl Executor {
             req.confine.limits.memory_mb,
             req.confine.limits.max_processes,
         );
+        // A relayed job is a one-off (`harnessd sandbox`); a fed one (a hook) keeps
+        // its stdin; a probe reports layers: those take a helper of their own.
+        if let Some(servers) = &self.servers
+            && !req.relay_output
+            && input.is_none()
+            && !matches!(
+                req.job,
+                Job::Probe | Job::McpServer { .. } | Job::Hook { .. }
+            )
+        {
+            let request = HelperRequest {
+                job: req.job.clone(),
+                confine: req.confine.clone(),
+            };
+            match servers.start(&self.spares, &request, req.workspace, cgroup.as_ref()) {
+                Ok(call) => return finish_server_call(call, req, sinks, cgroup, started),
+                Err(spawn_server::StartError::Failed(e)) => {
+                    if let Some(cg) = cgroup {
+                        cg.release();
+                    }
+                    return ExecOutcome {
+                        ending: Ending::SpawnFailed(e),
+                        stdout: Captured::default(),
+                        stderr: Captured::default(),
+                        duration: started.elapsed(),
+                        notes: Vec::new(),
+                    };
+                }
+                // Nothing ran: the call takes a helper of its own, confined the
+                // same way.
+                Err(spawn_server::StartError::NotSent(e)) => {
+                    tracing::warn!("spawn server unavailable, starting a helper instead: {e}");
+                }
+            }
+        }
         let mut child = match self.spawn(req, cgroup.as_ref(), input) {
             Ok(child) => child,
             Err(e) => {
@@ -213,7 +270,17 @@ impl Executor {
         // names the group; killing it also kills the PID namespace it supervises.
         let pgid = Pid::from_raw(child.id() as i32);
         let flooded = Arc::new(AtomicBool::new(false));
-        let readers = Readers::spawn(&mut child, req, &sinks, pgid, &flooded);
+        let pipes = [
+            child
+                .stdout
+                .take()
+                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+            child
+                .stderr
+                .take()
+                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+        ];
+        let readers = Readers::spawn(pipes, req, &sinks, Killer::Group(pgid), &flooded);
         let ending = wait(&mut child, req, &flooded);
         // Whatever the ending, nothing the job started may outlive it: background
         // jobs left behind would also hold our pipes open.
@@ -349,23 +416,13 @@ impl Readers {
     /// Starts one reader per pipe of `child`. A reader that sees its stream pass
     /// the cap sets `flooded` and kills the process group `pgid`.
     fn spawn(
-        child: &mut Child,
+        pipes: [Option<Box<dyn std::io::Read + Send>>; 2],
         req: &ExecRequest<'_>,
         sinks: &[Arc<Mutex<Sink>>; 2],
-        pgid: Pid,
+        killer: Killer,
         flooded: &Arc<AtomicBool>,
     ) -> Readers {
         let (done_tx, done_rx) = mpsc::channel::<()>();
-        let pipes: [Option<Box<dyn std::io::Read + Send>>; 2] = [
-            child
-                .stdout
-                .take()
-                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
-            child
-                .stderr
-                .take()
-                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
-        ];
         let mut readers = 0;
         let targets = [relay::Target::Stdout, relay::Target::Stderr];
         // Relayed output goes to harnessd's own streams (`harnessd sandbox` keeps
@@ -379,12 +436,13 @@ impl Readers {
         for ((pipe, sink), target) in pipes.into_iter().zip(sinks.iter()).zip(targets) {
             let Some(pipe) = pipe else { continue };
             let (sink, flooded, done_tx) = (sink.clone(), flooded.clone(), done_tx.clone());
+            let killer = killer.clone();
             let mut relay = req.relay_output.then(|| relay::Relay::new(target));
             readers += 1;
             std::thread::spawn(move || {
                 let on_flood = || {
                     flooded.store(true, std::sync::atomic::Ordering::SeqCst);
-                    kill_tree(pgid);
+                    killer.kill();
                 };
                 capture::pump(pipe, sink, cap, on_flood, |chunk| {
                     relay.as_mut().is_none_or(|r| r.write(chunk))
@@ -469,6 +527,94 @@ fn wait(
                 }
             }
             Err(e) => return Ending::SpawnFailed(format!("cannot wait for the tool: {e}")),
+        }
+    }
+}
+
+/// How to kill a job's whole process tree.
+#[derive(Debug, Clone)]
+enum Killer {
+    /// A helper's process group ([`kill_tree`]).
+    Group(Pid),
+    /// A spawn server's child, by its pidfd.
+    PidFd(Arc<std::os::fd::OwnedFd>),
+}
+
+impl Killer {
+    fn kill(&self) {
+        match self {
+            Killer::Group(pgid) => kill_tree(*pgid),
+            Killer::PidFd(fd) => spawn_server::kill_pidfd(fd),
+        }
+    }
+}
+
+/// The rest of [`Executor::run`] for a call a spawn server started: read its
+/// output, wait for its end, kill what is left, return the cgroup.
+fn finish_server_call(
+    mut call: spawn_server::ServerCall,
+    req: &ExecRequest<'_>,
+    sinks: [Arc<Mutex<Sink>>; 2],
+    cgroup: Option<cgroup::CallCgroup>,
+    started: Instant,
+) -> ExecOutcome {
+    let flooded = Arc::new(AtomicBool::new(false));
+    let killer = Killer::PidFd(call.killer());
+    let pipes = [
+        call.stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+        call.stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+    ];
+    let readers = Readers::spawn(pipes, req, &sinks, killer.clone(), &flooded);
+    let ending = wait_server_call(&mut call, req, &flooded);
+    // The namespace's PID 1 is gone or goes now: every process in it with it.
+    killer.kill();
+    if let Some(cg) = cgroup {
+        cg.release();
+    }
+    let mut notes = Vec::new();
+    notes.extend(readers.drain());
+    let [stdout, stderr] = snapshot(sinks, &mut notes);
+    ExecOutcome {
+        ending,
+        stdout,
+        stderr,
+        duration: started.elapsed(),
+        notes,
+    }
+}
+
+/// [`wait`] for a spawn server's call.
+fn wait_server_call(
+    call: &mut spawn_server::ServerCall,
+    req: &ExecRequest<'_>,
+    flooded: &AtomicBool,
+) -> Ending {
+    let deadline = Instant::now().checked_add(req.timeout);
+    let slice = Duration::from_millis(50);
+    loop {
+        let left = deadline.map_or(Duration::MAX, |d| {
+            d.saturating_duration_since(Instant::now())
+        });
+        if left.is_zero() {
+            return Ending::TimedOut;
+        }
+        match call.wait_for(left.min(slice)) {
+            Ok(Some(code)) => {
+                if flooded.load(std::sync::atomic::Ordering::SeqCst) {
+                    return Ending::Flooded;
+                }
+                return Ending::Exited(code);
+            }
+            Ok(None) => {
+                if req.cancel.is_cancelled() {
+                    return Ending::Cancelled;
+                }
+            }
+            Err(e) => return Ending::SpawnFailed(e),
         }
     }
 }

@@ -14,10 +14,23 @@ use std::sync::{Arc, Mutex, mpsc};
 use super::tool_environment;
 use crate::sandbox::HELPER_ARG;
 
-struct Spawn {
-    workspace: PathBuf,
-    /// Receives the child when the caller waits for it; `None` fills the spare slot.
-    reply: Option<mpsc::Sender<std::io::Result<Child>>>,
+/// Starts a process on the spawner thread.
+pub(crate) type Starter = Box<dyn FnOnce() -> std::io::Result<Child> + Send>;
+
+/// What the spawner thread is asked to start.
+enum Spawn {
+    /// A helper in `workspace`.
+    Helper {
+        workspace: PathBuf,
+        /// Receives the child when the caller waits for it; `None` fills the
+        /// spare slot.
+        reply: Option<mpsc::Sender<std::io::Result<Child>>>,
+    },
+    /// Whatever `start` starts (a spawn server).
+    Other {
+        start: Starter,
+        reply: mpsc::Sender<std::io::Result<Child>>,
+    },
 }
 
 /// The spawner thread and the spare it keeps.
@@ -31,7 +44,10 @@ pub(crate) struct Spares {
 
 impl std::fmt::Debug for Spawn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Spawn({})", self.workspace.display())
+        match self {
+            Spawn::Helper { workspace, .. } => write!(f, "Spawn({})", workspace.display()),
+            Spawn::Other { .. } => write!(f, "Spawn(other)"),
+        }
     }
 }
 
@@ -60,15 +76,22 @@ impl Spares {
             .name("helper-spawner".into())
             .spawn(move || {
                 while let Ok(req) = rx.recv() {
-                    let child = start(&helper, &req.workspace);
-                    match req.reply {
+                    let (workspace, reply) = match req {
+                        Spawn::Other { start, reply } => {
+                            let _ = reply.send(start());
+                            continue;
+                        }
+                        Spawn::Helper { workspace, reply } => (workspace, reply),
+                    };
+                    let child = start(&helper, &workspace);
+                    match reply {
                         Some(reply) => {
                             let _ = reply.send(child);
                         }
                         None => {
                             if let (Ok(child), Ok(mut slot)) = (child, filled.lock()) {
                                 // An unused older spare gets EOF on stdin and exits.
-                                *slot = Some((req.workspace, child));
+                                *slot = Some((workspace, child));
                             }
                         }
                     }
@@ -108,7 +131,7 @@ impl Spares {
             Some(child) => child,
             None => {
                 let (reply, answer) = mpsc::channel();
-                tx.send(Spawn {
+                tx.send(Spawn::Helper {
                     workspace: workspace.to_path_buf(),
                     reply: Some(reply),
                 })
@@ -118,10 +141,24 @@ impl Spares {
                     .map_err(|_| std::io::Error::other("the helper spawner thread is gone"))??
             }
         };
-        let _ = tx.send(Spawn {
+        let _ = tx.send(Spawn::Helper {
             workspace: workspace.to_path_buf(),
             reply: None,
         });
         Ok(child)
+    }
+
+    /// Runs `start` on the spawner thread and returns what it started: a process
+    /// whose parent-death signal is to fire only when the daemon ends.
+    pub(crate) fn on_spawner_thread(&self, start: Starter) -> std::io::Result<Child> {
+        let (reply, answer) = mpsc::channel();
+        self.tx
+            .lock()
+            .map_err(|_| std::io::Error::other("helper spawner lock poisoned"))?
+            .send(Spawn::Other { start, reply })
+            .map_err(|_| std::io::Error::other("the helper spawner thread is gone"))?;
+        answer
+            .recv()
+            .map_err(|_| std::io::Error::other("the helper spawner thread is gone"))?
     }
 }

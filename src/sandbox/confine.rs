@@ -47,10 +47,75 @@ use super::report::Report;
 /// The uid a best_effort sandbox drops to when `sandbox.user` cannot be had.
 const FALLBACK_UID: &str = "65534";
 
+/// What is the same for every process of one confinement, worked out once: by a
+/// spawn server when it starts (see [`super::spawn_server`]), or by a one-off
+/// helper for its single job. Nothing here names a path a tool can change: the
+/// Landlock rules are opened per process, so a directory replaced after the server
+/// started is judged by what is there now.
+#[derive(Debug)]
+pub struct Prepared {
+    /// Whether the process runs with the daemon's uid (a daemon that is not root).
+    same_uid_as_daemon: bool,
+    /// Its uid and gid before any user namespace: what an unprivileged child's
+    /// maps name (inside a new one, before the maps, they read as the overflow ids).
+    outer_ids: (Uid, Gid),
+    /// `sandbox.user` resolved, when running as root.
+    user: Option<Result<(Uid, Gid), String>>,
+    /// The compiled seccomp filters, or why they could not be built.
+    seccomp: Result<Vec<seccompiler::BpfProgram>, String>,
+}
+
+impl Prepared {
+    /// Resolves the account and compiles the filters of `c`.
+    pub fn new(c: &Confinement) -> Prepared {
+        let same_uid_as_daemon = !Uid::effective().is_root();
+        let unix_sockets = !same_uid_as_daemon;
+        let metadata_by_path = same_uid_as_daemon || c.profile != Profile::Write;
+        Prepared {
+            same_uid_as_daemon,
+            outer_ids: (Uid::current(), Gid::current()),
+            user: (!same_uid_as_daemon).then(|| super::user::resolve_user(&c.limits.user)),
+            seccomp: super::seccomp::filters(&c.limits.network, unix_sockets, metadata_by_path)
+                .map_err(|e| e.to_string()),
+        }
+    }
+}
+
+/// Who started the process being confined, which decides how it checks that its
+/// parent is alive and how it gets its PID namespace.
+#[derive(Debug, Clone, Copy)]
+pub enum Origin {
+    /// A one-off helper (`harnessd __sandbox-helper`) started by the daemon: it
+    /// enters the namespaces itself and stays behind as their supervisor.
+    Helper,
+    /// A child of a spawn server, made by `clone` already inside its namespaces
+    /// (`namespaces` says whether that worked, and why not). `server` is a pidfd
+    /// of the server at descriptor 3, kept open until the layers are applied so
+    /// the child can tell the server is still there after each parent-death
+    /// signal it arms (`getppid` is 0 across a PID namespace).
+    SpawnServer {
+        /// Whether `clone` made the namespaces, or why not.
+        namespaces: Result<(), nix::errno::Errno>,
+    },
+}
+
+/// The descriptor a spawn server's child holds the server's pidfd at.
+pub const SERVER_PIDFD: i32 = 3;
+
 /// Applies every layer; returns in the process that should do the job (the PID 1
 /// of the new namespace, or the helper itself without one). `Err` says which layer
 /// a `full` sandbox could not have.
 pub fn apply(c: &Confinement, report: &mut Report) -> Result<(), String> {
+    apply_with(c, &Prepared::new(c), Origin::Helper, report)
+}
+
+/// [`apply`] with what `prepared` holds, in a process started by `origin`.
+pub fn apply_with(
+    c: &Confinement,
+    prepared: &Prepared,
+    origin: Origin,
+    report: &mut Report,
+) -> Result<(), String> {
     let full = c.limits.require == Require::Full;
     let layer = |report: &mut Report, name: &str, r: Result<String, String>| match r {
         Ok(detail) => {
@@ -76,19 +141,34 @@ pub fn apply(c: &Confinement, report: &mut Report) -> Result<(), String> {
             .map(|_| "new session, no controlling terminal".into())
             .map_err(|e| e.to_string()),
     )?;
-    let parent = getppid();
+    let parent = ParentCheck::of(origin);
     layer(report, "parent_death", parent_death_signal(parent))?;
-    layer(report, "descriptors", close_inherited())?;
-    layer(report, "pid_namespace", enter_pid_namespace())?;
+    layer(report, "descriptors", close_inherited(origin))?;
+    let pid_namespace = match origin {
+        Origin::Helper => enter_pid_namespace(),
+        Origin::SpawnServer { namespaces } => entered_pid_namespace(namespaces, prepared.outer_ids),
+    };
+    layer(report, "pid_namespace", pid_namespace)?;
     let paths = enter_profile(c, &mut |name, r| layer(report, name, r))?;
     layer(report, "rlimits", set_rlimits(c))?;
-    // A tool that keeps the daemon's uid could open the daemon's own sockets.
-    let same_uid_as_daemon = !Uid::effective().is_root();
-    layer(report, "privilege_drop", drop_privileges(&c.limits.user))?;
+    layer(
+        report,
+        "privilege_drop",
+        drop_privileges(
+            &c.limits.user,
+            prepared.user.clone(),
+            ParentCheck::of(origin),
+        ),
+    )?;
     // docs/sandbox.md: tools never run as uid 0, whatever `require` says. A best_effort
     // sandbox whose user cannot be had falls back to `nobody`'s uid, or refuses.
     if Uid::effective().is_root() {
-        drop_privileges(FALLBACK_UID).map_err(|e| {
+        drop_privileges(
+            FALLBACK_UID,
+            Some(super::user::resolve_user(FALLBACK_UID)),
+            ParentCheck::of(origin),
+        )
+        .map_err(|e| {
             format!("tools never run as root, and dropping to uid {FALLBACK_UID} failed too: {e}")
         })?;
         report.push(
@@ -105,13 +185,27 @@ pub fn apply(c: &Confinement, report: &mut Report) -> Result<(), String> {
         return Err(format!("the TCP port list cannot be enforced: {why}"));
     }
     layer(report, "landlock", landlock)?;
+    layer(report, "seccomp", install_seccomp(c, prepared))?;
+    if let Origin::SpawnServer { .. } = origin {
+        // The last descriptor of the server's: the job runs with none above 2.
+        // SAFETY: closing a descriptor this process owns and uses no more.
+        unsafe { libc::close(SERVER_PIDFD) };
+    }
+    Ok(())
+}
+
+/// Installs the prepared seccomp filters; what they refuse, for the report.
+fn install_seccomp(c: &Confinement, prepared: &Prepared) -> Result<String, String> {
+    let same_uid_as_daemon = prepared.same_uid_as_daemon;
     let unix_sockets = !same_uid_as_daemon;
     // The daemon's own files are the tool's to chmod when it shares their uid;
     // a read-only process may change nothing, and a server's read set (the
     // workspace, owned by the tool uid) is not its to change either.
     let metadata_by_path = same_uid_as_daemon || c.profile != Profile::Write;
-    let seccomp = super::seccomp::filters(&c.limits.network, unix_sockets, metadata_by_path)
-        .and_then(|f| super::seccomp::install(&f))
+    prepared
+        .seccomp
+        .clone()
+        .and_then(|f| super::seccomp::install(&f).map_err(|e| e.to_string()))
         .map(|()| {
             let net = match (&c.limits.network, unix_sockets) {
                 (Network::On, _) => "",
@@ -129,8 +223,45 @@ pub fn apply(c: &Confinement, report: &mut Report) -> Result<(), String> {
             };
             format!("refused: {net}{metadata}ptrace, process_vm, io_uring, mount, namespaces, keyctl, bpf, perf_event_open, TIOCSTI/TIOCLINUX, x32 calls")
         })
-        .map_err(|e| e.to_string());
-    layer(report, "seccomp", seccomp)
+}
+
+/// How a process tells that its parent is still alive once its parent-death
+/// signal is armed (the signal only covers a death after it was set).
+#[derive(Debug, Clone, Copy)]
+enum ParentCheck {
+    /// Its parent pid is still this one.
+    Pid(Pid),
+    /// The pidfd at [`SERVER_PIDFD`] has not become readable (a pidfd is readable
+    /// once its process has exited).
+    PidFd,
+}
+
+impl ParentCheck {
+    fn of(origin: Origin) -> ParentCheck {
+        match origin {
+            Origin::Helper => ParentCheck::Pid(getppid()),
+            Origin::SpawnServer { .. } => ParentCheck::PidFd,
+        }
+    }
+
+    fn alive(self) -> bool {
+        match self {
+            // In a new PID namespace the parent is outside it and `getppid` is 0
+            // both before and after a death: the check then holds trivially, as
+            // it always did for the namespace's PID 1.
+            ParentCheck::Pid(pid) => getppid() == pid,
+            ParentCheck::PidFd => {
+                let mut fds = [libc::pollfd {
+                    fd: SERVER_PIDFD,
+                    events: libc::POLLIN,
+                    revents: 0,
+                }];
+                // SAFETY: polls one descriptor this process owns, without waiting.
+                let n = unsafe { libc::poll(fds.as_mut_ptr(), 1, 0) };
+                n == 0
+            }
+        }
+    }
 }
 
 /// Records one layer's outcome; `Err` when a `full` sandbox must refuse.
@@ -195,23 +326,54 @@ fn profile_name(p: Profile) -> &'static str {
 }
 
 /// SIGKILL when the parent goes, and a check that it has not gone already.
-fn parent_death_signal(expected_parent: Pid) -> Result<String, String> {
+fn parent_death_signal(parent: ParentCheck) -> Result<String, String> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| e.to_string())?;
-    if getppid() != expected_parent {
+    if !parent.alive() {
         // The parent died before the signal was armed.
         std::process::exit(super::SETUP_FAILED);
     }
     Ok("SIGKILL when the parent dies".into())
 }
 
-fn close_inherited() -> Result<String, String> {
+fn close_inherited(origin: Origin) -> Result<String, String> {
+    // A spawn server's child keeps the server's pidfd (closed once the layers
+    // are applied, before the job).
+    let first: u32 = match origin {
+        Origin::Helper => 3,
+        Origin::SpawnServer { .. } => SERVER_PIDFD as u32 + 1,
+    };
     // SAFETY: close_range only closes descriptors; none above 2 is used by this
     // process after this point (Rust's std holds none open here).
-    let r = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
+    let r = unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0u32) };
     if r != 0 {
         return Err(format!("close_range: {}", std::io::Error::last_os_error()));
     }
     Ok("every descriptor above 2 closed".into())
+}
+
+/// The PID namespace layer of a spawn server's child, which `clone` made (or
+/// could not: `namespaces`). As an unprivileged daemon the user namespace came
+/// with them and its maps are written here.
+fn entered_pid_namespace(
+    namespaces: Result<(), nix::errno::Errno>,
+    (uid, gid): (Uid, Gid),
+) -> Result<String, String> {
+    let how = match namespaces {
+        Err(e) => Err(e.to_string()),
+        Ok(()) if uid.is_root() => Ok("PID + IPC namespace"),
+        Ok(()) => write_user_maps(uid, gid).map(|()| "user + PID + IPC namespace"),
+    };
+    let how = how.map_err(namespace_refused)?;
+    Ok(format!(
+        "{how}: the tool is PID 1, the whole tree dies with it; SysV IPC and POSIX message queues private to the call"
+    ))
+}
+
+fn namespace_refused(e: String) -> String {
+    format!(
+        "cannot create a PID and IPC namespace ({e}); the whole process tree cannot be \
+         killed, and its SysV IPC objects would be the host's"
+    )
 }
 
 fn enter_pid_namespace() -> Result<String, String> {
@@ -222,12 +384,7 @@ fn enter_pid_namespace() -> Result<String, String> {
     } else {
         enter_user_and_pid_namespace().map(|()| "user + PID + IPC namespace")
     };
-    let how = how.map_err(|e| {
-        format!(
-            "cannot create a PID and IPC namespace ({e}); the whole process tree cannot be \
-             killed, and its SysV IPC objects would be the host's"
-        )
-    })?;
+    let how = how.map_err(namespace_refused)?;
     // SAFETY: the helper is single-threaded (no tokio, no threads spawned), so
     // fork is safe; the child continues in ordinary Rust.
     match unsafe { fork() } {
@@ -269,6 +426,12 @@ fn enter_user_and_pid_namespace() -> Result<(), String> {
     let (uid, gid) = (Uid::current(), Gid::current());
     unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWIPC)
         .map_err(|e| e.to_string())?;
+    write_user_maps(uid, gid)
+}
+
+/// Maps `uid` and `gid` (this process's ids outside the user namespace it just
+/// entered) to themselves inside it.
+fn write_user_maps(uid: Uid, gid: Gid) -> Result<(), String> {
     let write = |file: &str, text: String| {
         std::fs::write(format!("/proc/self/{file}"), text).map_err(|e| format!("{file}: {e}"))
     };
@@ -315,17 +478,26 @@ fn set_rlimits(c: &Confinement) -> Result<String, String> {
     ))
 }
 
-fn drop_privileges(user: &str) -> Result<String, String> {
+/// Drops to `user`, whose ids `resolved` holds (`None` when not running as
+/// root); `parent` re-checks the parent after the credential change, which
+/// clears the parent-death signal.
+fn drop_privileges(
+    user: &str,
+    resolved: Option<Result<(Uid, Gid), String>>,
+    parent: ParentCheck,
+) -> Result<String, String> {
     if !Uid::effective().is_root() {
         return Ok(format!("not needed: running as uid {}", Uid::effective()));
     }
-    let (uid, gid) = super::user::resolve_user(user)?;
+    let (uid, gid) = match resolved {
+        Some(ids) => ids?,
+        None => super::user::resolve_user(user)?,
+    };
     if uid.is_root() {
         return Err(format!(
             "sandbox.user {user:?} is uid 0; name an unprivileged account"
         ));
     }
-    let parent = getppid();
     nix::unistd::setgroups(&[]).map_err(|e| format!("setgroups: {e}"))?;
     nix::unistd::setresgid(gid, gid, gid).map_err(|e| format!("setresgid: {e}"))?;
     nix::unistd::setresuid(uid, uid, uid).map_err(|e| format!("setresuid: {e}"))?;

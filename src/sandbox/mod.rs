@@ -29,6 +29,7 @@ mod mounts;
 mod open;
 mod report;
 mod seccomp;
+pub mod spawn_server;
 mod user;
 
 pub use job::{
@@ -71,7 +72,13 @@ pub fn helper_main() -> i32 {
     if let Err(e) = confine::apply(&req.confine, &mut report) {
         return setup_failed(&e);
     }
-    match req.job {
+    run_job(req.job, &report)
+}
+
+/// Does `job` in this (confined) process: `exec`s the program of a command job
+/// (returning only when that fails), performs a file job, prints a probe's report.
+fn run_job(job: Job, report: &Report) -> i32 {
+    match job {
         Job::Bash { command } => exec(Command::new("bash").arg("-c").arg(command)),
         Job::Python { code } => exec(Command::new("python3").arg("-c").arg(code)),
         Job::Exec { argv } => match argv.split_first() {
@@ -81,7 +88,7 @@ pub fn helper_main() -> i32 {
         Job::McpServer { argv, env } => become_program(&argv, &env, true),
         Job::Hook { argv, env } => become_program(&argv, &env, false),
         Job::Probe => {
-            let json = serde_json::to_string(&report).unwrap_or_default();
+            let json = serde_json::to_string(report).unwrap_or_default();
             let mut out = std::io::stdout().lock();
             if writeln!(out, "{json}").is_err() {
                 return 1;

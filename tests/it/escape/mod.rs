@@ -240,7 +240,7 @@ fn run_attacks(as_user: Option<u32>, sandbox_user: &str) {
         let text = by_id(id);
         assert!(text.contains("Permission denied"), "{id}: {text}");
     }
-    assert!(by_id("wait").contains("ready"));
+    assert!(by_id("wait").contains("ready"), "{}", by_id("wait"));
     assert!(by_id("uid").contains("uid="), "{}", by_id("uid"));
     assert!(
         by_id("caps").contains("no capabilities"),
