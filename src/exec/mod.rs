@@ -222,10 +222,10 @@ impl Executor {
             req.confine.limits.memory_mb,
             req.confine.limits.max_processes,
         );
-        // A relayed job is a one-off (`harnessd sandbox`); a fed one (a hook) keeps
-        // its stdin; a probe reports layers: those take a helper of their own.
+        // A fed job (a hook) keeps its stdin and a probe reports layers: those
+        // take a helper of their own. `harnessd sandbox -- CMD` takes the same
+        // path as a tool call, so what it shows of the sandbox is what tools get.
         if let Some(servers) = &self.servers
-            && !req.relay_output
             && input.is_none()
             && !matches!(
                 req.job,

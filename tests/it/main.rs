@@ -98,6 +98,7 @@ mod sandbox_x32;
 mod shell_diff;
 mod shutdown;
 mod skills;
+mod spawn_server;
 mod stalled_answers;
 mod stops;
 mod stream_deadline;
