@@ -216,34 +216,21 @@ fn a_call_whose_server_dies_ends_and_its_tree_with_it() {
     }
 }
 
-/// `harnessd run` with one call that sleeps; returns the daemon, its spawn
-/// server and the call's process, once all three run.
-fn daemon_with_a_running_call(
-    root: &TestRoot,
-    api: &FakeApi,
-    mark: &str,
-) -> (std::process::Child, u32, u32) {
-    root.set_config("api", "base_url", &format!("{:?}", api.url));
-    root.edit_settings(|s| {
-        s["tools"]["default"] = json!("allow");
-    });
-    let daemon = root
-        .command(&["run", "--yes", "x"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+/// The spawn server of `daemon` and the process of its call that sleeps `mark`
+/// seconds, once both run.
+fn running_call(daemon: &mut std::process::Child, mark: &str) -> (u32, u32) {
     let start = Instant::now();
     loop {
         let servers = servers_of(daemon.id());
         let sleeps = pids_running(&["sleep", mark]);
         if let (Some(server), Some(sleep)) = (servers.first(), sleeps.first()) {
-            return (daemon, *server, *sleep);
+            return (*server, *sleep);
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "the call never ran (servers {servers:?}, sleeps {sleeps:?})"
-        );
+        if start.elapsed() > Duration::from_secs(20) {
+            let _ = daemon.kill();
+            let _ = daemon.wait();
+            panic!("the call never ran (servers {servers:?}, sleeps {sleeps:?})");
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -260,7 +247,17 @@ fn no_spawn_server_survives_the_daemon_killed() {
         Reply::text("done"),
     ]);
     let root = TestRoot::new(&api.url);
-    let (mut daemon, server, sleep) = daemon_with_a_running_call(&root, &api, mark);
+    root.set_config("api", "base_url", &format!("{:?}", api.url));
+    root.edit_settings(|s| {
+        s["tools"]["default"] = json!("allow");
+    });
+    let mut daemon = root
+        .command(&["run", "--yes", "x"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (server, sleep) = running_call(&mut daemon, mark);
     daemon.kill().unwrap();
     daemon.wait().unwrap();
     wait_gone(server, "the spawn server of a daemon killed with SIGKILL");
