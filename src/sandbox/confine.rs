@@ -6,10 +6,10 @@
 //! 3. every descriptor above 2 closed (`close_range`): nothing of the daemon's is
 //!    inherited, whatever was opened without CLOEXEC;
 //! 4. a new PID and IPC namespace (as root; a user + PID + IPC namespace
-//!    otherwise), entered by forking: the child is its PID 1, and when it or the
-//!    helper dies the kernel kills every process in it — double-forked and
-//!    setsid'd ones too. The helper stays behind as a supervisor relaying the exit
-//!    status. The IPC namespace holds the call's SysV shared memory, message queues,
+//!    otherwise), entered by forking (a helper) or made by the spawn server's
+//!    `clone` (its child): the tool is its PID 1, and when it or its supervisor
+//!    dies the kernel kills every process in it — double-forked and setsid'd ones
+//!    too. The helper, or the server, stays behind relaying the exit status. The IPC namespace holds the call's SysV shared memory, message queues,
 //!    semaphores and POSIX message queues: no other process reaches them, and they
 //!    go with the namespace when the call ends;
 //! 5. the profile: under the read-only and server ones, a mount namespace of the
