@@ -6,6 +6,13 @@
 //! request; prints the daemon's open descriptors (/proc/PID/fd) with none and with
 //! all of them queued, and its peak RSS (VmHWM) once all have finished.
 //!
+//! Last, the model's latency: for 1, 8 and 64 slots (`BENCH_LOAD_SLOTS`), twice as
+//! many tasks as slots, each 10 turns of `run_bash("true")`, against a fake API
+//! that answers after 200 ms (`BENCH_LATENCY_MS`); prints turns/s against the
+//! ceiling min(slots ÷ latency, the fake's own rate with as many clients), the
+//! disk's fdatasync rate, and CPU per turn (the daemon's own, and its spawn
+//! servers' with the tool processes they reaped).
+//!
 //! Run: `cargo bench --bench daemon_load` (prints the figures; asserts nothing).
 #![allow(
     clippy::unwrap_used,
@@ -112,6 +119,181 @@ fn metrics(socket: &Path) -> String {
     let mut raw = String::new();
     let _ = s.read_to_string(&mut raw);
     raw
+}
+
+/// Clock ticks per second of /proc/PID/stat's CPU fields.
+fn ticks_per_sec() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_CLK_TCK) as f64 }
+}
+
+/// utime + stime (+ cutime + cstime when `children`) of `pid`, in seconds.
+fn cpu_secs(pid: u32, children: bool) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let Some((_, rest)) = stat.rsplit_once(") ") else {
+        return 0.0;
+    };
+    // Fields from the state (3rd) on: utime is the 14th field, so index 11 here.
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0.0))
+        .collect();
+    let mut ticks = f.get(11).copied().unwrap_or(0.0) + f.get(12).copied().unwrap_or(0.0);
+    if children {
+        ticks += f.get(13).copied().unwrap_or(0.0) + f.get(14).copied().unwrap_or(0.0);
+    }
+    ticks / ticks_per_sec()
+}
+
+/// Pids of `parent`'s children running `harnessd __spawn-server`.
+fn spawn_servers(parent: u32) -> Vec<u32> {
+    let text = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
+        .unwrap_or_default();
+    let mut all: Vec<u32> = text
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    // Children of the daemon's other threads (the spawner thread starts them).
+    for t in std::fs::read_dir(format!("/proc/{parent}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let c = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+        all.extend(c.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+    }
+    all.sort_unstable();
+    all.dedup();
+    all.into_iter()
+        .filter(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| c.ends_with(b"__spawn-server\0"))
+        })
+        .collect()
+}
+
+/// fdatasync calls per second of one appending writer in `dir`, over a second.
+fn fsync_rate(dir: &Path) -> f64 {
+    let path = dir.join("fsync-probe");
+    let mut f = std::fs::File::create(&path).unwrap();
+    let start = Instant::now();
+    let mut n = 0u32;
+    while start.elapsed() < Duration::from_secs(1) {
+        f.write_all(&[b'x'; 300]).unwrap();
+        f.sync_data().unwrap();
+        n += 1;
+    }
+    let _ = std::fs::remove_file(&path);
+    f64::from(n) / start.elapsed().as_secs_f64()
+}
+
+/// Requests per second the fake answers with `clients` clients, each sending
+/// one-message requests in turn, `per_client` each.
+fn fake_rate(url: &str, clients: usize, per_client: usize) -> f64 {
+    let addr = url.trim_start_matches("http://").to_string();
+    let body =
+        json!({"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "x"}]})
+            .to_string();
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..clients {
+            s.spawn(|| {
+                for _ in 0..per_client {
+                    let mut c = std::net::TcpStream::connect(&addr).unwrap();
+                    write!(
+                        c,
+                        "POST /v1/messages HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    )
+                    .unwrap();
+                    let mut sink = Vec::new();
+                    let _ = c.read_to_end(&mut sink);
+                }
+            });
+        }
+    });
+    (clients * per_client) as f64 / start.elapsed().as_secs_f64()
+}
+
+/// One run of `2 × slots` tasks of `turns` turns against a fake that answers
+/// after `latency`; prints the figures.
+fn latency_load(bin: &str, slots: usize, latency: Duration, turns: usize) {
+    let api = FakeApi::with_responder(Box::new(move |body: &Value| {
+        let done = body["messages"]
+            .as_array()
+            .map_or(0, |m| m.iter().filter(|m| m["role"] == "assistant").count());
+        // The ceiling's probe sends no tools: it is answered with text.
+        let mut reply = if body.get("tools").is_some() && done < turns {
+            Reply::tool(
+                &format!("toolu_{done}"),
+                "run_bash",
+                json!({"command": "true"}),
+            )
+        } else {
+            Reply::text("done")
+        };
+        reply.delay = latency;
+        reply
+    }));
+    let ceiling_fake = fake_rate(&api.url, slots, 3);
+    let (max_turns, slots_line) = (
+        format!("max_turns = {}", turns + 10),
+        format!("max_concurrent_tasks = {slots}"),
+    );
+    let root = init_root(
+        bin,
+        &format!("daemon-latency-{slots}"),
+        &[
+            ("https://api.anthropic.com", api.url.as_str()),
+            ("max_turns = 12", max_turns.as_str()),
+            ("no_progress_repeats = 3", "no_progress_repeats = 100"),
+            ("max_concurrent_tasks = 4", slots_line.as_str()),
+        ],
+    );
+    edit_file(
+        &root.join("policies/settings.json"),
+        &[("\"run_bash(ls *)\"", "\"run_bash(true)\"")],
+    );
+    let syncs = fsync_rate(&root.join("transcripts"));
+    let mut child = serve(bin, &root);
+    let socket = root.join("run/harnessd.sock");
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = child.id();
+    let tasks = 2 * slots;
+    let cpu_before = cpu_secs(pid, false);
+    let started = Instant::now();
+    for i in 0..tasks {
+        submit(&socket, &format!("task {i}"));
+    }
+    loop {
+        let list = http(&socket, "GET", "/v1/tasks?status=finished&limit=500", "").unwrap();
+        let finished = list["tasks"].as_array().map_or(0, |t| t.len());
+        if finished >= tasks {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(900),
+            "stuck at {finished}/{tasks}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let total = started.elapsed();
+    let daemon_cpu = cpu_secs(pid, false) - cpu_before;
+    let server_cpu: f64 = spawn_servers(pid).iter().map(|p| cpu_secs(*p, true)).sum();
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let _ = child.wait();
+    // Each turn is one model request; a task has turns + 1 of them.
+    let requests = tasks * (turns + 1);
+    let rate = requests as f64 / total.as_secs_f64();
+    let ideal = slots as f64 / latency.as_secs_f64();
+    let ceiling = ideal.min(ceiling_fake);
+    println!(
+        "  {slots:>2} slots: {rate:>6.1} turns/s of a ceiling {ceiling:.1} ({:.0} %; slots ÷ latency {ideal:.1}, the fake alone {ceiling_fake:.1}); fdatasync {syncs:.0}/s; CPU per turn: daemon {:.2} ms, spawn servers and tools {:.2} ms",
+        100.0 * rate / ceiling,
+        1000.0 * daemon_cpu / requests as f64,
+        1000.0 * server_cpu / requests as f64,
+    );
+    let _ = std::fs::remove_dir_all(&root);
 }
 
 fn main() {
@@ -240,4 +422,13 @@ fn main() {
         println!("  kept {}", root.display());
     }
     deep_queue(bin, param("BENCH_QUEUED", 1000));
+    let latency = Duration::from_millis(param("BENCH_LATENCY_MS", 200) as u64);
+    let slots_list = std::env::var("BENCH_LOAD_SLOTS").unwrap_or_else(|_| "1,8,64".into());
+    println!(
+        "daemon_load under latency: 2 × slots tasks × 10 turns of run_bash(\"true\"), the fake answering after {} ms",
+        latency.as_millis()
+    );
+    for slots in slots_list.split(',').filter_map(|s| s.trim().parse().ok()) {
+        latency_load(bin, slots, latency, 10);
+    }
 }
