@@ -30,8 +30,10 @@
 
 mod lex;
 mod normal;
+mod simple;
 
 pub use normal::quote_word;
+pub use simple::simple_command;
 
 /// How deep substitutions, `bash -c` scripts and subshells are followed for seen
 /// commands. Deeper nesting is still scanned (so its end is found) but not split.
@@ -45,6 +47,8 @@ pub struct SeenCommand {
     pub words: Vec<String>,
     /// As written in the source, trimmed.
     pub text: String,
+    /// Whether it had redirections (left out of `words`).
+    pub redirected: bool,
     /// Seen inside another command (a substitution, a `bash -c` script, …) rather
     /// than at the top level.
     pub nested: bool,
