@@ -463,3 +463,26 @@ fn direct_exec_falls_back_to_bash_with_bash_s_own_answer() {
     assert_eq!(r.ending, Ending::Exited(127), "{r:?}");
     assert!(r.stderr.contains("cannot run bash"), "{r:?}");
 }
+
+/// Every builtin and keyword of the real bash (`enable -a`, `compgen -k`) runs
+/// under bash, however it is spelled: the lists in `policy::shell` are bash's own.
+#[test]
+fn every_bash_builtin_and_keyword_is_refused() {
+    let out = Command::new(bash_path())
+        .args(["-c", "enable -a; compgen -k"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let names: Vec<&str> = text
+        .lines()
+        .map(|l| l.strip_prefix("enable ").unwrap_or(l).trim())
+        .collect();
+    assert!(names.len() > 70, "{names:?}");
+    for name in names {
+        for spelled in [name.to_string(), format!("'{name}'"), format!("\\{name}")] {
+            let cmd = format!("{spelled} x");
+            assert_eq!(simple_command(&cmd), None, "{cmd:?}");
+        }
+    }
+}
