@@ -17,6 +17,10 @@
 //!   builtin other than a few inert ones, or a program that runs other text — makes
 //!   the command not provable, with the reason ([`Analysis::provable`]).
 //!
+//! [`simple_command`] reads the same analysis for the executor rather than for
+//! policy: whether the command is one provable simple command that the sandbox
+//! helper may `exec` without bash, and its argv.
+//!
 //! Why a strict tokenizer rather than a full bash parser (such as `brush-parser`):
 //! a parser answers "what is the syntax tree", but a proof needs "what will bash
 //! execute", and every construct a parser accepts would then need its own argument
