@@ -8,7 +8,11 @@
 //! - peak RSS of `harnessd run`;
 //! - the same task with `api.stream = false`, and what streaming adds to the
 //!   median gap (the fake writes each stream at once, so this is the client's
-//!   framing and assembly, not the network).
+//!   framing and assembly, not the network);
+//! - direct exec: rounds of the task with `run_bash("cat hello.txt")` (run without
+//!   bash), `run_bash("cat hello.txt;")` (the same program through bash, which
+//!   execs it) and `run_bash("echo hi")` (a builtin: bash), alternating, and the
+//!   median of each one's median gap (`BENCH_DIRECT_ROUNDS`, default 5).
 //!
 //! `BENCH_INTEGRATIONS=N` instead runs N rounds of the same task three ways,
 //! alternating — plain, with a trivial `pre_tool` hook on every call, and with
@@ -17,6 +21,8 @@
 //!
 //! Run: `cargo bench --bench turn_gap` (prints the figures; asserts nothing).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+// A figure run reads top to bottom; the function-length limit is for the crate.
+#![allow(clippy::too_many_lines)]
 
 use harnessd_testkit::fake_api;
 use harnessd_testkit::root::{edit_file, init_root};
@@ -64,8 +70,12 @@ fn setup(api_url: &str, turns: usize, stream: bool, extra: Extra) -> std::path::
     );
     edit_file(
         &dir.join("policies/settings.json"),
-        &[("\"run_bash(ls *)\"", "\"run_bash(echo *)\"")],
+        &[(
+            "\"run_bash(ls *)\"",
+            "\"run_bash(echo *)\", \"run_bash(cat *)\"",
+        )],
     );
+    std::fs::write(dir.join("workspace/hello.txt"), "hello\n").unwrap();
     match extra {
         Extra::None => {}
         Extra::Hook => add_hook(&dir.join("policies/settings.json")),
@@ -157,6 +167,36 @@ fn main() {
         ms(streamed),
         ms(plain)
     );
+    direct_exec();
+}
+
+/// Rounds of the streamed task with each command, alternating, so a loaded
+/// machine slows every way alike; prints the median of each one's median gap.
+fn direct_exec() {
+    let rounds: usize = std::env::var("BENCH_DIRECT_ROUNDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(5);
+    let ways = [
+        ("cat hello.txt", "direct exec"),
+        ("cat hello.txt;", "the same program through bash"),
+        ("echo hi", "a builtin, through bash"),
+    ];
+    let mut medians: Vec<Vec<Duration>> = vec![Vec::new(); ways.len()];
+    for _ in 0..rounds {
+        for (i, (command, _)) in ways.iter().enumerate() {
+            medians[i].push(run_task(true, Extra::None, command, false));
+        }
+    }
+    println!("turn_gap direct exec: median of {rounds} medians, streamed");
+    let figures: Vec<f64> = medians.iter_mut().map(|m| ms(median(m))).collect();
+    for ((command, what), figure) in ways.iter().zip(&figures) {
+        println!("  run_bash({command:?}) ({what}): {figure:.3} ms");
+    }
+    println!(
+        "  direct exec saves {:.3} ms a call against bash exec'ing the same program",
+        figures[1] - figures[0]
+    );
 }
 
 /// Rounds of plain / hook / telemetry, alternating; prints what each adds.
@@ -196,8 +236,15 @@ fn integrations(rounds: usize) {
     );
 }
 
-/// One task, streamed or not; prints its figures and returns its median gap.
+/// One task of `run_bash("echo hi")`, streamed or not; prints its figures and
+/// returns its median gap.
 fn run(stream: bool, extra: Extra) -> Duration {
+    run_task(stream, extra, "echo hi", true)
+}
+
+/// One task whose every turn runs `command`; returns its median gap, and prints
+/// its figures when `verbose`.
+fn run_task(stream: bool, extra: Extra, command: &str, verbose: bool) -> Duration {
     // BENCH_TOOL=get_time measures the loop without a child process, for comparison.
     let in_process = std::env::var("BENCH_TOOL").is_ok_and(|t| t == "get_time");
     // BENCH_TURNS changes the task's length (default 50); BENCH_SYNC=off turns the
@@ -212,7 +259,7 @@ fn run(stream: bool, extra: Extra) -> Duration {
             if in_process {
                 Reply::tool(&id, "get_time", json!({}))
             } else {
-                Reply::tool(&id, "run_bash", json!({"command": "echo hi"}))
+                Reply::tool(&id, "run_bash", json!({"command": command}))
             }
         })
         .collect();
@@ -246,10 +293,14 @@ fn run(stream: bool, extra: Extra) -> Duration {
     let p90 = sorted[sorted.len() * 9 / 10];
     let early: Vec<Duration> = gaps[2..8].to_vec();
     let late: Vec<Duration> = gaps[turns - 6..].to_vec();
+    let _ = std::fs::remove_dir_all(&root);
+    if !verbose {
+        return med;
+    }
     let tool = if in_process {
-        "get_time()"
+        "get_time()".to_string()
     } else {
-        "run_bash(\"echo hi\")"
+        format!("run_bash({command:?})")
     };
     let mode = label(stream, extra);
     println!("turn_gap: {turns} turns of {tool} against a zero-latency fake API, {mode}");
@@ -279,7 +330,6 @@ fn run(stream: bool, extra: Extra) -> Duration {
         peak_kib as f64 / 1024.0
     );
     println!("  whole task: {:.1} ms", ms(total));
-    let _ = std::fs::remove_dir_all(&root);
     med
 }
 

@@ -1,5 +1,6 @@
 //! Every parser that reads text the model wrote: the run_bash analysis (seen
-//! commands, normalised forms, canonical rendering) and tool-input validation.
+//! commands, normalised forms, canonical rendering, the direct-exec check) and
+//! tool-input validation.
 //! Run with `cargo +nightly fuzz run model_text` from the repository root.
 #![no_main]
 
@@ -14,6 +15,7 @@ fuzz_target!(|data: &[u8]| {
         let _ = (c.forms(), c.canonical());
     }
     let _ = analysis.provable();
+    let _ = shell::simple_command(&text);
     if let Ok(value) = serde_json::from_slice::<serde_json::Value>(data) {
         for tool in ToolName::ALL {
             let _ = ToolInput::parse(tool, &value);

@@ -150,6 +150,12 @@ pub enum Job {
     Bash {
         /// The command.
         command: String,
+        /// The command's argv when it is one proven simple command of a program
+        /// (`policy::shell::simple_command`): the helper `exec`s it as bash would,
+        /// without bash, and falls back to `bash -c command` when the program is
+        /// not found or cannot be executed (see `sandbox::direct`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        direct: Option<Vec<String>>,
     },
     /// `python3 -c code`.
     Python {

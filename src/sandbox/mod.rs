@@ -14,13 +14,16 @@
 //!    layer cannot be had;
 //! 3. performs a file job itself — opening exactly the path the daemon judged,
 //!    following no link (see [`open`]) — or `exec`s `bash`, `python3` or the given
-//!    program; for a server, after writing [`SERVER_READY`] on stderr.
+//!    program; for a server, after writing [`SERVER_READY`] on stderr. A `run_bash`
+//!    command that is one proven simple command is `exec`ed the way bash would
+//!    `exec` it, without bash, when that can be done exactly (see [`direct`]).
 //!
 //! It never decides policy: by the time a job reaches it, the call was allowed.
 //! Building Landlock and seccomp rules allocates, which is why this happens here,
 //! in a fresh single-threaded process, and not in `pre_exec` in the daemon.
 
 mod confine;
+mod direct;
 mod environment;
 mod files;
 mod job;
@@ -79,7 +82,14 @@ pub fn helper_main() -> i32 {
 /// (returning only when that fails), performs a file job, prints a probe's report.
 fn run_job(job: Job, report: &Report) -> i32 {
     match job {
-        Job::Bash { command } => exec(Command::new("bash").arg("-c").arg(command)),
+        Job::Bash {
+            command,
+            direct: Some(argv),
+        } => direct::run(&command, &argv),
+        Job::Bash {
+            command,
+            direct: None,
+        } => exec(Command::new("bash").arg("-c").arg(command)),
         Job::Python { code } => exec(Command::new("python3").arg("-c").arg(code)),
         Job::Exec { argv } => match argv.split_first() {
             Some((program, args)) => exec(Command::new(program).args(args)),

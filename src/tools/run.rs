@@ -141,8 +141,11 @@ fn job_for(input: &ToolInput, judged: &Judged) -> Result<Option<Job>, String> {
             new_string: i.new_string.clone(),
         },
         ToolInput::ListDir(_) => Job::ListDir { path: path()? },
+        // One proven simple command runs without bash (docs/sandbox.md): how it
+        // runs, not whether — the decision was made on the command text already.
         ToolInput::RunBash(i) => Job::Bash {
             command: i.command.clone(),
+            direct: policy::shell::simple_command(&i.command),
         },
         ToolInput::RunPython(i) => Job::Python {
             code: i.code.clone(),

@@ -42,6 +42,7 @@ mod daemon;
 mod defaults;
 mod delegation;
 mod delegation_attacks;
+mod direct_exec_diff;
 mod disk_full;
 mod docs;
 mod escape;

@@ -14,7 +14,7 @@ use wait_timeout::ChildExt;
 
 /// Programs replaced by shims. Builtins the proof accepts run inside bash and log
 /// nothing; anything else is not on `PATH`.
-const SHIMS: [&str; 9] = [
+pub(crate) const SHIMS: [&str; 9] = [
     "ls", "cat", "git", "rm", "id", "wc", "grep", "touch", "curl",
 ];
 const QUIET_BUILTINS: [&str; 6] = [":", "cd", "echo", "false", "pwd", "true"];
@@ -236,8 +236,9 @@ fn simple(rng: &mut fastrand::Rng, wild: bool) -> String {
 }
 
 /// One generated command: mostly literal (so many are provable), with constructs
-/// from docs/policy.md's list mixed in.
-fn generate(rng: &mut fastrand::Rng) -> String {
+/// from docs/policy.md's list mixed in. The proof's corpus, shared with
+/// `direct_exec_diff`.
+pub(crate) fn generate(rng: &mut fastrand::Rng) -> String {
     let wild = rng.u8(..2) == 0;
     let mut cmd = simple(rng, wild);
     for _ in 0..rng.usize(..3) {
@@ -255,7 +256,7 @@ fn generate(rng: &mut fastrand::Rng) -> String {
 }
 
 /// The reported attacks on the old splitter, run as they were reported.
-const REPRODUCTIONS: [&str; 8] = [
+pub(crate) const REPRODUCTIONS: [&str; 8] = [
     "ls '$(id > pwned.txt; echo x)'; ls ${_@P}",
     "ls 'a[$(rm -rf important)]'; ls ${x[_]}",
     "ls # '\nrm -rf d\n# '",

@@ -141,7 +141,7 @@ impl Lexer<'_, '_> {
                 }
             } else {
                 let text = self.text(start, end);
-                self.finish(words, text);
+                self.finish(words, redirected, text);
             }
             after_binary = sep == Sep::Binary;
             match sep {
@@ -284,14 +284,14 @@ impl Lexer<'_, '_> {
     }
 
     /// Records one simple command and follows the commands it runs itself.
-    fn finish(&mut self, words: Vec<Word>, text: String) {
+    fn finish(&mut self, words: Vec<Word>, redirected: bool, text: String) {
         // A `{` after other words opens a compound command in command position
         // (`f() { …`, `function f { …`, `coproc NAME { …`): what follows it is a
         // command of its own, recorded with its words as its text. One pass, no
         // copy of the rest per split, so `a { a { …` stays linear.
         let brace = |w: &Word| !w.quoted && w.value == "{";
         if !words.iter().skip(1).any(brace) {
-            self.finish_one(words, text);
+            self.finish_one(words, redirected, text);
             return;
         }
         let mut segment: Vec<Word> = Vec::new();
@@ -301,17 +301,17 @@ impl Lexer<'_, '_> {
         for w in words {
             if brace(&w) && other {
                 let text = first.take().unwrap_or_else(|| joined(&segment));
-                self.finish_one(std::mem::take(&mut segment), text);
+                self.finish_one(std::mem::take(&mut segment), redirected, text);
                 other = false;
             }
             other |= !brace(&w);
             segment.push(w);
         }
         let text = first.take().unwrap_or_else(|| joined(&segment));
-        self.finish_one(segment, text);
+        self.finish_one(segment, redirected, text);
     }
 
-    fn finish_one(&mut self, mut words: Vec<Word>, text: String) {
+    fn finish_one(&mut self, mut words: Vec<Word>, redirected: bool, text: String) {
         // Leading keywords, counted then removed at once (one `remove(0)` per
         // keyword made `{ { { …` quadratic).
         let mut dropped = 0;
@@ -343,6 +343,7 @@ impl Lexer<'_, '_> {
         self.out.commands.push(SeenCommand {
             words,
             text,
+            redirected,
             nested: self.depth > 0,
             program_literal,
             programs,
@@ -890,6 +891,7 @@ fn follow(runs: Vec<Inner>, depth: usize, out: &mut Analysis) {
                 out.commands.push(SeenCommand {
                     text: words.join(" "),
                     words,
+                    redirected: false,
                     nested: true,
                     program_literal: true,
                     programs,

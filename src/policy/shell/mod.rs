@@ -17,6 +17,10 @@
 //!   builtin other than a few inert ones, or a program that runs other text — makes
 //!   the command not provable, with the reason ([`Analysis::provable`]).
 //!
+//! [`simple_command`] reads the same analysis for the executor rather than for
+//! policy: whether the command is one provable simple command that the sandbox
+//! helper may `exec` without bash, and its argv.
+//!
 //! Why a strict tokenizer rather than a full bash parser (such as `brush-parser`):
 //! a parser answers "what is the syntax tree", but a proof needs "what will bash
 //! execute", and every construct a parser accepts would then need its own argument
@@ -30,8 +34,10 @@
 
 mod lex;
 mod normal;
+mod simple;
 
 pub use normal::quote_word;
+pub use simple::simple_command;
 
 /// How deep substitutions, `bash -c` scripts and subshells are followed for seen
 /// commands. Deeper nesting is still scanned (so its end is found) but not split.
@@ -45,6 +51,8 @@ pub struct SeenCommand {
     pub words: Vec<String>,
     /// As written in the source, trimmed.
     pub text: String,
+    /// Whether it had redirections (left out of `words`).
+    pub redirected: bool,
     /// Seen inside another command (a substitution, a `bash -c` script, …) rather
     /// than at the top level.
     pub nested: bool,

@@ -13,7 +13,7 @@ use super::SeenCommand;
 /// change how later commands are found. Any other builtin — `eval`, `source`,
 /// `hash -p`, `enable -f`, `alias`, `declare`, `printf -v`, `read`, `test -v`… —
 /// can run or redirect other text.
-const BUILTINS: [&str; 61] = [
+pub(super) const BUILTINS: [&str; 61] = [
     ".",
     ":",
     "[",
