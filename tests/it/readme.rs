@@ -191,11 +191,13 @@ fn commands_of(text: &str) -> Vec<Vec<String>> {
 /// takes; values and positional placeholders (`ID`, `"TASK"`) are not judged.
 /// Usage brackets (`[--remember]`) are read as the flag inside.
 fn check_flags(words: &[String]) -> Result<(), String> {
-    // `harnessd …` names no command; the helper's argument is taken before the
-    // command line is parsed.
-    if words[1..] == ["…"]
-        || words.get(1).map(String::as_str) == Some(harnessd::sandbox::HELPER_ARG)
-    {
+    // `harnessd …` names no command; the helper's and the spawn server's
+    // arguments are taken before the command line is parsed.
+    let internal = [
+        harnessd::sandbox::HELPER_ARG,
+        harnessd::sandbox::spawn_server::SPAWN_SERVER_ARG,
+    ];
+    if words[1..] == ["…"] || words.get(1).is_some_and(|w| internal.contains(&w.as_str())) {
         return Ok(());
     }
     let mut cli = harnessd::cli::Cli::command();
@@ -294,6 +296,7 @@ fn the_command_checker_refuses_unknown_subcommands_and_flags() {
     assert!(check("harnessd audit").is_err());
     assert!(check("harnessd …").is_ok());
     assert!(check("harnessd __sandbox-helper").is_ok());
+    assert!(check("harnessd __spawn-server").is_ok());
     let shown = shown_commands(
         "Run `harnessd tasks | head -1`.\n\n```text\n$ harnessd policy test run_bash 'ls | sh'\n  approve: harnessd approve ap-1\n```\n",
     );

@@ -41,6 +41,7 @@ fn run(executor: &Executor, workspace: &Path, confine: &Confinement, script: &st
     executor.run(&ExecRequest {
         job: &Job::Bash {
             command: script.into(),
+            direct: None,
         },
         workspace,
         confine,
