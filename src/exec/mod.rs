@@ -281,7 +281,7 @@ impl Executor {
                 .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
         ];
         let readers = Readers::spawn(pipes, req, &sinks, Killer::Group(pgid), &flooded);
-        let ending = wait(&mut child, req, &flooded);
+        let ending = wait(|limit| wait_child(&mut child, limit), req, &flooded);
         // Whatever the ending, nothing the job started may outlive it: background
         // jobs left behind would also hold our pipes open.
         kill_tree(pgid);
@@ -492,8 +492,10 @@ fn snapshot(sinks: [Arc<Mutex<Sink>>; 2], notes: &mut Vec<String>) -> [Captured;
 }
 
 /// Waits for the job to end: its exit, the timeout, a flood or cancellation.
+/// `wait_for(limit)` waits at most `limit` for the exit: its ending, `None`
+/// while the job runs.
 fn wait(
-    child: &mut Child,
+    mut wait_for: impl FnMut(Duration) -> Result<Option<Ending>, String>,
     req: &ExecRequest<'_>,
     flooded: &std::sync::atomic::AtomicBool,
 ) -> Ending {
@@ -509,25 +511,32 @@ fn wait(
         if left.is_zero() {
             return Ending::TimedOut;
         }
-        match child.wait_timeout(left.min(slice)) {
-            Ok(Some(status)) => {
-                if flooded.load(std::sync::atomic::Ordering::SeqCst) {
-                    return Ending::Flooded;
-                }
-                use std::os::unix::process::ExitStatusExt;
-                return match (status.code(), status.signal()) {
-                    (Some(code), _) => Ending::Exited(code),
-                    (None, Some(sig)) => Ending::Signaled(sig),
-                    (None, None) => Ending::Exited(-1),
-                };
+        match wait_for(left.min(slice)) {
+            Ok(Some(_)) if flooded.load(std::sync::atomic::Ordering::SeqCst) => {
+                return Ending::Flooded;
             }
+            Ok(Some(ending)) => return ending,
             Ok(None) => {
                 if req.cancel.is_cancelled() {
                     return Ending::Cancelled;
                 }
             }
-            Err(e) => return Ending::SpawnFailed(format!("cannot wait for the tool: {e}")),
+            Err(e) => return Ending::SpawnFailed(e),
         }
+    }
+}
+
+/// [`wait`]'s step for a helper: its exit status as an ending.
+fn wait_child(child: &mut Child, limit: Duration) -> Result<Option<Ending>, String> {
+    use std::os::unix::process::ExitStatusExt;
+    match child.wait_timeout(limit) {
+        Ok(Some(status)) => Ok(Some(match (status.code(), status.signal()) {
+            (Some(code), _) => Ending::Exited(code),
+            (None, Some(sig)) => Ending::Signaled(sig),
+            (None, None) => Ending::Exited(-1),
+        })),
+        Ok(None) => Ok(None),
+        Err(e) => Err(format!("cannot wait for the tool: {e}")),
     }
 }
 
@@ -569,7 +578,11 @@ fn finish_server_call(
             .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
     ];
     let readers = Readers::spawn(pipes, req, &sinks, killer.clone(), &flooded);
-    let ending = wait_server_call(&mut call, req, &flooded);
+    let ending = wait(
+        |limit| Ok(call.wait_for(limit)?.map(Ending::Exited)),
+        req,
+        &flooded,
+    );
     // The namespace's PID 1 is gone or goes now: every process in it with it.
     killer.kill();
     if let Some(cg) = cgroup {
@@ -584,38 +597,6 @@ fn finish_server_call(
         stderr,
         duration: started.elapsed(),
         notes,
-    }
-}
-
-/// [`wait`] for a spawn server's call.
-fn wait_server_call(
-    call: &mut spawn_server::ServerCall,
-    req: &ExecRequest<'_>,
-    flooded: &AtomicBool,
-) -> Ending {
-    let deadline = Instant::now().checked_add(req.timeout);
-    let slice = Duration::from_millis(50);
-    loop {
-        let left = deadline.map_or(Duration::MAX, |d| {
-            d.saturating_duration_since(Instant::now())
-        });
-        if left.is_zero() {
-            return Ending::TimedOut;
-        }
-        match call.wait_for(left.min(slice)) {
-            Ok(Some(code)) => {
-                if flooded.load(std::sync::atomic::Ordering::SeqCst) {
-                    return Ending::Flooded;
-                }
-                return Ending::Exited(code);
-            }
-            Ok(None) => {
-                if req.cancel.is_cancelled() {
-                    return Ending::Cancelled;
-                }
-            }
-            Err(e) => return Ending::SpawnFailed(e),
-        }
     }
 }
 

@@ -76,8 +76,20 @@ pub struct Ready {
     pub error: Option<String>,
 }
 
+/// What every child of this server starts from.
+struct Served {
+    setup: Setup,
+    prepared: Prepared,
+    /// The workspace by name (see [`serve`]).
+    workspace: std::path::PathBuf,
+    /// A pidfd of the server itself, for its children's check that it is alive.
+    me: OwnedFd,
+}
+
 /// One running child.
 struct Running {
+    /// The child's pid: its process group too (it makes itself a session leader).
+    pid: Pid,
     pidfd: OwnedFd,
     call: OwnedFd,
 }
@@ -91,6 +103,77 @@ pub fn spawn_server_main() -> i32 {
 }
 
 fn serve() -> Result<(), String> {
+    let ctrl = confine_self()?;
+    let me = pidfd_open(nix::unistd::getpid()).map_err(|e| format!("pidfd_open: {e}"))?;
+    let setup = read_setup(&ctrl)?;
+    // The workspace by name, entered again by each child: a directory moved or
+    // replaced under the server is not where calls run.
+    let workspace = std::env::current_dir().map_err(|e| format!("working directory: {e}"))?;
+    let prepared = Prepared::new(&setup.confine);
+    let served = Served {
+        setup,
+        prepared,
+        workspace,
+        me,
+    };
+    send_json(&ctrl, &Ready { error: None })?;
+    let mut running: Vec<Running> = Vec::new();
+    let mut open = true;
+    while open || !running.is_empty() {
+        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(running.len() + 1);
+        fds.push(libc::pollfd {
+            fd: if open { ctrl.as_raw_fd() } else { -1 },
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        fds.extend(running.iter().map(|r| libc::pollfd {
+            fd: r.pidfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }));
+        // SAFETY: `fds` is a valid array of `fds.len()` pollfd.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+        if n < 0 {
+            if Errno::last() == Errno::EINTR {
+                continue;
+            }
+            return Err(format!("poll: {}", Errno::last()));
+        }
+        // Ended children first: their slots are reused below.
+        let ended: Vec<usize> = fds[1..]
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.revents != 0)
+            .map(|(i, _)| i)
+            .collect();
+        for i in ended.into_iter().rev() {
+            let r = running.swap_remove(i);
+            // Its group dies before it is reaped, while its pid still names it:
+            // what the namespace's end does not take (a best_effort sandbox
+            // without one) goes here, as a helper's process group does.
+            let _ = nix::sys::signal::killpg(r.pid, nix::sys::signal::Signal::SIGKILL);
+            let code = reap(&r.pidfd);
+            let _ = send_record(&r.call, EXITED, code, None);
+        }
+        if open && fds[0].revents != 0 {
+            match receive_call(&ctrl) {
+                Ok(Some(call)) => {
+                    if let Some(r) = start(&served, call) {
+                        running.push(r);
+                    }
+                }
+                Ok(None) => open = false,
+                Err(Errno::EINTR | Errno::EAGAIN) => {}
+                Err(_) => open = false,
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The server's own confinement: it dies with the daemon, is not dumpable, has
+/// its own session and no descriptor but the control socket, which it returns.
+fn confine_self() -> Result<OwnedFd, String> {
     let parent = nix::unistd::getppid();
     // Dies with the daemon's spawner thread, even on kill -9.
     nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).map_err(|e| e.to_string())?;
@@ -124,58 +207,7 @@ fn serve() -> Result<(), String> {
         unsafe { libc::dup2(null.as_raw_fd(), fd) };
     }
     drop(null);
-    let me = pidfd_open(nix::unistd::getpid()).map_err(|e| format!("pidfd_open: {e}"))?;
-    let setup = read_setup(&ctrl)?;
-    let prepared = Prepared::new(&setup.confine);
-    send_json(&ctrl, &Ready { error: None })?;
-    let mut running: Vec<Running> = Vec::new();
-    let mut open = true;
-    while open || !running.is_empty() {
-        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(running.len() + 1);
-        fds.push(libc::pollfd {
-            fd: if open { ctrl.as_raw_fd() } else { -1 },
-            events: libc::POLLIN,
-            revents: 0,
-        });
-        fds.extend(running.iter().map(|r| libc::pollfd {
-            fd: r.pidfd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        }));
-        // SAFETY: `fds` is a valid array of `fds.len()` pollfd.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
-        if n < 0 {
-            if Errno::last() == Errno::EINTR {
-                continue;
-            }
-            return Err(format!("poll: {}", Errno::last()));
-        }
-        // Ended children first: their slots are reused below.
-        let ended: Vec<usize> = fds[1..]
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.revents != 0)
-            .map(|(i, _)| i)
-            .collect();
-        for i in ended.into_iter().rev() {
-            let r = running.swap_remove(i);
-            let code = reap(&r.pidfd);
-            let _ = send_record(&r.call, EXITED, code, None);
-        }
-        if open && fds[0].revents != 0 {
-            match receive_call(&ctrl) {
-                Ok(Some(call)) => {
-                    if let Some(r) = start(&setup, &prepared, &me, call) {
-                        running.push(r);
-                    }
-                }
-                Ok(None) => open = false,
-                Err(Errno::EINTR | Errno::EAGAIN) => {}
-                Err(_) => open = false,
-            }
-        }
-    }
-    Ok(())
+    Ok(ctrl)
 }
 
 fn read_setup(ctrl: &OwnedFd) -> Result<Setup, String> {
@@ -251,7 +283,7 @@ fn receive_call(ctrl: &OwnedFd) -> Result<Option<CallFds>, Errno> {
 }
 
 /// Forks the child of `call`; its record of starting is sent from here.
-fn start(setup: &Setup, prepared: &Prepared, me: &OwnedFd, call: CallFds) -> Option<Running> {
+fn start(served: &Served, call: CallFds) -> Option<Running> {
     let mut flags = libc::CLONE_NEWPID | libc::CLONE_NEWIPC;
     if !nix::unistd::Uid::effective().is_root() {
         flags |= libc::CLONE_NEWUSER;
@@ -265,7 +297,7 @@ fn start(setup: &Setup, prepared: &Prepared, me: &OwnedFd, call: CallFds) -> Opt
         pid = clone(0);
     }
     match pid {
-        Ok(0) => child(setup, prepared, me, &call, namespaces),
+        Ok(0) => child(served, &call, namespaces),
         Ok(pid) => {
             let pid = Pid::from_raw(pid);
             let CallFds { call, .. } = call;
@@ -275,7 +307,7 @@ fn start(setup: &Setup, prepared: &Prepared, me: &OwnedFd, call: CallFds) -> Opt
                         // The daemon gave the call up: the child must not run alone.
                         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
                     }
-                    Some(Running { pidfd, call })
+                    Some(Running { pid, pidfd, call })
                 }
                 Err(_) => {
                     let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
@@ -313,13 +345,13 @@ fn clone(flags: libc::c_int) -> Result<libc::pid_t, Errno> {
 }
 
 /// The child: joins the call, reads its job, confines itself and runs it.
-fn child(
-    setup: &Setup,
-    prepared: &Prepared,
-    me: &OwnedFd,
-    call: &CallFds,
-    namespaces: Result<(), Errno>,
-) -> ! {
+fn child(served: &Served, call: &CallFds, namespaces: Result<(), Errno>) -> ! {
+    let Served {
+        setup,
+        prepared,
+        workspace,
+        me,
+    } = served;
     // Armed first, then checked: a server that dies from here on takes this
     // process with it, and one that died before is seen.
     let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
@@ -372,6 +404,12 @@ fn child(
         .and_then(|null| nix::unistd::dup2_stdin(&null).map_err(std::io::Error::from))
     {
         refuse(&format!("cannot reopen stdin on /dev/null: {e}"));
+    }
+    if let Err(e) = std::env::set_current_dir(workspace) {
+        refuse(&format!(
+            "cannot enter the workspace {}: {e}",
+            workspace.display()
+        ));
     }
     if req.confine != setup.confine {
         refuse(

@@ -217,6 +217,19 @@ fn a_call_whose_server_dies_ends_and_its_tree_with_it() {
     }
 }
 
+/// `harnessd run` on `root` against `api`, every tool allowed.
+fn start_run(root: &TestRoot, api: &FakeApi) -> std::process::Child {
+    root.set_config("api", "base_url", &format!("{:?}", api.url));
+    root.edit_settings(|s| {
+        s["tools"]["default"] = json!("allow");
+    });
+    root.command(&["run", "--yes", "x"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 /// The spawn server of `daemon` and the process of its call that sleeps `mark`
 /// seconds, once both run.
 fn running_call(daemon: &mut std::process::Child, mark: &str) -> (u32, u32) {
@@ -248,16 +261,7 @@ fn no_spawn_server_survives_the_daemon_killed() {
         Reply::text("done"),
     ]);
     let root = TestRoot::new(&api.url);
-    root.set_config("api", "base_url", &format!("{:?}", api.url));
-    root.edit_settings(|s| {
-        s["tools"]["default"] = json!("allow");
-    });
-    let mut daemon = root
-        .command(&["run", "--yes", "x"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut daemon = start_run(&root, &api);
     let (server, sleep) = running_call(&mut daemon, mark);
     daemon.kill().unwrap();
     daemon.wait().unwrap();
@@ -273,16 +277,7 @@ fn no_spawn_server_survives_the_daemon_that_finished() {
         Reply::text("done"),
     ]);
     let root = TestRoot::new(&api.url);
-    root.set_config("api", "base_url", &format!("{:?}", api.url));
-    root.edit_settings(|s| {
-        s["tools"]["default"] = json!("allow");
-    });
-    let mut daemon = root
-        .command(&["run", "--yes", "x"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut daemon = start_run(&root, &api);
     let start = Instant::now();
     let mut seen = Vec::new();
     while daemon.try_wait().unwrap().is_none() {
@@ -364,4 +359,36 @@ fn a_tool_cannot_reach_its_spawn_server_as_root() {
 #[test]
 fn a_tool_cannot_reach_its_spawn_server_as_an_unprivileged_daemon() {
     attack_the_server(Some(61012));
+}
+
+#[test]
+fn a_workspace_replaced_under_its_server_is_where_the_next_call_runs() {
+    let (root, workspace, confine) = setup();
+    let executor = executor();
+    let first = run(&executor, &workspace, &confine, "echo old > marker");
+    assert_eq!(first.ending, Ending::Exited(0), "{}", first.stderr.text());
+    let server = executor.spawn_server_pids();
+    // The operator moves the workspace aside and makes a new one at its name.
+    let aside = workspace.with_file_name("workspace.old");
+    std::fs::rename(&workspace, &aside).unwrap();
+    std::fs::create_dir(&workspace).unwrap();
+    let tool_user = std::fs::read_to_string(root.dir.join("config/sandbox-uid"))
+        .map(|u| u.trim().to_string())
+        .unwrap_or_else(|_| "nobody".into());
+    prepare_workspace(&workspace, &tool_user).unwrap();
+    let next = run(&executor, &workspace, &confine, "cat marker 2>&1; pwd -P");
+    assert_eq!(
+        executor.spawn_server_pids(),
+        server,
+        "the same server served both"
+    );
+    let text = next.stdout.text();
+    assert!(
+        text.contains("No such file"),
+        "the call ran in the old directory: {text}"
+    );
+    assert!(
+        text.trim_end().ends_with(&workspace.display().to_string()),
+        "{text}"
+    );
 }
