@@ -47,8 +47,13 @@ pub const SERVICE_NAME_ENV: &str = "OTEL_SERVICE_NAME";
 /// More resource attributes, `key=value,key=value`.
 pub const RESOURCE_ENV: &str = "OTEL_RESOURCE_ATTRIBUTES";
 
-/// How long the end of `run` (or `serve`) waits for the last spans to leave.
-const FLUSH_BOUND: Duration = Duration::from_secs(2);
+/// How long the end of `run` (or `serve`) waits for the log's last records to
+/// become spans.
+const APPLY_BOUND: Duration = Duration::from_secs(1);
+/// How long it then waits for the last spans to leave: one export request's own
+/// timeout and a second, so a batch already on its way under load does not cost
+/// the batch queued behind it (the run's root span is often that one).
+const FLUSH_BOUND: Duration = Duration::from_secs(export::EXPORT_TIMEOUT.as_secs() + 1);
 
 /// Telemetry as configured: where to, what it carries, the resource.
 #[derive(Debug, Clone, PartialEq)]
@@ -349,7 +354,7 @@ impl Telemetry {
     /// what is queued, within a short bound; what is left is counted dropped.
     pub async fn shutdown(&self, last_seq: u64) {
         let Some(on) = self.on.clone() else { return };
-        let deadline = tokio::time::Instant::now() + FLUSH_BOUND / 2;
+        let deadline = tokio::time::Instant::now() + APPLY_BOUND;
         while on.applied.load(Ordering::Relaxed) < last_seq
             && tokio::time::Instant::now() < deadline
         {

@@ -633,6 +633,12 @@ fn failures_are_error_spans() {
     let out = root.run(&["run", "go"]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let spans = receiver.spans();
+    // `run` has exited: what it lost it said on stderr.
+    assert!(
+        named(&spans, "invoke_agent").len() == 1,
+        "no root span; run said: {}",
+        stderr(&out)
+    );
     let call = one(&spans, "execute_tool no_such_tool");
     assert_eq!(call["status"]["code"], 2, "{call}");
     let mut chats = named(&spans, "chat ");
