@@ -36,7 +36,8 @@ pub use delegate::{Delegates, Tree};
 pub use guard::install_panic_hook;
 pub use resume::queued_transcript;
 pub use transcript::{
-    LockError, RunLock, Spent, Transcript, TranscriptHead, TurnRecord, Unsaved, prompt_head_of,
+    LockError, RunLock, SaveInFlight, Spent, Transcript, TranscriptHead, TurnRecord, Unsaved,
+    prompt_head_of,
 };
 pub use turn::SUMMARY_REQUEST;
 
@@ -223,11 +224,29 @@ struct TaskRun<'a> {
     /// The skills and `AGENTS.md` read at this run's start: the system prompt's
     /// additions and what `load_skill` answers from, whatever the files do later.
     knowledge: Arc<crate::knowledge::Knowledge>,
+    /// The save started after a turn's calls ([`TaskRun::save_soon`]), still being
+    /// written while the next request goes out; every later save waits for it
+    /// first, so saves land in order and none is lost unnoticed.
+    saving: Option<SaveInFlight>,
 }
 
 impl TaskRun<'_> {
+    /// Waits for the save in flight, if any; `Err` is why it failed (logged here).
+    async fn settle_save(&mut self) -> Result<(), String> {
+        let Some(saving) = self.saving.take() else {
+            return Ok(());
+        };
+        saving.finished().await.map_err(|e| {
+            tracing::error!("cannot save transcript {}: {e}", self.spec.task_id);
+            format!("cannot save the transcript: {e}")
+        })
+    }
+
     /// Saves the transcript; `Err` is why it could not be saved (also logged).
-    async fn save(&self) -> Result<(), String> {
+    /// A failed save in flight before it does not count once this one, which
+    /// holds everything that one did, is on disk.
+    async fn save(&mut self) -> Result<(), String> {
+        let _ = self.settle_save().await;
         let dir = self.loaded.paths.transcripts.clone();
         let unsaved = &self.env.services.unsaved;
         match self.transcript.save_async(dir).await {
@@ -254,12 +273,50 @@ impl TaskRun<'_> {
         let Err(error) = saved else {
             return Ok(());
         };
+        self.stop_unsaved(pending, error).await
+    }
+
+    /// Waits for the save in flight before anything of a new response happens:
+    /// if it failed, the task stops with `error` as if the save had been waited
+    /// for, `pending` (the response's calls) answered unexecuted. What the failed
+    /// save held is in the log and in the transcript kept in memory.
+    async fn settle_or_stop(&mut self, pending: &[ToolUse]) -> Result<(), Halt> {
+        match self.settle_save().await {
+            Ok(()) => Ok(()),
+            Err(error) => {
+                self.env.services.unsaved.keep(&self.transcript);
+                self.stop_unsaved(pending, error).await
+            }
+        }
+    }
+
+    /// The task stops with `error` because its transcript could not be saved.
+    async fn stop_unsaved(&mut self, pending: &[ToolUse], error: String) -> Result<(), Halt> {
         if !pending.is_empty() {
             let why = "not executed: the task's transcript could not be saved, so the task \
                        stops here";
             self.unexecuted(pending, why).await?;
         }
         Err(Halt::Stop(StopReason::Error, Some(error)))
+    }
+
+    /// Starts a save that the task may go on without (after a turn's calls: its
+    /// next request does not wait for the disk). Nothing is lost if it fails: the
+    /// next save, which every call waits for ([`TaskRun::save_or_stop`]), holds it
+    /// all, and a crash before then leaves calls whose results the log has, which
+    /// the next start brings into the transcript. If the save before it failed,
+    /// this one is made in full and the task stops if it fails too.
+    async fn save_soon(&mut self) -> Result<(), Halt> {
+        if self.settle_save().await.is_err() {
+            return self.save_or_stop(&[]).await;
+        }
+        let dir = self.loaded.paths.transcripts.clone();
+        match self.transcript.save_started(dir) {
+            Ok(saving) => self.saving = Some(saving),
+            Err(_) => return self.save_or_stop(&[]).await,
+        }
+        self.hold = Hold::default();
+        Ok(())
     }
 
     /// Records `event` as this task's.
@@ -349,6 +406,7 @@ pub async fn run_task(env: &TaskEnv, spec: &TaskSpec) -> Result<TaskOutcome, Eve
         compact_due: None,
         used_ids,
         hold: Hold::default(),
+        saving: None,
     };
     let (reason, error, panic) = match guard::catch(run.drive()).await {
         Ok(Halt::Stop(reason, error)) => (reason, error, None),

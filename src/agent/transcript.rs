@@ -253,11 +253,18 @@ impl Transcript {
     /// [`Transcript::save`] from async code: serialised here, written on a blocking
     /// thread so a slow disk never stalls the runtime's workers.
     pub async fn save_async(&self, dir: PathBuf) -> std::io::Result<()> {
+        self.save_started(dir)?.finished().await
+    }
+
+    /// [`Transcript::save_async`] without the wait: the transcript as it is now is
+    /// serialised here and written on a blocking thread; the handle tells how the
+    /// write went.
+    pub fn save_started(&self, dir: PathBuf) -> std::io::Result<SaveInFlight> {
         let bytes = serde_json::to_vec(self).map_err(std::io::Error::other)?;
         let task_id = self.task_id.clone();
-        tokio::task::spawn_blocking(move || Transcript::write(&dir, &task_id, &bytes))
-            .await
-            .map_err(std::io::Error::other)?
+        Ok(SaveInFlight(tokio::task::spawn_blocking(move || {
+            Transcript::write(&dir, &task_id, &bytes)
+        })))
     }
 
     /// Writes `bytes` (a serialised transcript) as `task_id`'s transcript in `dir`,
@@ -284,6 +291,20 @@ impl Transcript {
         std::fs::rename(&tmp, &path).inspect_err(|_| {
             let _ = std::fs::remove_file(&tmp);
         })
+    }
+}
+
+/// A transcript save whose write (temp file, rename) is under way on a blocking
+/// thread. On ext4 the rename over the last save starts the new file's writeback
+/// (`auto_da_alloc`), most of a millisecond that a task need not wait for before
+/// its next request.
+#[must_use = "a save in flight is awaited, so that saves land in order"]
+pub struct SaveInFlight(tokio::task::JoinHandle<std::io::Result<()>>);
+
+impl SaveInFlight {
+    /// Waits for the write; its result.
+    pub async fn finished(self) -> std::io::Result<()> {
+        self.0.await.map_err(std::io::Error::other)?
     }
 }
 

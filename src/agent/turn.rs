@@ -51,6 +51,7 @@ impl TaskRun<'_> {
         self.turn += 1;
         let summary = self.begin_turn(max_turns);
         let (model_stop, uses) = self.send(&loaded, summary).await?;
+        self.settle_or_stop(&uses).await?;
         let limits = &loaded.config.loop_;
         match self
             .after_response(&model_stop, &uses, summary, max_turns)
@@ -77,7 +78,7 @@ impl TaskRun<'_> {
             calls::execute_calls(self.env, task_id, loaded.clone(), &uses, ledger, at).await?;
         self.push_user(blocks);
         self.absorb_children();
-        self.save_or_stop(&[]).await?;
+        self.save_soon().await?;
         // Children spend too: once they have used the budget up, the parent sends
         // nothing more.
         match self.budget_used_up(&loaded.config.loop_) {
