@@ -8,6 +8,9 @@
 //! - peak RSS of `harnessd run` during an endless-output attack (`yes`) against a
 //!   task with no tool.
 //!
+//! `BENCH_SPAWN_PROFILE=N` makes only N calls through the spawn server (for a
+//! profiler; `BENCH_SPAWN_RO=1`: the read-only profile) and prints nothing.
+//!
 //! Run: `cargo bench --bench sandbox_spawn` (prints the figures; asserts nothing).
 #![allow(
     clippy::unwrap_used,
@@ -107,6 +110,18 @@ fn spawn_figures() {
             assert_eq!(o.ending, Ending::Exited(0), "{}", o.stderr.text());
         })
     };
+    // BENCH_SPAWN_PROFILE=N: only N calls through the spawn server, for a
+    // profiler (`perf record -a -g -- …`), and no figures.
+    if let Some(n) = std::env::var("BENCH_SPAWN_PROFILE")
+        .ok()
+        .and_then(|n| n.parse::<usize>().ok())
+    {
+        let ro = std::env::var("BENCH_SPAWN_RO").is_ok();
+        for _ in 0..n / RUNS {
+            measure(&served, if ro { &read_only } else { &confine });
+        }
+        return;
+    }
     let sandboxed = measure(&served, &confine);
     let sandboxed_ro = measure(&served, &read_only);
     let helper = measure(&one_off, &confine);

@@ -19,6 +19,9 @@
 //! telemetry exported to a local sink — and prints the median of each way's
 //! median gap, with the hook program's own run time for comparison.
 //!
+//! `BENCH_WRAP` runs harnessd under a profiler (`BENCH_WRAP="perf record -g -o
+//! /tmp/p.data --"`).
+//!
 //! Run: `cargo bench --bench turn_gap` (prints the figures; asserts nothing).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 // A figure run reads top to bottom; the function-length limit is for the crate.
@@ -269,7 +272,15 @@ fn run_task(stream: bool, extra: Extra, command: &str, verbose: bool) -> Duratio
     api.stream_chunks_of(0);
     let root = setup(&api.url, turns, stream, extra);
     let started = Instant::now();
-    let child = Command::new(env!("CARGO_BIN_EXE_harnessd"))
+    // BENCH_WRAP runs harnessd under a profiler, e.g. `perf record -g -o FILE --`.
+    let wrap = std::env::var("BENCH_WRAP").unwrap_or_default();
+    let mut words = wrap
+        .split_whitespace()
+        .map(str::to_string)
+        .collect::<Vec<_>>();
+    words.push(env!("CARGO_BIN_EXE_harnessd").to_string());
+    let child = Command::new(&words[0])
+        .args(&words[1..])
         .arg("--root")
         .arg(&root)
         .args(["run", "say hi fifty times"])
