@@ -206,13 +206,30 @@ fn fake_rate(url: &str, clients: usize, per_client: usize) -> f64 {
                         body.len()
                     )
                     .unwrap();
-                    let mut sink = Vec::new();
-                    let _ = c.read_to_end(&mut sink);
+                    read_response(&mut c);
                 }
             });
         }
     });
     (clients * per_client) as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Reads one HTTP response (headers, then `content-length` bytes of body): the
+/// fake keeps a connection open whatever the request says.
+fn read_response(c: &mut std::net::TcpStream) {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") && c.read(&mut byte).unwrap_or(0) == 1 {
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    let length = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(0);
+    let mut body = vec![0u8; length];
+    let _ = c.read_exact(&mut body);
 }
 
 /// One run of `2 × slots` tasks of `turns` turns against a fake that answers
