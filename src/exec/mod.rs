@@ -286,19 +286,7 @@ impl Executor {
         // jobs left behind would also hold our pipes open.
         kill_tree(pgid);
         let _ = child.wait();
-        if let Some(cg) = cgroup {
-            cg.release();
-        }
-        let mut notes = Vec::new();
-        notes.extend(readers.drain());
-        let [stdout, stderr] = snapshot(sinks, &mut notes);
-        ExecOutcome {
-            ending,
-            stdout,
-            stderr,
-            duration: started.elapsed(),
-            notes,
-        }
+        outcome(ending, readers, sinks, cgroup, started)
     }
 
     /// The outcome of a job whose helper could not be started.
@@ -585,11 +573,22 @@ fn finish_server_call(
     );
     // The namespace's PID 1 is gone or goes now: every process in it with it.
     killer.kill();
+    outcome(ending, readers, sinks, cgroup, started)
+}
+
+/// A call's outcome once its tree is gone: the call cgroup given back, the
+/// readers' last output drained, what they kept.
+fn outcome(
+    ending: Ending,
+    readers: Readers,
+    sinks: [Arc<Mutex<Sink>>; 2],
+    cgroup: Option<cgroup::CallCgroup>,
+    started: Instant,
+) -> ExecOutcome {
     if let Some(cg) = cgroup {
         cg.release();
     }
-    let mut notes = Vec::new();
-    notes.extend(readers.drain());
+    let mut notes: Vec<String> = readers.drain().into_iter().collect();
     let [stdout, stderr] = snapshot(sinks, &mut notes);
     ExecOutcome {
         ending,
