@@ -232,11 +232,12 @@ struct TaskRun<'a> {
 
 impl TaskRun<'_> {
     /// Waits for the save in flight, if any; `Err` is why it failed (logged here).
+    /// A failure leaves the transcript kept to be saved again.
     async fn settle_save(&mut self) -> Result<(), String> {
         let Some(saving) = self.saving.take() else {
             return Ok(());
         };
-        saving.finished().await.map_err(|e| {
+        saving.finished(&self.transcript).await.map_err(|e| {
             tracing::error!("cannot save transcript {}: {e}", self.spec.task_id);
             format!("cannot save the transcript: {e}")
         })
@@ -249,16 +250,23 @@ impl TaskRun<'_> {
         let _ = self.settle_save().await;
         let dir = self.loaded.paths.transcripts.clone();
         let unsaved = &self.env.services.unsaved;
-        match self.transcript.save_async(dir).await {
+        // Owed from here until settled, so no checkpoint is written in between; a
+        // failure keeps the transcript (it disagrees with the log until a save
+        // succeeds: the daemon saves it again once the disk takes it).
+        let saved = match unsaved.start_save(&self.transcript, dir) {
+            Ok(saving) => saving.finished(&self.transcript).await,
+            Err(e) => {
+                unsaved.keep(&self.transcript);
+                Err(e)
+            }
+        };
+        match saved {
             Ok(()) => {
                 unsaved.forget(&self.spec.task_id);
                 Ok(())
             }
             Err(e) => {
                 tracing::error!("cannot save transcript {}: {e}", self.spec.task_id);
-                // The transcript disagrees with the log until a save succeeds: the
-                // daemon saves this one again once the disk takes it.
-                unsaved.keep(&self.transcript);
                 Err(format!("cannot save the transcript: {e}"))
             }
         }
@@ -283,10 +291,7 @@ impl TaskRun<'_> {
     async fn settle_or_stop(&mut self, pending: &[ToolUse]) -> Result<(), Halt> {
         match self.settle_save().await {
             Ok(()) => Ok(()),
-            Err(error) => {
-                self.env.services.unsaved.keep(&self.transcript);
-                self.stop_unsaved(pending, error).await
-            }
+            Err(error) => self.stop_unsaved(pending, error).await,
         }
     }
 
@@ -311,7 +316,7 @@ impl TaskRun<'_> {
             return self.save_or_stop(&[]).await;
         }
         let dir = self.loaded.paths.transcripts.clone();
-        match self.transcript.save_started(dir) {
+        match self.env.services.unsaved.start_save(&self.transcript, dir) {
             Ok(saving) => self.saving = Some(saving),
             Err(_) => return self.save_or_stop(&[]).await,
         }

@@ -253,18 +253,11 @@ impl Transcript {
     /// [`Transcript::save`] from async code: serialised here, written on a blocking
     /// thread so a slow disk never stalls the runtime's workers.
     pub async fn save_async(&self, dir: PathBuf) -> std::io::Result<()> {
-        self.save_started(dir)?.finished().await
-    }
-
-    /// [`Transcript::save_async`] without the wait: the transcript as it is now is
-    /// serialised here and written on a blocking thread; the handle tells how the
-    /// write went.
-    pub fn save_started(&self, dir: PathBuf) -> std::io::Result<SaveInFlight> {
         let bytes = serde_json::to_vec(self).map_err(std::io::Error::other)?;
         let task_id = self.task_id.clone();
-        Ok(SaveInFlight(tokio::task::spawn_blocking(move || {
-            Transcript::write(&dir, &task_id, &bytes)
-        })))
+        tokio::task::spawn_blocking(move || Transcript::write(&dir, &task_id, &bytes))
+            .await
+            .map_err(std::io::Error::other)?
     }
 
     /// Writes `bytes` (a serialised transcript) as `task_id`'s transcript in `dir`,
@@ -294,17 +287,42 @@ impl Transcript {
     }
 }
 
-/// A transcript save whose write (temp file, rename) is under way on a blocking
-/// thread. On ext4 the rename over the last save starts the new file's writeback
-/// (`auto_da_alloc`), most of a millisecond that a task need not wait for before
-/// its next request.
-#[must_use = "a save in flight is awaited, so that saves land in order"]
-pub struct SaveInFlight(tokio::task::JoinHandle<std::io::Result<()>>);
+/// A task's transcript save whose write (temp file, rename) is under way on a
+/// blocking thread. On ext4 the rename over the last save starts the new file's
+/// writeback (`auto_da_alloc`), most of a millisecond that a task need not wait
+/// for before its next request. The save counts as owed ([`Unsaved::is_empty`]
+/// is false) until it has landed, and a failed one until its task has kept the
+/// transcript ([`SaveInFlight::finished`]), so no `checkpoint` can claim the
+/// transcripts are in line with the log while one may not be.
+#[must_use = "a save in flight is settled, so that saves land in order and a failure is kept"]
+pub struct SaveInFlight {
+    write: tokio::task::JoinHandle<(std::io::Result<()>, Option<Owed>)>,
+    unsaved: Unsaved,
+}
 
 impl SaveInFlight {
-    /// Waits for the write; its result.
-    pub async fn finished(self) -> std::io::Result<()> {
-        self.0.await.map_err(std::io::Error::other)?
+    /// Waits for the write. A failure keeps `latest` (the transcript as it is
+    /// now, which holds all the failed save did) to be saved again, before the
+    /// save stops counting as owed.
+    pub async fn finished(self, latest: &Transcript) -> std::io::Result<()> {
+        let (written, owed) = match self.write.await {
+            Ok(done) => done,
+            Err(e) => (Err(std::io::Error::other(e)), None),
+        };
+        if written.is_err() {
+            self.unsaved.keep(latest);
+        }
+        drop(owed);
+        written
+    }
+}
+
+/// One save in flight, counted in [`Unsaved`] for as long as it lives.
+struct Owed(std::sync::Arc<AtomicU64>);
+
+impl Drop for Owed {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -315,6 +333,8 @@ impl SaveInFlight {
 #[derive(Clone, Default)]
 pub struct Unsaved {
     kept: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, Transcript>>>,
+    /// Saves started by tasks and not yet settled ([`SaveInFlight`]).
+    in_flight: std::sync::Arc<AtomicU64>,
 }
 
 impl Unsaved {
@@ -332,9 +352,30 @@ impl Unsaved {
         }
     }
 
-    /// Whether no transcript is owed a save.
+    /// Whether no transcript is owed a save: none kept after a failure, none
+    /// in flight.
     pub fn is_empty(&self) -> bool {
-        self.kept.lock().map_or(true, |k| k.is_empty())
+        self.in_flight.load(Ordering::SeqCst) == 0
+            && self.kept.lock().map_or(true, |k| k.is_empty())
+    }
+
+    /// Starts saving `t` (as it is now) into `dir` on a blocking thread: owed
+    /// until it lands, or, if it fails, until it is settled.
+    pub fn start_save(&self, t: &Transcript, dir: PathBuf) -> std::io::Result<SaveInFlight> {
+        let bytes = serde_json::to_vec(t).map_err(std::io::Error::other)?;
+        let task_id = t.task_id.clone();
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let owed = Owed(self.in_flight.clone());
+        let write = tokio::task::spawn_blocking(move || {
+            let written = Transcript::write(&dir, &task_id, &bytes);
+            // Landed: nothing is owed. Failed: owed until the task keeps it.
+            let owed = written.is_err().then_some(owed);
+            (written, owed)
+        });
+        Ok(SaveInFlight {
+            write,
+            unsaved: self.clone(),
+        })
     }
 
     /// Saves the kept transcripts into `dir`, oldest task id first; stops at the
@@ -483,5 +524,55 @@ mod tests {
         let t: Transcript = serde_json::from_value(old.clone()).unwrap();
         assert_eq!((t.max_turns, t.source, t.by.as_deref()), (None, None, None));
         assert_eq!(serde_json::to_value(&t).unwrap(), old);
+    }
+
+    fn transcript(id: &str) -> Transcript {
+        serde_json::from_value(serde_json::json!({
+            "task_id": id, "model": "m", "created": "2026-01-01T00:00:00.000Z",
+            "status": "running", "stop_reason": null, "answer": null,
+            "usage": {"input_tokens": 0, "output_tokens": 0,
+                      "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
+            "messages": [], "turns": []
+        }))
+        .unwrap()
+    }
+
+    /// A failed save stays owed until settled, then is kept, so a checkpoint
+    /// waits for it; one that landed owes nothing; a dropped one (a task that
+    /// panicked) owes nothing once its write ends.
+    #[tokio::test]
+    async fn a_failed_save_is_owed_until_its_task_keeps_the_transcript() {
+        let dir = tempfile::tempdir().unwrap();
+        let unsaved = Unsaved::default();
+        let t = transcript("t-ok");
+        let saving = unsaved.start_save(&t, dir.path().to_path_buf()).unwrap();
+        saving.finished(&t).await.unwrap();
+        assert!(unsaved.is_empty());
+        assert!(dir.path().join("t-ok.json").exists());
+
+        // A directory that cannot be made: a file stands at its path.
+        let blocked = dir.path().join("file").join("sub");
+        std::fs::write(dir.path().join("file"), "").unwrap();
+        let t = transcript("t-fails");
+        let saving = unsaved.start_save(&t, blocked.clone()).unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert!(
+            !unsaved.is_empty(),
+            "a failed write is owed before it is settled"
+        );
+        assert!(saving.finished(&t).await.is_err());
+        assert!(!unsaved.is_empty(), "a failed save is kept, still owed");
+        unsaved.forget("t-fails");
+        assert!(unsaved.is_empty());
+
+        drop(unsaved.start_save(&t, blocked).unwrap());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !unsaved.is_empty() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "a dropped save stays owed"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
     }
 }
