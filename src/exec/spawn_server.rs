@@ -32,7 +32,8 @@ use super::cgroup::CallCgroup;
 use super::spare::Spares;
 use super::tool_environment;
 use crate::sandbox::spawn_server::{
-    EXITED, MAX_SETUP_BYTES, Ready, SPAWN_SERVER_ARG, STARTED, Setup, read_record,
+    CALL_COMMAND, CALL_COPY, EXITED, MAX_SETUP_BYTES, RETIRED, Ready, SPAWN_SERVER_ARG, STARTED,
+    Setup, read_record,
 };
 use crate::sandbox::{Confinement, HelperRequest};
 
@@ -150,16 +151,30 @@ impl SpawnServers {
                 .map_err(|e| StartError::NotSent(format!("cannot open the call's cgroup: {e}")))?,
             None => Vec::new(),
         };
+        // A command's child may share the server's memory until it execs; any
+        // other job's gets a copy (see the server's `Shared`).
+        let tag = if request.job.is_command() {
+            CALL_COMMAND
+        } else {
+            CALL_COPY
+        };
         // A server that died since its last call is noticed when the message
-        // cannot be sent; its successor gets it (once: a second failure is the
-        // host's, not a stale server's).
+        // cannot be sent, one that retired itself by its answer; its successor
+        // gets the call (once: a second failure is the host's, not a stale
+        // server's).
         let mut last = String::new();
         for _ in 0..2 {
             let server = self
                 .server_for(spares, workspace, &request.confine)
                 .map_err(StartError::NotSent)?;
-            match send_call(&server, &procs) {
-                Ok(sent) => return finish_start(sent, &job),
+            match send_call(&server, &procs, tag) {
+                Ok(sent) => match finish_start(sent, &job)? {
+                    Some(call) => return Ok(call),
+                    None => {
+                        last = "the spawn server retired".into();
+                        self.retire(&server);
+                    }
+                },
                 Err(e) => {
                     last = e;
                     self.retire(&server);
@@ -316,8 +331,8 @@ struct Sent {
     stderr: std::fs::File,
 }
 
-/// Sends one call message; an error means nothing was sent.
-fn send_call(server: &Server, procs: &[std::fs::File]) -> Result<Sent, String> {
+/// Sends one call message, tagged `tag`; an error means nothing was sent.
+fn send_call(server: &Server, procs: &[std::fs::File], tag: u8) -> Result<Sent, String> {
     let (sock, theirs) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
     let (out_r, out_w) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
@@ -327,7 +342,7 @@ fn send_call(server: &Server, procs: &[std::fs::File]) -> Result<Sent, String> {
     fds.extend(procs.iter().map(AsRawFd::as_raw_fd));
     sendmsg::<()>(
         server.ctrl.as_raw_fd(),
-        &[IoSlice::new(b"C")],
+        &[IoSlice::new(&[tag])],
         &[ControlMessage::ScmRights(&fds)],
         MsgFlags::MSG_NOSIGNAL,
         None,
@@ -341,21 +356,29 @@ fn send_call(server: &Server, procs: &[std::fs::File]) -> Result<Sent, String> {
     })
 }
 
-/// Writes the job and waits for the start record.
-fn finish_start(mut sent: Sent, job: &[u8]) -> Result<ServerCall, StartError> {
+/// Writes the job and waits for the start record; `None` when the server retired
+/// instead of starting it (the job did not run).
+fn finish_start(mut sent: Sent, job: &[u8]) -> Result<Option<ServerCall>, StartError> {
     let gone = |e: String| StartError::Failed(format!("the spawn server failed the call: {e}"));
     // The child reads the whole job before it writes anything, so this cannot
     // deadlock against a full stdout pipe.
-    sent.sock
-        .write_all(job)
-        .map_err(|e| gone(format!("writing the job: {e}")))?;
-    match read_record(sent.sock.as_raw_fd()) {
-        Ok(Some((STARTED, _pid, Some(pidfd)))) => Ok(ServerCall {
+    // A retiring server closes the socket unread after its answer: the answer
+    // is read even when the job could not be written whole.
+    let written = sent.sock.write_all(job);
+    let record = read_record(sent.sock.as_raw_fd());
+    if let Err(e) = written
+        && !matches!(record, Ok(Some((RETIRED, _, _))))
+    {
+        return Err(gone(format!("writing the job: {e}")));
+    }
+    match record {
+        Ok(Some((STARTED, _pid, Some(pidfd)))) => Ok(Some(ServerCall {
             sock: sent.sock,
             pidfd: Arc::new(pidfd),
             stdout: Some(sent.stdout),
             stderr: Some(sent.stderr),
-        }),
+        })),
+        Ok(Some((RETIRED, _, _))) => Ok(None),
         Ok(Some((tag, _, _))) => Err(gone(format!("unexpected record {tag:?}"))),
         Ok(None) => Err(gone("it exited".into())),
         Err(e) => Err(gone(e.to_string())),

@@ -40,6 +40,7 @@ use nix::unistd::{ForkResult, Gid, Pid, Uid, fork, getppid, setsid};
 
 use std::path::PathBuf;
 
+use super::environment::Overrides;
 use super::job::{Confinement, Network, Profile, Require};
 use super::landlock::PathSets;
 use super::report::Report;
@@ -104,8 +105,9 @@ pub const SERVER_PIDFD: i32 = 3;
 
 /// Applies every layer; returns in the process that should do the job (the PID 1
 /// of the new namespace, or the helper itself without one). `Err` says which layer
-/// a `full` sandbox could not have.
-pub fn apply(c: &Confinement, report: &mut Report) -> Result<(), String> {
+/// a `full` sandbox could not have. `Ok` holds the variables the profile sets for
+/// the program (see [`super::environment`]).
+pub fn apply(c: &Confinement, report: &mut Report) -> Result<Overrides, String> {
     apply_with(c, &Prepared::new(c), Origin::Helper, report)
 }
 
@@ -115,7 +117,7 @@ pub fn apply_with(
     prepared: &Prepared,
     origin: Origin,
     report: &mut Report,
-) -> Result<(), String> {
+) -> Result<Overrides, String> {
     let full = c.limits.require == Require::Full;
     let layer = |report: &mut Report, name: &str, r: Result<String, String>| match r {
         Ok(detail) => {
@@ -149,7 +151,8 @@ pub fn apply_with(
         Origin::SpawnServer { namespaces } => entered_pid_namespace(namespaces, prepared.outer_ids),
     };
     layer(report, "pid_namespace", pid_namespace)?;
-    let paths = enter_profile(c, &mut |name, r| layer(report, name, r))?;
+    let mut env = Overrides::default();
+    let paths = enter_profile(c, &mut env, &mut |name, r| layer(report, name, r))?;
     layer(report, "rlimits", set_rlimits(c))?;
     layer(
         report,
@@ -191,7 +194,7 @@ pub fn apply_with(
         // SAFETY: closing a descriptor this process owns and uses no more.
         unsafe { libc::close(SERVER_PIDFD) };
     }
-    Ok(())
+    Ok(env)
 }
 
 /// Installs the prepared seccomp filters; what they refuse, for the report.
@@ -271,7 +274,11 @@ type RecordLayer<'a> = dyn FnMut(&str, Result<String, String>) -> Result<(), Str
 /// server ones the private `/tmp` and its environment. `layer` records it (and refuses a `full`
 /// sandbox without it). Returns what Landlock is to allow: a read-only process
 /// whose `/tmp` could not be mounted still writes nothing but `/dev/null`.
-fn enter_profile(c: &Confinement, layer: &mut RecordLayer<'_>) -> Result<PathSets, String> {
+fn enter_profile(
+    c: &Confinement,
+    env: &mut Overrides,
+    layer: &mut RecordLayer<'_>,
+) -> Result<PathSets, String> {
     if c.profile == Profile::Write {
         return Ok(PathSets {
             read: c.read.clone(),
@@ -306,14 +313,14 @@ fn enter_profile(c: &Confinement, layer: &mut RecordLayer<'_>) -> Result<PathSet
     let mut write = vec![PathBuf::from("/dev/null")];
     write.extend(tmp);
     if c.profile == Profile::Server {
-        super::environment::server(&tmp_dir);
+        super::environment::server(&tmp_dir, env);
         write.extend(c.write.iter().cloned());
         return Ok(PathSets {
             read: c.read.clone(),
             write,
         });
     }
-    super::environment::read_only(&tmp_dir);
+    super::environment::read_only(&tmp_dir, env);
     Ok(PathSets { read: both, write })
 }
 
@@ -329,8 +336,10 @@ fn profile_name(p: Profile) -> &'static str {
 fn parent_death_signal(parent: ParentCheck) -> Result<String, String> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| e.to_string())?;
     if !parent.alive() {
-        // The parent died before the signal was armed.
-        std::process::exit(super::SETUP_FAILED);
+        // The parent died before the signal was armed. `_exit`: a spawn server's
+        // child may share the server's memory, whose exit handlers are not its own.
+        // SAFETY: ends this process at once.
+        unsafe { libc::_exit(super::SETUP_FAILED) };
     }
     Ok("SIGKILL when the parent dies".into())
 }

@@ -29,18 +29,20 @@
 
 use std::ffi::{CString, OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::process::Command;
 
-use nix::sys::signal::{SigHandler, SigSet, SigmaskHow, Signal, signal, sigprocmask};
 use nix::unistd::{AccessFlags, execve, faccessat};
+
+use super::environment::Overrides;
 
 /// Runs `argv` directly when that is exactly what `bash -c command` would do,
 /// else `bash -c command`. Returns only when neither could be `exec`ed.
-pub(super) fn run(command: &str, argv: &[String]) -> i32 {
-    if let Some(direct) = prepare(argv) {
+/// `env` is what the profile sets on top of the process's environment (bash
+/// would have been started with it).
+pub(super) fn run(command: &str, argv: &[String], env: &Overrides) -> i32 {
+    if let Some(direct) = prepare(argv, env.environment()) {
         direct.exec();
     }
-    super::exec(Command::new("bash").arg("-c").arg(command))
+    super::exec_bash(command, env)
 }
 
 /// What `execve` is given.
@@ -53,11 +55,11 @@ struct Direct {
 impl Direct {
     /// `exec`s the program; returns only if `execve` failed.
     fn exec(&self) {
-        // What `Command::exec` does before it runs bash, and bash hands on.
-        let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
-        // SAFETY: the helper is single-threaded; SIG_DFL installs no handler.
-        let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) };
+        // What the exec of bash does first, and bash hands on.
+        super::reset_signals();
+        let mark = super::spawn_server::before_exec();
         let _ = execve(&self.path, &self.argv, &self.env);
+        drop(mark);
     }
 }
 
@@ -140,9 +142,9 @@ fn read_by_bash(name: &OsStr) -> bool {
 }
 
 /// The direct `exec` of `argv`, or `None` when bash is needed to get it exactly.
-fn prepare(argv: &[String]) -> Option<Direct> {
+/// `vars` is the environment bash would be started with.
+fn prepare(argv: &[String], vars: Vec<(OsString, OsString)>) -> Option<Direct> {
     let program = argv.first().filter(|p| !p.is_empty())?;
-    let vars: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     if vars
         .iter()
         .any(|(name, _)| read_by_bash(name) || !is_identifier(name))

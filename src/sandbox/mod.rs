@@ -42,10 +42,12 @@ pub use job::{
 pub use report::{Layer, Report, landlock_abi};
 pub use user::resolve_user;
 
+use std::ffi::{CString, OsStr};
 use std::io::Write;
 use std::os::fd::FromRawFd;
-use std::os::unix::process::CommandExt;
-use std::process::Command;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+
+use environment::Overrides;
 
 /// The argument that selects the helper entry point.
 pub const HELPER_ARG: &str = "__sandbox-helper";
@@ -72,31 +74,32 @@ pub fn helper_main() -> i32 {
         landlock_abi: landlock_abi(),
         layers: Vec::new(),
     };
-    if let Err(e) = confine::apply(&req.confine, &mut report) {
-        return setup_failed(&e);
+    match confine::apply(&req.confine, &mut report) {
+        Ok(env) => run_job(req.job, &report, &env),
+        Err(e) => setup_failed(&e),
     }
-    run_job(req.job, &report)
 }
 
 /// Does `job` in this (confined) process: `exec`s the program of a command job
-/// (returning only when that fails), performs a file job, prints a probe's report.
-fn run_job(job: Job, report: &Report) -> i32 {
+/// with the profile's variables `env` (returning only when that fails), performs a
+/// file job, prints a probe's report.
+fn run_job(job: Job, report: &Report, env: &Overrides) -> i32 {
     match job {
         Job::Bash {
             command,
             direct: Some(argv),
-        } => direct::run(&command, &argv),
+        } => direct::run(&command, &argv, env),
         Job::Bash {
             command,
             direct: None,
-        } => exec(Command::new("bash").arg("-c").arg(command)),
-        Job::Python { code } => exec(Command::new("python3").arg("-c").arg(code)),
-        Job::Exec { argv } => match argv.split_first() {
-            Some((program, args)) => exec(Command::new(program).args(args)),
+        } => exec_bash(&command, env),
+        Job::Python { code } => exec("python3", &["python3", "-c", &code], env),
+        Job::Exec { argv } => match argv.first() {
+            Some(program) => exec(program, &argv, env),
             None => setup_failed("no command given"),
         },
-        Job::McpServer { argv, env } => become_program(&argv, &env, true),
-        Job::Hook { argv, env } => become_program(&argv, &env, false),
+        Job::McpServer { argv, env: added } => become_program(&argv, &added, env, true),
+        Job::Hook { argv, env: added } => become_program(&argv, &added, env, false),
         Job::Probe => {
             let json = serde_json::to_string(report).unwrap_or_default();
             let mut out = std::io::stdout().lock();
@@ -109,23 +112,36 @@ fn run_job(job: Job, report: &Report) -> i32 {
     }
 }
 
-/// Becomes the program `argv` (a server or a hook) with `env` added, once it is
-/// found where the confined process can run it. For a server (`announce`) a
-/// program that is missing or outside the read set is refused before
-/// [`SERVER_READY`], so the daemon can tell the sandbox's refusal from the
-/// server's own failure.
-fn become_program(argv: &[String], env: &[(String, String)], announce: bool) -> i32 {
-    let Some((program, args)) = argv.split_first() else {
+/// Becomes the program `argv` (a server or a hook) with `added` set on top of the
+/// profile's `env`, once it is found where the confined process can run it. For a
+/// server (`announce`) a program that is missing or outside the read set is
+/// refused before [`SERVER_READY`], so the daemon can tell the sandbox's refusal
+/// from the server's own failure.
+fn become_program(
+    argv: &[String],
+    added: &[(String, String)],
+    env: &Overrides,
+    announce: bool,
+) -> i32 {
+    let Some(program) = argv.first() else {
         return setup_failed("no command given");
     };
-    for (key, value) in env {
+    let mut env = env.clone();
+    for (key, value) in added {
         if key.is_empty() || key.contains(['=', '\0']) || value.contains('\0') {
             return setup_failed(&format!("invalid environment variable name {key:?}"));
         }
-        // SAFETY: the helper is single-threaded (no tokio, no threads spawned).
-        unsafe { std::env::set_var(key, value) };
+        env.set(key, value);
     }
-    let path = match find_program(program) {
+    // The search uses the PATH the program will have, as a shell given that
+    // environment would.
+    let search = env
+        .environment()
+        .into_iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let path = match find_program(program, &search) {
         Ok(path) => path,
         Err(e) => {
             setup_failed(&e);
@@ -135,18 +151,17 @@ fn become_program(argv: &[String], env: &[(String, String)], announce: bool) -> 
     if announce && writeln!(std::io::stderr(), "{SERVER_READY}").is_err() {
         return SETUP_FAILED;
     }
-    exec(Command::new(path).arg0(program).args(args))
+    exec(path, argv, &env)
 }
 
 /// Where `program` is: itself when it names a path, else the first entry of
 /// `PATH` holding it; in either case a file this (confined) process may open and
 /// execute, so Landlock's verdict is known before the server is announced.
-fn find_program(program: &str) -> Result<std::path::PathBuf, String> {
+fn find_program(program: &str, path: &str) -> Result<std::path::PathBuf, String> {
     let candidates: Vec<std::path::PathBuf> = if program.contains('/') {
         vec![program.into()]
     } else {
-        let path = std::env::var("PATH").unwrap_or_default();
-        std::env::split_paths(&path)
+        std::env::split_paths(path)
             .map(|dir| dir.join(program))
             .collect()
     };
@@ -168,10 +183,7 @@ fn find_program(program: &str) -> Result<std::path::PathBuf, String> {
         None if program.contains('/') => {
             format!("cannot run {program}: no such file inside the sandbox")
         }
-        None => format!(
-            "cannot run {program}: not found on PATH ({}) inside the sandbox",
-            std::env::var("PATH").unwrap_or_default()
-        ),
+        None => format!("cannot run {program}: not found on PATH ({path}) inside the sandbox"),
     })
 }
 
@@ -181,14 +193,71 @@ fn stdin_from_dev_null() -> std::io::Result<()> {
     Ok(())
 }
 
+/// `bash -c command`.
+fn exec_bash(command: &str, env: &Overrides) -> i32 {
+    exec("bash", &["bash", "-c", command], env)
+}
+
+/// `exec`s `program` (searched on `PATH` as `execvp` does when it holds no `/`)
+/// with `argv` and the process's environment with `env` set, the signal mask
+/// empty and SIGPIPE at its default (as `std::process::Command` leaves them).
+/// Returns 127 (what a shell reports for a command it cannot run) when the exec
+/// fails, having said why on stderr.
+///
+/// The environment is built apart and handed to `execvpe`: nothing here writes
+/// the process's environment or takes std's environment lock, which a spawn
+/// server's child that shares the server's memory must not (see
+/// [`spawn_server`]).
 // The helper has no logging: its stderr is the tool's, read back as the refusal.
 #[allow(clippy::print_stderr)]
-fn exec(cmd: &mut Command) -> i32 {
-    let program = cmd.get_program().to_string_lossy().into_owned();
-    let err = cmd.exec();
-    // 127 is what a shell reports for a command it cannot find.
-    eprintln!("harnessd sandbox: cannot run {program}: {err}");
+fn exec(program: impl AsRef<OsStr>, argv: &[impl AsRef<OsStr>], env: &Overrides) -> i32 {
+    let program = program.as_ref();
+    let cstring = |s: &OsStr| CString::new(s.as_bytes());
+    let built = (|| {
+        let path = cstring(program)?;
+        let argv = argv
+            .iter()
+            .map(|a| cstring(a.as_ref()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let envp = env
+            .environment()
+            .into_iter()
+            .map(|(k, v)| {
+                let mut entry = k.into_vec();
+                entry.push(b'=');
+                entry.extend(v.into_vec());
+                CString::new(entry)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok::<_, std::ffi::NulError>((path, argv, envp))
+    })();
+    let err = match built {
+        Ok((path, argv, envp)) => {
+            reset_signals();
+            let mark = spawn_server::before_exec();
+            let Err(e) = nix::unistd::execvpe(&path, &argv, &envp);
+            drop(mark);
+            std::io::Error::from(e)
+        }
+        Err(_) => std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "nul byte found in provided data",
+        ),
+    };
+    eprintln!(
+        "harnessd sandbox: cannot run {}: {err}",
+        program.to_string_lossy()
+    );
     127
+}
+
+/// The signal mask empty and SIGPIPE at its default (std ignores it), as a
+/// program expects to start.
+fn reset_signals() {
+    use nix::sys::signal::{SigHandler, SigSet, SigmaskHow, Signal, signal, sigprocmask};
+    let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
+    // SAFETY: this process is single-threaded; SIG_DFL installs no handler.
+    let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) };
 }
 
 // The helper's stderr is the tool's: the caller shows it as why the sandbox refused.

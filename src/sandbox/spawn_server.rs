@@ -34,6 +34,7 @@
 
 use std::io::{IoSlice, IoSliceMut, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use nix::errno::Errno;
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
@@ -53,8 +54,19 @@ pub const MAX_SETUP_BYTES: usize = 1 << 20;
 /// two `cgroup.procs` files (cgroup v1 has two hierarchies).
 pub const MAX_CALL_FDS: usize = 5;
 
+/// Call tag: the job is a command (`run_bash`, `run_python`, a program): its child
+/// may share the server's memory until it `exec`s (see [`Shared`]).
+pub const CALL_COMMAND: u8 = b'V';
+
+/// Call tag: any job; its child gets a copy of the server's memory.
+pub const CALL_COPY: u8 = b'C';
+
 /// Record tag: the child was started (its pid follows, its pidfd attached).
 pub const STARTED: u8 = b'S';
+
+/// Record tag: this server starts no more calls, and did not start this one: the
+/// daemon sends it to a successor.
+pub const RETIRED: u8 = b'R';
 
 /// Record tag: the child has ended (its exit code follows).
 pub const EXITED: u8 = b'X';
@@ -84,6 +96,8 @@ struct Served {
     workspace: std::path::PathBuf,
     /// A pidfd of the server itself, for its children's check that it is alive.
     me: OwnedFd,
+    /// How command children share the server's memory, when they may.
+    shared: Option<Shared>,
 }
 
 /// One running child.
@@ -110,15 +124,18 @@ fn serve() -> Result<(), String> {
     // replaced under the server is not where calls run.
     let workspace = std::env::current_dir().map_err(|e| format!("working directory: {e}"))?;
     let prepared = Prepared::new(&setup.confine);
-    let served = Served {
+    let mut served = Served {
         setup,
         prepared,
         workspace,
         me,
+        shared: Shared::new(),
     };
     send_json(&ctrl, &Ready { error: None })?;
     let mut running: Vec<Running> = Vec::new();
     let mut open = true;
+    // Once set, every call is answered RETIRED, unstarted (see `Shared`).
+    let mut retiring = false;
     while open || !running.is_empty() {
         let mut fds: Vec<libc::pollfd> = Vec::with_capacity(running.len() + 1);
         fds.push(libc::pollfd {
@@ -157,8 +174,11 @@ fn serve() -> Result<(), String> {
         }
         if open && fds[0].revents != 0 {
             match receive_call(&ctrl) {
+                Ok(Some(call)) if retiring => {
+                    let _ = send_record(&call.call, RETIRED, 0, None);
+                }
                 Ok(Some(call)) => {
-                    if let Some(r) = start(&served, call) {
+                    if let Some(r) = start(&mut served, call, &mut retiring) {
                         running.push(r);
                     }
                 }
@@ -237,6 +257,8 @@ fn send_json<T: Serialize>(ctrl: &OwnedFd, value: &T) -> Result<(), String> {
 
 /// The descriptors of one call.
 struct CallFds {
+    /// [`CALL_COMMAND`] or [`CALL_COPY`].
+    tag: u8,
     call: OwnedFd,
     stdout: OwnedFd,
     stderr: OwnedFd,
@@ -275,6 +297,7 @@ fn receive_call(ctrl: &OwnedFd) -> Result<Option<CallFds>, Errno> {
         return Err(Errno::EAGAIN);
     };
     Ok(Some(CallFds {
+        tag: byte[0],
         call,
         stdout,
         stderr,
@@ -282,22 +305,41 @@ fn receive_call(ctrl: &OwnedFd) -> Result<Option<CallFds>, Errno> {
     }))
 }
 
-/// Forks the child of `call`; its record of starting is sent from here.
-fn start(served: &Served, call: CallFds) -> Option<Running> {
+/// Forks the child of `call`; its record of starting is sent from here. Sets
+/// `retiring` when this server must start no more calls.
+fn start(served: &mut Served, call: CallFds, retiring: &mut bool) -> Option<Running> {
     let mut flags = libc::CLONE_NEWPID | libc::CLONE_NEWIPC;
     if !nix::unistd::Uid::effective().is_root() {
         flags |= libc::CLONE_NEWUSER;
     }
+    let share = call.tag == CALL_COMMAND && served.shared.is_some();
     let mut namespaces = Ok(());
-    let mut pid = clone(flags);
+    let mut pid = if share {
+        clone_shared(served, &call, flags, Ok(()))
+    } else {
+        clone(flags)
+    };
     if let Err(e) = pid {
         // The child then records the layer as missing (and refuses when the
         // sandbox is `full`), exactly as a helper that could not unshare.
         namespaces = Err(e);
-        pid = clone(0);
+        pid = if share {
+            clone_shared(served, &call, 0, namespaces)
+        } else {
+            clone(0)
+        };
+    }
+    if share && pid.is_ok() {
+        // The child has exec'd or exited: what it left in the shared memory is
+        // judged before anything else runs here.
+        if let Some(shared) = &served.shared
+            && !shared.intact()
+        {
+            *retiring = true;
+        }
     }
     match pid {
-        Ok(0) => child(served, &call, namespaces),
+        Ok(0) => child(served, &call, namespaces, false),
         Ok(pid) => {
             let pid = Pid::from_raw(pid);
             let CallFds { call, .. } = call;
@@ -344,13 +386,207 @@ fn clone(flags: libc::c_int) -> Result<libc::pid_t, Errno> {
     }
 }
 
+/// How a command's child may run in the server's own memory until it `exec`s
+/// (`CLONE_VM | CLONE_VFORK`, as `posix_spawn` does), which saves copying the
+/// server's address space for it, faulting it back in, and tearing the copy down
+/// at `exec`: most of a call's cost.
+///
+/// Only as root: the child's credentials change while it shares the memory, and
+/// a child of an unprivileged server would have to make itself dumpable to write
+/// its user namespace's maps, which would make the server dumpable too. Only for
+/// a command job, which `exec`s as soon as it is confined (a file job would run
+/// in the server's memory for its whole length).
+///
+/// While the child runs, the server is suspended (the kernel resumes it when the
+/// child `exec`s or exits), so nothing runs in the memory concurrently; the child
+/// runs on a stack of its own, writes nothing the server reads but the heap it
+/// allocates from (and leaks: it never frees before `exec`), and sets no variable
+/// of the process (see [`super::environment`]). What it cannot promise is to
+/// finish an allocation: a child killed in the middle of one would leave the
+/// heap inconsistent. [`STAGE`] tells: a child that ended without reaching its
+/// `exec` (or its clean exit) retires the server, which from then on answers
+/// every call [`RETIRED`], unstarted, for a successor to run; so does a heap
+/// grown past [`LEAK_LIMIT`].
+struct Shared {
+    /// The child's stack: mapped once, its lowest page a guard.
+    stack: *mut libc::c_void,
+    /// Bytes the heap held when the server became ready.
+    heap_at_start: usize,
+}
+
+/// Bytes of a shared child's stack (reserved, not committed, until used).
+const STACK_BYTES: usize = 8 << 20;
+
+/// Heap growth after which a server retires: what its shared children leaked.
+const LEAK_LIMIT: usize = 16 << 20;
+
+/// Where a shared child is (see [`Shared`]): set by the child, read and reset by
+/// the server once it resumes.
+static STAGE: AtomicU8 = AtomicU8::new(IDLE);
+
+/// No shared child, or one not started yet.
+const IDLE: u8 = 0;
+/// A shared child is running the server's code.
+const RUNNING: u8 = 1;
+/// A shared child is in `execve`: no code of the server's runs in it again.
+const EXECUTING: u8 = 2;
+/// A shared child exits after finishing everything it began.
+const CLEAN_EXIT: u8 = 3;
+
+impl Shared {
+    /// The shared mode's stack, when this server may use it (root, a single
+    /// thread); `None` otherwise.
+    fn new() -> Option<Shared> {
+        if !nix::unistd::Uid::effective().is_root() || !single_threaded() {
+            return None;
+        }
+        // SAFETY: a new private anonymous mapping; nothing else refers to it.
+        let stack = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                STACK_BYTES,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if stack == libc::MAP_FAILED {
+            return None;
+        }
+        // SAFETY: the lowest page of the mapping just made becomes inaccessible,
+        // so an overflowing child faults instead of writing below its stack.
+        if unsafe { libc::mprotect(stack, page_size(), libc::PROT_NONE) } != 0 {
+            // SAFETY: unmaps the mapping just made, used by nothing.
+            unsafe { libc::munmap(stack, STACK_BYTES) };
+            return None;
+        }
+        Some(Shared {
+            stack,
+            heap_at_start: heap_in_use(),
+        })
+    }
+
+    /// Whether the last shared child left the memory as the server needs it, and
+    /// the leaked heap is still within bounds. Resets [`STAGE`].
+    fn intact(&self) -> bool {
+        let stage = STAGE.swap(IDLE, Ordering::SeqCst);
+        matches!(stage, EXECUTING | CLEAN_EXIT)
+            && heap_in_use().saturating_sub(self.heap_at_start) <= LEAK_LIMIT
+    }
+}
+
+/// Whether this process has a single thread (`/proc/self/status`).
+fn single_threaded() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Threads:").map(|n| n.trim() == "1"))
+        })
+        .unwrap_or(false)
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf with a valid name.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(n).unwrap_or(4096)
+}
+
+/// Bytes allocated from the heap (arenas and mapped chunks), by glibc's count.
+fn heap_in_use() -> usize {
+    // SAFETY: mallinfo2 only reads the allocator's statistics.
+    let info = unsafe { libc::mallinfo2() };
+    info.uordblks + info.hblkhd
+}
+
+/// What a shared child is started with, on the server's stack (suspended while
+/// the child runs).
+struct ChildStart<'a> {
+    served: &'a Served,
+    call: &'a CallFds,
+    namespaces: Result<(), Errno>,
+}
+
+/// `clone` of a command's child that shares the server's memory until it
+/// `exec`s (see [`Shared`]); returns once it has `exec`d or exited.
+fn clone_shared(
+    served: &Served,
+    call: &CallFds,
+    flags: libc::c_int,
+    namespaces: Result<(), Errno>,
+) -> Result<libc::pid_t, Errno> {
+    let Some(shared) = &served.shared else {
+        return Err(Errno::EINVAL);
+    };
+    extern "C" fn entry(arg: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: `arg` is the ChildStart below, alive on the server's stack for
+        // as long as the server is suspended, which is as long as this runs.
+        let start = unsafe { &*(arg as *const ChildStart<'_>) };
+        child(start.served, start.call, start.namespaces, true)
+    }
+    let start = ChildStart {
+        served,
+        call,
+        namespaces,
+    };
+    STAGE.store(RUNNING, Ordering::SeqCst);
+    // The stack grows down from the mapping's end (16-byte aligned, as mmap's
+    // pages are).
+    // SAFETY: the mapping is STACK_BYTES long.
+    let top = unsafe { shared.stack.cast::<u8>().add(STACK_BYTES) }.cast::<libc::c_void>();
+    // SAFETY: CLONE_VM | CLONE_VFORK: the child runs `entry` on its own stack in
+    // this address space while this thread, the server's only one, is
+    // suspended; `start` outlives it. See `Shared` for what the child may touch.
+    let r = unsafe {
+        libc::clone(
+            entry,
+            top,
+            flags | libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            std::ptr::addr_of!(start).cast_mut().cast(),
+        )
+    };
+    if r < 0 {
+        STAGE.store(IDLE, Ordering::SeqCst);
+        Err(Errno::last())
+    } else {
+        Ok(r)
+    }
+}
+
+/// Marks a shared child's `exec` (see [`Shared`]): from here until the mark is
+/// dropped (the `exec` failed) the child runs none of the server's code that
+/// could be cut short in the middle of an allocation. Does nothing outside a
+/// shared child.
+pub(super) fn before_exec() -> ExecMark {
+    let marked = STAGE
+        .compare_exchange(RUNNING, EXECUTING, Ordering::SeqCst, Ordering::SeqCst)
+        .is_ok();
+    ExecMark { marked }
+}
+
+/// See [`before_exec`].
+pub(super) struct ExecMark {
+    marked: bool,
+}
+
+impl Drop for ExecMark {
+    fn drop(&mut self) {
+        if self.marked {
+            STAGE.store(RUNNING, Ordering::SeqCst);
+        }
+    }
+}
+
 /// The child: joins the call, reads its job, confines itself and runs it.
-fn child(served: &Served, call: &CallFds, namespaces: Result<(), Errno>) -> ! {
+/// `shared`: it runs in the server's memory (see [`Shared`]).
+fn child(served: &Served, call: &CallFds, namespaces: Result<(), Errno>, shared: bool) -> ! {
     let Served {
         setup,
         prepared,
         workspace,
         me,
+        shared: _,
     } = served;
     // Armed first, then checked: a server that dies from here on takes this
     // process with it, and one that died before is seen.
@@ -360,9 +596,12 @@ fn child(served: &Served, call: &CallFds, namespaces: Result<(), Errno>) -> ! {
     }
     // The server's own setting is not the child's: a process that is not dumpable
     // has its /proc files owned by root, and an unprivileged child must write its
-    // user namespace's maps there. (exec would make it dumpable anyway.)
-    // SAFETY: a prctl with integer arguments.
-    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) };
+    // user namespace's maps there. (exec would make it dumpable anyway.) Not for
+    // a shared child, a root one: the setting is the memory's, the server's too.
+    if !shared {
+        // SAFETY: a prctl with integer arguments.
+        unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) };
+    }
     // SAFETY: dup2 onto descriptors this process owns; the sources stay valid.
     unsafe {
         libc::dup2(call.call.as_raw_fd(), 0);
@@ -394,12 +633,7 @@ fn child(served: &Served, call: &CallFds, namespaces: Result<(), Errno>) -> ! {
             0u32,
         )
     };
-    // SAFETY: descriptor 0 is the call socket for as long as the job is read.
-    let mut input = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(0) });
-    let req = match super::read_framed(&mut *input) {
-        Ok(req) => req,
-        Err(e) => refuse(&e),
-    };
+    let req = read_job(setup, call);
     if let Err(e) = std::fs::File::open("/dev/null")
         .and_then(|null| nix::unistd::dup2_stdin(&null).map_err(std::io::Error::from))
     {
@@ -411,6 +645,34 @@ fn child(served: &Served, call: &CallFds, namespaces: Result<(), Errno>) -> ! {
             workspace.display()
         ));
     }
+    let mut report = Report {
+        landlock_abi: landlock_abi(),
+        layers: Vec::new(),
+    };
+    let env = match super::confine::apply_with(
+        &setup.confine,
+        prepared,
+        Origin::SpawnServer { namespaces },
+        &mut report,
+    ) {
+        Ok(env) => env,
+        Err(e) => refuse(&e),
+    };
+    let code = super::run_job(req.job, &report, &env);
+    let _ = std::io::stdout().flush();
+    exit(code)
+}
+
+/// The job on the call socket (descriptor 0), refused unless it is one this
+/// server's child may run: confined by this server's policy, a tool call, and a
+/// command exactly when the call was tagged as one.
+fn read_job(setup: &Setup, call: &CallFds) -> super::HelperRequest {
+    // SAFETY: descriptor 0 is the call socket for as long as the job is read.
+    let mut input = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(0) });
+    let req = match super::read_framed(&mut *input) {
+        Ok(req) => req,
+        Err(e) => refuse(&e),
+    };
     if req.confine != setup.confine {
         refuse(
             "internal error: a job confined by another policy reached this spawn server; \
@@ -423,21 +685,12 @@ fn child(served: &Served, call: &CallFds, namespaces: Result<(), Errno>) -> ! {
     ) {
         refuse("internal error: a spawn server runs only tool calls");
     }
-    let mut report = Report {
-        landlock_abi: landlock_abi(),
-        layers: Vec::new(),
-    };
-    if let Err(e) = super::confine::apply_with(
-        &setup.confine,
-        prepared,
-        Origin::SpawnServer { namespaces },
-        &mut report,
-    ) {
-        refuse(&e);
+    // A shared child must exec at once (see `Shared`): a file job never runs in
+    // one, whatever reached it.
+    if (call.tag == CALL_COMMAND) != req.job.is_command() {
+        refuse("internal error: a call's tag does not match its job; it was not run");
     }
-    let code = super::run_job(req.job, &report);
-    let _ = std::io::stdout().flush();
-    exit(code)
+    req
 }
 
 /// Says why on stderr (the call's) and exits as a helper that could not set up.
@@ -446,6 +699,9 @@ fn refuse(message: &str) -> ! {
 }
 
 fn exit(code: i32) -> ! {
+    // Whatever a shared child began, it finished: its exit leaves the memory
+    // consistent (see `Shared`).
+    let _ = STAGE.compare_exchange(RUNNING, CLEAN_EXIT, Ordering::SeqCst, Ordering::SeqCst);
     // SAFETY: ends this process at once, running nothing of the server's.
     unsafe { libc::_exit(code) }
 }

@@ -96,6 +96,7 @@ mod sandbox_ipc;
 mod sandbox_metadata;
 mod sandbox_read_only;
 mod sandbox_x32;
+mod shared_spawn;
 mod shell_diff;
 mod shutdown;
 mod skills;

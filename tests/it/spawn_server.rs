@@ -19,7 +19,7 @@ use crate::common::sandbox;
 use crate::common::{FakeApi, Reply, TestRoot, chown_tree, stderr, stdout};
 
 /// A root, its workspace, and the confinement its default settings give.
-fn setup() -> (TestRoot, PathBuf, Confinement) {
+pub(crate) fn setup() -> (TestRoot, PathBuf, Confinement) {
     let root = TestRoot::new("http://127.0.0.1:9");
     let settings = Settings::parse(&harnessd::config::default_settings(), "settings.json")
         .unwrap()
