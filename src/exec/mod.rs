@@ -236,7 +236,13 @@ impl Executor {
                 job: req.job.clone(),
                 confine: req.confine.clone(),
             };
-            match servers.start(&self.spares, &request, req.workspace, cgroup.as_ref()) {
+            let start = spawn_server::Start {
+                request: &request,
+                workspace: req.workspace,
+                cgroup: cgroup.as_ref(),
+                limit: req.timeout,
+            };
+            match servers.start(&self.spares, &start) {
                 Ok(call) => return finish_server_call(call, req, sinks, cgroup, started),
                 Err(spawn_server::StartError::Failed(e)) => {
                     if let Some(cg) = cgroup {

@@ -100,6 +100,23 @@ pub(crate) struct ServerCall {
     pub stderr: Option<std::fs::File>,
 }
 
+/// Largest job sent to a command's child that shares the server's memory: more
+/// than the kernel lets one command's arguments be (`ARG_MAX`).
+const SHARED_JOB_BYTES: usize = 1 << 20;
+
+/// What [`SpawnServers::start`] starts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Start<'a> {
+    /// The job and its confinement.
+    pub request: &'a HelperRequest,
+    /// Where it runs.
+    pub workspace: &'a Path,
+    /// The call's cgroup, if it has one.
+    pub cgroup: Option<&'a CallCgroup>,
+    /// The call's timeout, which bounds its start too.
+    pub limit: Duration,
+}
+
 /// Why a call could not be started by a server.
 #[derive(Debug)]
 pub(crate) enum StartError {
@@ -135,15 +152,19 @@ impl SpawnServers {
             .unwrap_or_default()
     }
 
-    /// Starts `request`'s job in a child of the server for its confinement and
-    /// `workspace` (started first if need be), in `cgroup`.
+    /// Starts a call's job in a child of the server for its confinement and
+    /// workspace (started first if need be), in its cgroup.
     pub(crate) fn start(
         &self,
         spares: &Spares,
-        request: &HelperRequest,
-        workspace: &Path,
-        cgroup: Option<&CallCgroup>,
+        start: &Start<'_>,
     ) -> Result<ServerCall, StartError> {
+        let Start {
+            request,
+            workspace,
+            cgroup,
+            limit,
+        } = *start;
         let job = crate::sandbox::frame(request).map_err(|e| StartError::NotSent(e.to_string()))?;
         let procs = match cgroup {
             Some(cg) => cg
@@ -152,8 +173,10 @@ impl SpawnServers {
             None => Vec::new(),
         };
         // A command's child may share the server's memory until it execs; any
-        // other job's gets a copy (see the server's `Shared`).
-        let tag = if request.job.is_command() {
+        // other job's gets a copy (see the server's `Shared`), and so does a job
+        // too large to be a command that can run, which would only be read into
+        // the server's heap (charged to the server, not to the call's cgroup).
+        let tag = if request.job.is_command() && job.len() <= SHARED_JOB_BYTES {
             CALL_COMMAND
         } else {
             CALL_COPY
@@ -168,7 +191,7 @@ impl SpawnServers {
                 .server_for(spares, workspace, &request.confine)
                 .map_err(StartError::NotSent)?;
             match send_call(&server, &procs, tag) {
-                Ok(sent) => match finish_start(sent, &job)? {
+                Ok(sent) => match finish_start(sent, &job, &server, limit)? {
                     Some(call) => return Ok(call),
                     None => {
                         last = "the spawn server retired".into();
@@ -356,15 +379,31 @@ fn send_call(server: &Server, procs: &[std::fs::File], tag: u8) -> Result<Sent, 
     })
 }
 
-/// Writes the job and waits for the start record; `None` when the server retired
-/// instead of starting it (the job did not run).
-fn finish_start(mut sent: Sent, job: &[u8]) -> Result<Option<ServerCall>, StartError> {
+/// Writes the job and waits, up to `limit`, for the start record; `None` when the
+/// server retired instead of starting it (the job did not run). A child that
+/// does not start within `limit` holds up its server (suspended while a command's
+/// child sets up): the server is killed, its other calls with it.
+fn finish_start(
+    mut sent: Sent,
+    job: &[u8],
+    server: &Server,
+    limit: Duration,
+) -> Result<Option<ServerCall>, StartError> {
     let gone = |e: String| StartError::Failed(format!("the spawn server failed the call: {e}"));
     // The child reads the whole job before it writes anything, so this cannot
     // deadlock against a full stdout pipe.
     // A retiring server closes the socket unread after its answer: the answer
     // is read even when the job could not be written whole.
     let written = sent.sock.write_all(job);
+    if !readable_within(&sent.sock, limit) {
+        if let Some(child) = server.process.lock().ok().as_mut().and_then(|p| p.as_mut()) {
+            let _ = child.kill();
+        }
+        return Err(gone(format!(
+            "the call did not start within its {} s; the spawn server was killed",
+            limit.as_secs()
+        )));
+    }
     let record = read_record(sent.sock.as_raw_fd());
     if let Err(e) = written
         && !matches!(record, Ok(Some((RETIRED, _, _))))
@@ -382,6 +421,31 @@ fn finish_start(mut sent: Sent, job: &[u8]) -> Result<Option<ServerCall>, StartE
         Ok(Some((tag, _, _))) => Err(gone(format!("unexpected record {tag:?}"))),
         Ok(None) => Err(gone("it exited".into())),
         Err(e) => Err(gone(e.to_string())),
+    }
+}
+
+/// Whether `sock` becomes readable (or ends) within `limit`.
+fn readable_within(sock: &UnixStream, limit: Duration) -> bool {
+    let deadline = Instant::now().checked_add(limit);
+    loop {
+        let left = deadline.map_or(Duration::from_secs(3600), |d| {
+            d.saturating_duration_since(Instant::now())
+        });
+        let mut fds = [libc::pollfd {
+            fd: sock.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        let ms = left.as_millis().min(i32::MAX as u128) as libc::c_int;
+        // SAFETY: polls one descriptor this process owns.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 1, ms) };
+        match n {
+            n if n > 0 => return true,
+            0 if deadline.is_some() => return false,
+            0 => {}
+            _ if Errno::last() == Errno::EINTR => {}
+            _ => return true,
+        }
     }
 }
 

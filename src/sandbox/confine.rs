@@ -80,6 +80,22 @@ impl Prepared {
                 .map_err(|e| e.to_string()),
         }
     }
+
+    /// [`Prepared::new`] for a spawn server, which installs on itself the part of
+    /// the seccomp filters its children inherit ([`super::seccomp::split`]), so
+    /// that each child installs only the rest. Should that fail, each child
+    /// installs them all, as a helper does.
+    pub fn for_spawn_server(c: &Confinement) -> Prepared {
+        let mut prepared = Prepared::new(c);
+        let unix_sockets = !prepared.same_uid_as_daemon;
+        let metadata_by_path = prepared.same_uid_as_daemon || c.profile != Profile::Write;
+        if let Ok(split) = super::seccomp::split(&c.limits.network, unix_sockets, metadata_by_path)
+            && super::seccomp::install(&split.inherited).is_ok()
+        {
+            prepared.seccomp = Ok(split.child);
+        }
+        prepared
+    }
 }
 
 /// Who started the process being confined, which decides how it checks that its

@@ -30,7 +30,7 @@
 use std::ffi::{CString, OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
-use nix::unistd::{AccessFlags, execve, faccessat};
+use nix::unistd::{AccessFlags, faccessat};
 
 use super::environment::Overrides;
 
@@ -55,10 +55,13 @@ struct Direct {
 impl Direct {
     /// `exec`s the program; returns only if `execve` failed.
     fn exec(&self) {
+        let (argv, env) = (super::pointers(&self.argv), super::pointers(&self.env));
         // What the exec of bash does first, and bash hands on.
         super::reset_signals();
         let mark = super::spawn_server::before_exec();
-        let _ = execve(&self.path, &self.argv, &self.env);
+        // SAFETY: NUL-terminated arrays of pointers to C strings that outlive the
+        // call; execve returns only on failure.
+        unsafe { libc::execve(self.path.as_ptr(), argv.as_ptr(), env.as_ptr()) };
         drop(mark);
     }
 }

@@ -233,22 +233,37 @@ fn exec(program: impl AsRef<OsStr>, argv: &[impl AsRef<OsStr>], env: &Overrides)
     })();
     let err = match built {
         Ok((path, argv, envp)) => {
+            let (argv, envp) = (pointers(&argv), pointers(&envp));
             reset_signals();
             let mark = spawn_server::before_exec();
-            let Err(e) = nix::unistd::execvpe(&path, &argv, &envp);
+            // SAFETY: NUL-terminated arrays of pointers to C strings that outlive
+            // the call; execvpe returns only on failure.
+            unsafe { libc::execvpe(path.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+            let e = std::io::Error::last_os_error();
             drop(mark);
-            std::io::Error::from(e)
+            e
         }
         Err(_) => std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
             "nul byte found in provided data",
         ),
     };
-    eprintln!(
-        "harnessd sandbox: cannot run {}: {err}",
-        program.to_string_lossy()
-    );
+    // A program named by the model may be long: the message stays short, so it
+    // fits the stderr pipe before anyone reads it.
+    let name: String = program.to_string_lossy().chars().take(200).collect();
+    eprintln!("harnessd sandbox: cannot run {name}: {err}");
     127
+}
+
+/// `strings` as `execve` takes them: pointers, then a null one. Built before the
+/// exec is marked (see [`spawn_server::before_exec`]): nothing allocates between
+/// the mark and the system call.
+fn pointers(strings: &[CString]) -> Vec<*const libc::c_char> {
+    strings
+        .iter()
+        .map(|s| s.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect()
 }
 
 /// The signal mask empty and SIGPIPE at its default (std ignores it), as a

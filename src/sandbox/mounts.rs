@@ -90,9 +90,10 @@ pub fn private_tmp(size_mb: u64, allowed: &[PathBuf]) -> Result<PrivateTmp, Stri
     std::fs::DirBuilder::new()
         .mode(0o1777)
         .create(NESTED_TMP)
-        .and_then(|()| {
-            std::fs::set_permissions(NESTED_TMP, std::fs::Permissions::from_mode(0o1777))
-        })
+        // By descriptor (fchmod): the seccomp filter a spawn server's child
+        // inherits already refuses the path-based calls (see `seccomp::split`).
+        .and_then(|()| std::fs::File::open(NESTED_TMP))
+        .and_then(|dir| dir.set_permissions(std::fs::Permissions::from_mode(0o1777)))
         .map_err(|e| format!("{NESTED_TMP}: {e}"))?;
     Ok(PrivateTmp {
         dir: PathBuf::from(NESTED_TMP),

@@ -1,6 +1,8 @@
 //! The seccomp filters of a tool process: what Landlock cannot refuse.
 //!
-//! Two filters are stacked. The first answers `clone3` with ENOSYS, so libc falls
+//! Two filters are stacked (a third, on x86_64, closes the x32 numbering). A
+//! spawn server installs them on itself but for [`SETUP_CALLS`], which its
+//! children refuse last, themselves ([`split`]). The first answers `clone3` with ENOSYS, so libc falls
 //! back to `clone`, whose flags (unlike `clone3`'s, which sit in memory) a filter can
 //! read. The second answers EPERM to: every socket family but AF_UNIX when the
 //! network is off (UDP, raw, netlink, IPv6 — Landlock covers TCP only), and AF_UNIX
@@ -103,18 +105,18 @@ fn compile(
         .map_err(err)
 }
 
-/// Builds both filters. `unix_sockets`: whether `socket(AF_UNIX)` stays allowed
+/// The rules of every filter. `unix_sockets`: whether `socket(AF_UNIX)` stays allowed
 /// when the network is off. It must not when the tool runs as the daemon's own uid:
 /// Landlock before ABI 9 does not govern connecting to a named socket, so only the
 /// socket file's permissions would keep the tool off the control API.
 /// `socketpair` stays allowed either way (it connects nothing outside).
 /// `metadata_by_path`: whether the path-based mode, owner, timestamp and xattr
 /// changes are refused (see the module doc).
-pub fn filters(
+fn rules(
     network: &Network,
     unix_sockets: bool,
     metadata_by_path: bool,
-) -> Result<Vec<BpfProgram>, SeccompError> {
+) -> Result<Rules, SeccompError> {
     let mut enosys = BTreeMap::new();
     enosys.insert(libc::SYS_clone3, vec![]);
 
@@ -185,12 +187,85 @@ pub fn filters(
         Network::Off => refuse_sockets(&mut eperm, unix_sockets)?,
         Network::TcpPorts(_) => refuse_all_but_tcp(&mut eperm, unix_sockets)?,
     }
+    Ok(Rules { enosys, eperm })
+}
+
+/// The rules of [`filters`], before they are compiled.
+struct Rules {
+    /// Answered ENOSYS.
+    enosys: BTreeMap<i64, Vec<SeccompRule>>,
+    /// Answered EPERM.
+    eperm: BTreeMap<i64, Vec<SeccompRule>>,
+}
+
+/// The calls a spawn server's child still makes while it sets up (its parent
+/// makes the namespaces with `clone`; the child makes its mount namespace and
+/// private `/tmp`): the only refusals left for the child to install itself.
+const SETUP_CALLS: [i64; 13] = [
+    libc::SYS_clone,
+    libc::SYS_unshare,
+    libc::SYS_setns,
+    libc::SYS_mount,
+    libc::SYS_umount2,
+    libc::SYS_pivot_root,
+    libc::SYS_move_mount,
+    libc::SYS_open_tree,
+    libc::SYS_fsopen,
+    libc::SYS_fsconfig,
+    libc::SYS_fsmount,
+    libc::SYS_fspick,
+    libc::SYS_mount_setattr,
+];
+
+/// Builds every filter, for a process that installs them all itself (a one-off
+/// helper). See [`rules`] for the arguments.
+pub fn filters(
+    network: &Network,
+    unix_sockets: bool,
+    metadata_by_path: bool,
+) -> Result<Vec<BpfProgram>, SeccompError> {
+    let Rules { enosys, eperm } = rules(network, unix_sockets, metadata_by_path)?;
     let mut programs = vec![
         compile(enosys, SeccompAction::Errno(libc::ENOSYS as u32))?,
         compile(eperm, SeccompAction::Errno(libc::EPERM as u32))?,
     ];
     programs.extend(refuse_x32());
     Ok(programs)
+}
+
+/// The same refusals as [`filters`], in two parts for a spawn server: what the
+/// server installs on itself, which every child inherits at `clone` at no cost
+/// (everything but [`SETUP_CALLS`]), and what each child installs once it has set
+/// up (those). Installing a filter is most of what seccomp costs a process (the
+/// kernel checks it against every system call number to build its cache), and it
+/// grows with the filter: the child's part is a few calls long.
+pub fn split(
+    network: &Network,
+    unix_sockets: bool,
+    metadata_by_path: bool,
+) -> Result<Split, SeccompError> {
+    let Rules { enosys, eperm } = rules(network, unix_sockets, metadata_by_path)?;
+    let (child, server): (BTreeMap<_, _>, BTreeMap<_, _>) = eperm
+        .into_iter()
+        .partition(|(nr, _)| SETUP_CALLS.contains(nr));
+    let mut inherited = vec![
+        compile(enosys, SeccompAction::Errno(libc::ENOSYS as u32))?,
+        compile(server, SeccompAction::Errno(libc::EPERM as u32))?,
+    ];
+    inherited.extend(refuse_x32());
+    Ok(Split {
+        inherited,
+        child: vec![compile(child, SeccompAction::Errno(libc::EPERM as u32))?],
+    })
+}
+
+/// [`split`]'s two parts.
+#[derive(Debug)]
+pub struct Split {
+    /// Installed by the spawn server on itself: its children inherit them.
+    pub inherited: Vec<BpfProgram>,
+    /// Installed by each child, last.
+    pub child: Vec<BpfProgram>,
 }
 
 /// The bit that marks an x32 system call on x86_64.

@@ -123,7 +123,9 @@ fn serve() -> Result<(), String> {
     // The workspace by name, entered again by each child: a directory moved or
     // replaced under the server is not where calls run.
     let workspace = std::env::current_dir().map_err(|e| format!("working directory: {e}"))?;
-    let prepared = Prepared::new(&setup.confine);
+    // From here the server runs under most of its children's seccomp filters
+    // (they inherit them; see `Prepared::for_spawn_server`).
+    let prepared = Prepared::for_spawn_server(&setup.confine);
     let mut served = Served {
         setup,
         prepared,
@@ -330,6 +332,10 @@ fn start(served: &mut Served, call: CallFds, retiring: &mut bool) -> Option<Runn
         };
     }
     if share && pid.is_ok() {
+        // The child's credential change set the memory's dumpable flag (to
+        // `fs.suid_dumpable`): the server's is set back.
+        // SAFETY: a prctl with integer arguments.
+        unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
         // The child has exec'd or exited: what it left in the shared memory is
         // judged before anything else runs here.
         if let Some(shared) = &served.shared
@@ -393,7 +399,9 @@ fn clone(flags: libc::c_int) -> Result<libc::pid_t, Errno> {
 ///
 /// Only as root: the child's credentials change while it shares the memory, and
 /// a child of an unprivileged server would have to make itself dumpable to write
-/// its user namespace's maps, which would make the server dumpable too. Only for
+/// its user namespace's maps, which would make the server dumpable too. Only
+/// where the kernel leaves a process whose credentials changed undumpable
+/// (`fs.suid_dumpable` 0 or 2; see `dumps_closed`). Only for
 /// a command job, which `exec`s as soon as it is confined (a file job would run
 /// in the server's memory for its whole length).
 ///
@@ -437,7 +445,7 @@ impl Shared {
     /// The shared mode's stack, when this server may use it (root, a single
     /// thread); `None` otherwise.
     fn new() -> Option<Shared> {
-        if !nix::unistd::Uid::effective().is_root() || !single_threaded() {
+        if !nix::unistd::Uid::effective().is_root() || !single_threaded() || !dumps_closed() {
             return None;
         }
         // SAFETY: a new private anonymous mapping; nothing else refers to it.
@@ -474,6 +482,15 @@ impl Shared {
         matches!(stage, EXECUTING | CLEAN_EXIT)
             && heap_in_use().saturating_sub(self.heap_at_start) <= LEAK_LIMIT
     }
+}
+
+/// Whether a process whose credentials change is left undumpable by the kernel
+/// (`fs.suid_dumpable` 0 or 2): the child drops to the tool's uid while it shares
+/// the server's memory, and with 1 that memory would be open to ptrace and
+/// `/proc/PID/mem` by any process of that uid until the `exec`.
+fn dumps_closed() -> bool {
+    std::fs::read_to_string("/proc/sys/fs/suid_dumpable")
+        .is_ok_and(|v| matches!(v.trim(), "0" | "2"))
 }
 
 /// Whether this process has a single thread (`/proc/self/status`).
@@ -687,8 +704,8 @@ fn read_job(setup: &Setup, call: &CallFds) -> super::HelperRequest {
     }
     // A shared child must exec at once (see `Shared`): a file job never runs in
     // one, whatever reached it.
-    if (call.tag == CALL_COMMAND) != req.job.is_command() {
-        refuse("internal error: a call's tag does not match its job; it was not run");
+    if call.tag == CALL_COMMAND && !req.job.is_command() {
+        refuse("internal error: a file job was tagged as a command; it was not run");
     }
     req
 }

@@ -41,11 +41,27 @@ pub trait ToolDefinition {
 
 impl ToolDefinition for ToolName {
     fn definition(self) -> Value {
-        json!({
-            "name": self.as_str(),
-            "description": description(self),
-            "input_schema": input::schema(self),
-        })
+        // Built once: every request carries the offered tools, and generating
+        // their schemas was a visible share of a turn.
+        static DEFINITIONS: std::sync::LazyLock<Vec<(ToolName, Value)>> =
+            std::sync::LazyLock::new(|| {
+                ToolName::ALL
+                    .into_iter()
+                    .map(|t| {
+                        let d = json!({
+                            "name": t.as_str(),
+                            "description": description(t),
+                            "input_schema": input::schema(t),
+                        });
+                        (t, d)
+                    })
+                    .collect()
+            });
+        DEFINITIONS
+            .iter()
+            .find(|(t, _)| *t == self)
+            .map(|(_, d)| d.clone())
+            .unwrap_or(Value::Null)
     }
 }
 

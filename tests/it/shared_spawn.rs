@@ -1,7 +1,7 @@
 //! A command's child that shares its spawn server's memory until it execs
 //! (docs/sandbox.md "How a call is started"): real servers, real children, a real
 //! kill. The child sets nothing in the server (every call starts from the same
-//! environment); a child killed before its exec retires the server, which then
+//! environment) and inherits most of its seccomp filters from it; a child killed before its exec retires the server, which then
 //! starts nothing; a server whose children leaked past its bound retires, and the
 //! daemon's next call runs in its successor, none failing.
 
@@ -22,7 +22,7 @@ use nix::sys::socket::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::spawn_server::setup;
+use crate::spawn_server::{pids_running, setup};
 
 fn executor() -> Executor {
     Executor::new(PathBuf::from(env!("CARGO_BIN_EXE_harnessd")))
@@ -92,14 +92,70 @@ fn every_call_starts_from_the_servers_environment() {
 }
 
 #[test]
+fn a_child_inherits_most_filters_from_its_server_and_installs_the_setup_calls_last() {
+    // The server installs on itself what its children inherit (three filters:
+    // clone3, the refusals, x32); each child adds the refusal of the calls it
+    // set up with, so the tool is under four, and those calls are refused too.
+    let (_root, workspace, confine) = setup();
+    let executor = executor();
+    let mark = "4711.625";
+    let filters = std::thread::scope(|s| {
+        let call = s.spawn(|| bash(&executor, &workspace, &confine, &format!("sleep {mark}")));
+        let start = Instant::now();
+        let pid = loop {
+            if let Some(pid) = pids_running(&["sleep", mark]).first() {
+                break *pid;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "the call never ran"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        // Read from outside: the tool may not read its own /proc files.
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let filters = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Seccomp_filters:"))
+            .map(|n| n.trim().to_string());
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        let _ = call.join().unwrap();
+        filters
+    });
+    assert_eq!(filters.as_deref(), Some("4"));
+    let out = bash(
+        &executor,
+        &workspace,
+        &confine,
+        "unshare --mount true 2>&1; echo unshare=$?; \
+         python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM)' 2>&1 | tail -1",
+    );
+    let text = out.stdout.text();
+    assert!(
+        text.contains("unshare: unshare failed: Operation not permitted"),
+        "{text}"
+    );
+    assert!(text.contains("unshare=1\n"), "{text}");
+    assert!(
+        text.contains("PermissionError: [Errno 1] Operation not permitted"),
+        "{text}"
+    );
+}
+
+#[test]
 fn a_server_whose_children_leaked_past_its_bound_retires_and_the_next_call_runs() {
     // Each call's child reads its job into the server's heap and execs without
-    // freeing it: a job of about 1.4 MiB (twelve arguments of 120 KiB, under the
-    // kernel's bounds) leaks some 3 MiB, so a few calls pass the bound (16 MiB).
+    // freeing it: a job of about 0.9 MiB (ten arguments of 90 KiB, under the
+    // kernel's bounds and the daemon's 1 MiB for a shared child) leaks some
+    // 1.8 MiB, so a few calls pass the bound (16 MiB).
     let (_root, workspace, confine) = setup();
     let executor = executor();
     let mut argv = vec!["true".to_string()];
-    argv.extend((0..12).map(|i| format!("{i}{}", "x".repeat(120 << 10))));
+    argv.extend((0..10).map(|i| format!("{i}{}", "x".repeat(90 << 10))));
     let never = CancellationToken::new();
     let mut servers = Vec::new();
     for call in 0..40 {

@@ -77,7 +77,7 @@ fn wait_gone(pid: u32, what: &str) {
 }
 
 /// Pids of the processes whose command line is exactly `argv`.
-fn pids_running(argv: &[&str]) -> Vec<u32> {
+pub(crate) fn pids_running(argv: &[&str]) -> Vec<u32> {
     let want: Vec<u8> = argv
         .iter()
         .flat_map(|a| [a.as_bytes(), b"\0"].concat())
