@@ -298,14 +298,41 @@ async fn admit(
     })
 }
 
+/// Longest text decided on the runtime's own thread: a command's proof takes
+/// microseconds at this size (`cargo bench --bench policy`), less than the trip
+/// to a blocking thread and back.
+const INLINE_DECISION_BYTES: usize = 4096;
+
+/// Whether `input` is decided where it is: no path to judge, and short.
+fn decided_inline(input: &ToolInput) -> bool {
+    let short = |t: &str| t.len() <= INLINE_DECISION_BYTES;
+    match input {
+        ToolInput::RunBash(i) => short(&i.command),
+        ToolInput::RunPython(i) => short(&i.code),
+        ToolInput::GetTime(_) => true,
+        ToolInput::LoadSkill(i) => short(&i.name),
+        ToolInput::Delegate(i) => short(&i.prompt),
+        ToolInput::ReadFile(_)
+        | ToolInput::WriteFile(_)
+        | ToolInput::EditFile(_)
+        | ToolInput::ListDir(_) => false,
+    }
+}
+
 /// [`tools::decide`] on a blocking thread: judging a file tool's path walks the
-/// workspace (`symlink_metadata`, `read_link`), which must not stall the runtime's
-/// workers. The input travels there and back rather than being copied.
+/// workspace (`symlink_metadata`, `read_link`), and a long command's proof takes
+/// time, neither of which may stall the runtime's workers. The input travels
+/// there and back rather than being copied. A short call without a path is
+/// decided here ([`decided_inline`]): the decision is pure.
 async fn decide_off_runtime(
     tool: ToolName,
     input: ToolInput,
     loaded: &Arc<Loaded>,
 ) -> (ToolInput, tools::Verdict) {
+    if decided_inline(&input) {
+        let verdict = tools::decide(tool, &input, loaded);
+        return (input, verdict);
+    }
     let loaded = loaded.clone();
     let decided = tokio::task::spawn_blocking(move || {
         let verdict = tools::decide(tool, &input, &loaded);

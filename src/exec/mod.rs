@@ -17,6 +17,7 @@ pub mod capture;
 pub mod cgroup;
 mod confinement;
 mod hook;
+mod readers;
 mod relay;
 mod server;
 mod spare;
@@ -433,7 +434,7 @@ impl Readers {
             let killer = killer.clone();
             let mut relay = req.relay_output.then(|| relay::Relay::new(target));
             readers += 1;
-            std::thread::spawn(move || {
+            readers::run(Box::new(move || {
                 let on_flood = || {
                     flooded.store(true, std::sync::atomic::Ordering::SeqCst);
                     killer.kill();
@@ -445,7 +446,7 @@ impl Readers {
                     r.finish();
                 }
                 let _ = done_tx.send(());
-            });
+            }));
         }
         Readers {
             count: readers,
