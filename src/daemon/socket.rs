@@ -31,6 +31,10 @@ const SOCKET_MODE: u32 = 0o600;
 /// Mode of the socket with an operators group.
 const SOCKET_MODE_GROUP: u32 = 0o660;
 
+/// How long a held root lock is tried again before another daemon is taken to
+/// hold it (see [`SocketDir::lock`]).
+const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Why the socket directory cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum SocketError {
@@ -176,8 +180,22 @@ impl SocketDir {
         if st.st_uid != me.as_raw() {
             fchown(fd.as_fd(), Some(me), None).map_err(|e| io("cannot take back", &path, e))?;
         }
-        Flock::lock(File::from(fd), FlockArg::LockExclusiveNonblock)
-            .map_err(|_| SocketError::Locked(path.display().to_string()))
+        // A daemon killed a moment ago can leave the lock held for a little
+        // while by a process it had just forked, which holds its descriptors
+        // until its `exec` closes them: the lock is tried again for a short
+        // while before another daemon is taken to hold it.
+        let deadline = std::time::Instant::now() + LOCK_PATIENCE;
+        let mut file = File::from(fd);
+        loop {
+            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                Ok(lock) => return Ok(lock),
+                Err((back, _)) if std::time::Instant::now() < deadline => {
+                    file = back;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(_) => return Err(SocketError::Locked(path.display().to_string())),
+            }
+        }
     }
 
     /// Removes a socket left by a crashed daemon (call with the lock held), binds a

@@ -1,7 +1,7 @@
 //! The seccomp filters of a tool process: what Landlock cannot refuse.
 //!
 //! Two filters are stacked (a third, on x86_64, closes the x32 numbering). A
-//! spawn server installs them on itself but for [`SETUP_CALLS`], which its
+//! spawn server installs them on itself but for its children's setup calls, which its
 //! children refuse last, themselves ([`split`]). The first answers `clone3` with ENOSYS, so libc falls
 //! back to `clone`, whose flags (unlike `clone3`'s, which sit in memory) a filter can
 //! read. The second answers EPERM to: every socket family but AF_UNIX when the
@@ -128,18 +128,6 @@ fn rules(
         libc::SYS_io_uring_setup,
         libc::SYS_io_uring_enter,
         libc::SYS_io_uring_register,
-        libc::SYS_mount,
-        libc::SYS_umount2,
-        libc::SYS_pivot_root,
-        libc::SYS_move_mount,
-        libc::SYS_open_tree,
-        libc::SYS_fsopen,
-        libc::SYS_fsconfig,
-        libc::SYS_fsmount,
-        libc::SYS_fspick,
-        libc::SYS_mount_setattr,
-        libc::SYS_unshare,
-        libc::SYS_setns,
         libc::SYS_keyctl,
         libc::SYS_add_key,
         libc::SYS_request_key,
@@ -147,7 +135,7 @@ fn rules(
         libc::SYS_perf_event_open,
         libc::SYS_userfaultfd,
     ];
-    for nr in always {
+    for nr in always.into_iter().chain(NAMESPACE_CALLS) {
         eperm.insert(nr, vec![]);
     }
     // Rules are alternatives: one per namespace flag, matching when it is set.
@@ -198,11 +186,8 @@ struct Rules {
     eperm: BTreeMap<i64, Vec<SeccompRule>>,
 }
 
-/// The calls a spawn server's child still makes while it sets up (its parent
-/// makes the namespaces with `clone`; the child makes its mount namespace and
-/// private `/tmp`): the only refusals left for the child to install itself.
-const SETUP_CALLS: [i64; 13] = [
-    libc::SYS_clone,
+/// The calls that make or enter namespaces and change mounts, refused whole.
+const NAMESPACE_CALLS: [i64; 12] = [
     libc::SYS_unshare,
     libc::SYS_setns,
     libc::SYS_mount,
@@ -216,6 +201,14 @@ const SETUP_CALLS: [i64; 13] = [
     libc::SYS_fspick,
     libc::SYS_mount_setattr,
 ];
+
+/// Whether `nr` is a call a spawn server's child still makes while it sets up
+/// (its parent makes the namespaces with `clone`; the child makes its mount
+/// namespace and private `/tmp`): the only refusals left for the child to
+/// install itself.
+fn is_setup_call(nr: i64) -> bool {
+    nr == libc::SYS_clone || NAMESPACE_CALLS.contains(&nr)
+}
 
 /// Builds every filter, for a process that installs them all itself (a one-off
 /// helper). See [`rules`] for the arguments.
@@ -235,7 +228,7 @@ pub fn filters(
 
 /// The same refusals as [`filters`], in two parts for a spawn server: what the
 /// server installs on itself, which every child inherits at `clone` at no cost
-/// (everything but [`SETUP_CALLS`]), and what each child installs once it has set
+/// (everything but [`is_setup_call`]'s), and what each child installs once it has set
 /// up (those). Installing a filter is most of what seccomp costs a process (the
 /// kernel checks it against every system call number to build its cache), and it
 /// grows with the filter: the child's part is a few calls long.
@@ -245,9 +238,8 @@ pub fn split(
     metadata_by_path: bool,
 ) -> Result<Split, SeccompError> {
     let Rules { enosys, eperm } = rules(network, unix_sockets, metadata_by_path)?;
-    let (child, server): (BTreeMap<_, _>, BTreeMap<_, _>) = eperm
-        .into_iter()
-        .partition(|(nr, _)| SETUP_CALLS.contains(nr));
+    let (child, server): (BTreeMap<_, _>, BTreeMap<_, _>) =
+        eperm.into_iter().partition(|(nr, _)| is_setup_call(*nr));
     let mut inherited = vec![
         compile(enosys, SeccompAction::Errno(libc::ENOSYS as u32))?,
         compile(server, SeccompAction::Errno(libc::EPERM as u32))?,

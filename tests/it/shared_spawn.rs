@@ -34,12 +34,17 @@ fn bash(
     confine: &Confinement,
     command: &str,
 ) -> ExecOutcome {
+    let job = Job::Bash {
+        command: command.into(),
+        direct: None,
+    };
+    run_job(executor, workspace, confine, &job)
+}
+
+fn run_job(executor: &Executor, workspace: &Path, confine: &Confinement, job: &Job) -> ExecOutcome {
     let never = CancellationToken::new();
     executor.run(&ExecRequest {
-        job: &Job::Bash {
-            command: command.into(),
-            direct: None,
-        },
+        job,
         workspace,
         confine,
         timeout: Duration::from_secs(60),
@@ -156,20 +161,10 @@ fn a_server_whose_children_leaked_past_its_bound_retires_and_the_next_call_runs(
     let executor = executor();
     let mut argv = vec!["true".to_string()];
     argv.extend((0..10).map(|i| format!("{i}{}", "x".repeat(90 << 10))));
-    let never = CancellationToken::new();
     let mut servers = Vec::new();
     for call in 0..40 {
-        let out = executor.run(&ExecRequest {
-            job: &Job::Exec { argv: argv.clone() },
-            workspace: &workspace,
-            confine: &confine,
-            timeout: Duration::from_secs(60),
-            spool_prefix: None,
-            spool_budget: SpoolBudget::unlimited(),
-            keep_bytes: 64 * 1024,
-            cancel: &never,
-            relay_output: false,
-        });
+        let job = Job::Exec { argv: argv.clone() };
+        let out = run_job(&executor, &workspace, &confine, &job);
         // A retired server's call is run by its successor: none fails.
         assert_eq!(
             out.ending,
