@@ -422,7 +422,9 @@ type Answers = Vec<Option<(ToolResult, Option<String>)>>;
 
 /// Validates, decides and runs every call of one turn; returns the `tool_result`
 /// blocks in the calls' order. `ledger` follows each call's progress, for the answers
-/// a panic would leave owed; `knowledge` is what `load_skill` answers from.
+/// a panic would leave owed; `knowledge` is what `load_skill` answers from. No call
+/// runs before `saved` (the transcript holding them) has landed; if it failed,
+/// each admitted call is answered unexecuted and [`Executed::unsaved`] says why.
 pub(super) async fn execute_calls(
     env: &TaskEnv,
     task_id: &str,
@@ -430,9 +432,24 @@ pub(super) async fn execute_calls(
     uses: &[ToolUse],
     ledger: &Ledger,
     (parent, knowledge): (&super::delegate::Parent, &Arc<Knowledge>),
-) -> Result<Vec<Block>, EventError> {
+    saved: impl Future<Output = Result<(), String>>,
+) -> Result<Executed, EventError> {
     let mut answers: Answers = vec![None; uses.len()];
     let runnable = admit_all(env, task_id, uses, ledger, &mut answers).await?;
+    if let Err(error) = saved.await {
+        let why = "not executed: the task's transcript could not be saved, so the task \
+                   stops here";
+        for r in &runnable {
+            let result = ToolResult::error(why);
+            let none = std::time::Duration::ZERO;
+            finished(env, task_id, &r.call.id, &r.call.name, &result, none, None).await?;
+            answers[r.index] = Some((result, None));
+        }
+        return Ok(Executed {
+            blocks: result_blocks(uses, answers),
+            unsaved: Some(error),
+        });
+    }
     let turn = Turn {
         env,
         task_id,
@@ -441,15 +458,30 @@ pub(super) async fn execute_calls(
         knowledge,
     };
     run_admitted(&turn, &runnable, ledger, &mut answers).await?;
-    Ok(uses
-        .iter()
+    Ok(Executed {
+        blocks: result_blocks(uses, answers),
+        unsaved: None,
+    })
+}
+
+/// What became of a turn's calls ([`execute_calls`]).
+pub(super) struct Executed {
+    /// One `tool_result` block per call, in the calls' order.
+    pub blocks: Vec<Block>,
+    /// Why no admitted call ran: the save they waited for failed.
+    pub unsaved: Option<String>,
+}
+
+/// The `tool_result` blocks of `answers`, in the calls' order.
+fn result_blocks(uses: &[ToolUse], answers: Answers) -> Vec<Block> {
+    uses.iter()
         .zip(answers)
         .map(|(call, r)| {
             let (result, _) =
                 r.unwrap_or_else(|| (ToolResult::error("internal error: no result"), None));
             Block::tool_result(&call.id, &result.content, result.is_error)
         })
-        .collect())
+        .collect()
 }
 
 /// Records every call as requested and admits it or answers it (refused, denied,

@@ -209,3 +209,70 @@ fn a_clean_stop_writes_a_checkpoint_before_daemon_stopping() {
     assert_eq!(log[n - 2]["type"], "checkpoint", "{:?}", log[n - 2]);
     assert_eq!(log[n - 2]["reason"], "stop");
 }
+
+#[test]
+fn a_save_that_fails_before_the_calls_runs_none_of_them() {
+    // The model's answer is held until `transcripts/` is full, so the save
+    // before its calls (written while they are recorded and judged) fails: none
+    // runs, each is answered "not executed", and the task stops with `error`.
+    let full = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = full.clone();
+    let api = FakeApi::with_responder(Box::new(move |req| {
+        if req.to_string().contains("tool_result") {
+            return Reply::text("done");
+        }
+        while !seen.load(std::sync::atomic::Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Reply::tools(&[
+            ("call_1", "run_bash", json!({"command": "touch ran1"})),
+            ("call_2", "run_bash", json!({"command": "touch ran2"})),
+        ])
+    }));
+    let root = TestRoot::new(&api.url);
+    root.edit_settings(|s| {
+        s["tools"]["allow"] = json!(["run_bash"]);
+        s["tools"]["ask"] = json!([]);
+    });
+    root.set_config("paths", "events", "\"log/events.jsonl\"");
+    root.set_config("audit", "reserve_mb", "0");
+    let transcripts = root.dir.join("transcripts");
+    let _ = std::fs::remove_dir_all(&transcripts);
+    let _mount = Mount::tmpfs(&transcripts, "1m").expect("mount a tmpfs (run as root)");
+    let d = Daemon::start(&root);
+    let id = d.submit("run it");
+    wait_until("the model request", || {
+        events(&root).iter().any(|e| e["type"] == "model_request")
+    });
+    fill(&root.dir.join("transcripts/filler"));
+    full.store(true, std::sync::atomic::Ordering::SeqCst);
+    let t = d.wait_finished(&id);
+    assert_eq!(t["stop_reason"], "error", "{t}");
+    let ws = root.workspace();
+    assert!(
+        !ws.join("ran1").exists() && !ws.join("ran2").exists(),
+        "a call ran"
+    );
+    let log = events(&root);
+    let of = |kind: &str| {
+        log.iter()
+            .filter(|e| e["type"] == kind && e["task_id"] == id.as_str())
+            .count()
+    };
+    assert_eq!(of("tool_requested"), 2, "{log:?}");
+    assert_eq!(of("tool_finished"), 2, "{log:?}");
+    assert!(
+        log.iter()
+            .filter(|e| e["type"] == "tool_finished")
+            .all(|e| e["is_error"] == true),
+        "{log:?}"
+    );
+    let finished = log
+        .iter()
+        .find(|e| e["type"] == "task_finished" && e["task_id"] == id.as_str())
+        .expect("task_finished");
+    assert!(
+        finished.to_string().contains("cannot save the transcript"),
+        "{finished}"
+    );
+}
