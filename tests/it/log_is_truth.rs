@@ -29,6 +29,13 @@ fn held_tool_root() -> (FakeApi, TestRoot, Mount) {
             json!({"command": "touch started; until [ -e go ]; do sleep 0.05; done; echo ran"}),
         )
     }));
+    let (root, mount) = small_transcripts_root(&api);
+    (api, root, mount)
+}
+
+/// A root for `api` where `run_bash` runs without asking, `transcripts/` is a
+/// small tmpfs and the audit log lives outside it.
+fn small_transcripts_root(api: &FakeApi) -> (TestRoot, Mount) {
     let root = TestRoot::new(&api.url);
     root.edit_settings(|s| {
         s["tools"]["allow"] = json!(["run_bash"]);
@@ -39,7 +46,7 @@ fn held_tool_root() -> (FakeApi, TestRoot, Mount) {
     let transcripts = root.dir.join("transcripts");
     let _ = std::fs::remove_dir_all(&transcripts);
     let mount = Mount::tmpfs(&transcripts, "1m").expect("mount a tmpfs (run as root)");
-    (api, root, mount)
+    (root, mount)
 }
 
 fn events(root: &TestRoot) -> Vec<Value> {
@@ -229,16 +236,7 @@ fn a_save_that_fails_before_the_calls_runs_none_of_them() {
             ("call_2", "run_bash", json!({"command": "touch ran2"})),
         ])
     }));
-    let root = TestRoot::new(&api.url);
-    root.edit_settings(|s| {
-        s["tools"]["allow"] = json!(["run_bash"]);
-        s["tools"]["ask"] = json!([]);
-    });
-    root.set_config("paths", "events", "\"log/events.jsonl\"");
-    root.set_config("audit", "reserve_mb", "0");
-    let transcripts = root.dir.join("transcripts");
-    let _ = std::fs::remove_dir_all(&transcripts);
-    let _mount = Mount::tmpfs(&transcripts, "1m").expect("mount a tmpfs (run as root)");
+    let (root, _mount) = small_transcripts_root(&api);
     let d = Daemon::start(&root);
     let id = d.submit("run it");
     wait_until("the model request", || {
