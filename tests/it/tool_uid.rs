@@ -203,5 +203,14 @@ fn a_read_only_registry_falls_back_and_check_says_so() {
         text.contains(&format!("tool user  uid {uid} ")) && text.contains("unusable"),
         "{text}"
     );
-    assert!(!Path::new(&format!("/var/lib/harnessd/uids/{uid}")).exists());
+    // Not registered for this root (the registry is the host's: another test's
+    // root may hold the same uid there, under its own path).
+    let entry = std::fs::read_to_string(format!("/var/lib/harnessd/uids/{uid}"));
+    let root_path = root.dir.canonicalize().unwrap();
+    assert!(
+        entry
+            .as_deref()
+            .map_or(true, |owner| owner.trim() != root_path.to_string_lossy()),
+        "registered for this root: {entry:?}"
+    );
 }
