@@ -1,9 +1,11 @@
 //! A command's child that shares its spawn server's memory until it execs
 //! (docs/sandbox.md "How a call is started"): real servers, real children, a real
 //! kill. The child sets nothing in the server (every call starts from the same
-//! environment) and inherits most of its seccomp filters from it; a child killed before its exec retires the server, which then
-//! starts nothing; a server whose children leaked past its bound retires, and the
-//! daemon's next call runs in its successor, none failing.
+//! environment) and inherits most of its seccomp filters from it; a child killed
+//! before its exec retires the server, which then starts nothing; a server whose
+//! children leaked past its bound retires, and the daemon's next call runs in its
+//! successor, none failing; a server that does not start a call within its
+//! timeout is killed.
 
 use std::io::{IoSlice, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -339,4 +341,64 @@ fn a_child_killed_before_its_exec_retires_its_server() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+#[test]
+fn a_call_whose_server_does_not_start_it_in_time_kills_the_server_and_the_next_runs() {
+    // A server that cannot start its call (stopped here; a command's child
+    // stalled in its setup holds it the same way) must not hold every call
+    // behind it: within the call's timeout the server is killed, the call fails,
+    // and the next call runs in a successor.
+    let (_root, workspace, confine) = setup();
+    let executor = executor();
+    assert_eq!(
+        bash(&executor, &workspace, &confine, "echo one")
+            .stdout
+            .text(),
+        "one\n"
+    );
+    let old = executor.spawn_server_pids();
+    assert_eq!(old.len(), 1);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(old[0] as i32),
+        nix::sys::signal::Signal::SIGSTOP,
+    )
+    .unwrap();
+    let never = CancellationToken::new();
+    let started = Instant::now();
+    let stuck = executor.run(&ExecRequest {
+        job: &Job::Bash {
+            command: "touch must-not-run".into(),
+            direct: None,
+        },
+        workspace: &workspace,
+        confine: &confine,
+        timeout: Duration::from_secs(1),
+        spool_prefix: None,
+        spool_budget: SpoolBudget::unlimited(),
+        keep_bytes: 64 * 1024,
+        cancel: &never,
+        relay_output: false,
+    });
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    match &stuck.ending {
+        Ending::SpawnFailed(e) => assert!(e.contains("did not start within"), "{e}"),
+        other => panic!("the call should have failed to start: {other:?}"),
+    }
+    let start = Instant::now();
+    while crate::spawn_server::alive(old[0]) {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the stuck server lives on"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!workspace.join("must-not-run").exists());
+    let next = bash(&executor, &workspace, &confine, "echo two");
+    assert_eq!(next.stdout.text(), "two\n", "{}", next.stderr.text());
+    assert_ne!(executor.spawn_server_pids(), old);
 }

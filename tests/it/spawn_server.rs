@@ -55,7 +55,7 @@ fn run(executor: &Executor, workspace: &Path, confine: &Confinement, script: &st
 }
 
 /// Whether a process `pid` exists and is not a zombie.
-fn alive(pid: u32) -> bool {
+pub(crate) fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|s| {
