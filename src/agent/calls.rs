@@ -300,8 +300,11 @@ async fn admit(
 
 /// Longest text decided on the runtime's own thread: a command's proof takes
 /// microseconds at this size (`cargo bench --bench policy`), less than the trip
-/// to a blocking thread and back.
-const INLINE_DECISION_BYTES: usize = 4096;
+/// to a blocking thread and back. Small, because the proof's work grows with how
+/// deeply a command nests programs that run their arguments (`find -exec …`)
+/// times the words at each level: a few kilobytes can be built to cost
+/// milliseconds, which must not be spent on one of the runtime's two workers.
+const INLINE_DECISION_BYTES: usize = 256;
 
 /// Whether `input` is decided where it is: no path to judge, and short.
 fn decided_inline(input: &ToolInput) -> bool {
@@ -422,9 +425,7 @@ type Answers = Vec<Option<(ToolResult, Option<String>)>>;
 
 /// Validates, decides and runs every call of one turn; returns the `tool_result`
 /// blocks in the calls' order. `ledger` follows each call's progress, for the answers
-/// a panic would leave owed; `knowledge` is what `load_skill` answers from. No call
-/// runs before `saved` (the transcript holding them) has landed; if it failed,
-/// each admitted call is answered unexecuted and [`Executed::unsaved`] says why.
+/// a panic would leave owed; `knowledge` is what `load_skill` answers from.
 pub(super) async fn execute_calls(
     env: &TaskEnv,
     task_id: &str,
@@ -432,24 +433,9 @@ pub(super) async fn execute_calls(
     uses: &[ToolUse],
     ledger: &Ledger,
     (parent, knowledge): (&super::delegate::Parent, &Arc<Knowledge>),
-    saved: impl Future<Output = Result<(), String>>,
-) -> Result<Executed, EventError> {
+) -> Result<Vec<Block>, EventError> {
     let mut answers: Answers = vec![None; uses.len()];
     let runnable = admit_all(env, task_id, uses, ledger, &mut answers).await?;
-    if let Err(error) = saved.await {
-        let why = "not executed: the task's transcript could not be saved, so the task \
-                   stops here";
-        for r in &runnable {
-            let result = ToolResult::error(why);
-            let none = std::time::Duration::ZERO;
-            finished(env, task_id, &r.call.id, &r.call.name, &result, none, None).await?;
-            answers[r.index] = Some((result, None));
-        }
-        return Ok(Executed {
-            blocks: result_blocks(uses, answers),
-            unsaved: Some(error),
-        });
-    }
     let turn = Turn {
         env,
         task_id,
@@ -458,30 +444,15 @@ pub(super) async fn execute_calls(
         knowledge,
     };
     run_admitted(&turn, &runnable, ledger, &mut answers).await?;
-    Ok(Executed {
-        blocks: result_blocks(uses, answers),
-        unsaved: None,
-    })
-}
-
-/// What became of a turn's calls ([`execute_calls`]).
-pub(super) struct Executed {
-    /// One `tool_result` block per call, in the calls' order.
-    pub blocks: Vec<Block>,
-    /// Why no admitted call ran: the save they waited for failed.
-    pub unsaved: Option<String>,
-}
-
-/// The `tool_result` blocks of `answers`, in the calls' order.
-fn result_blocks(uses: &[ToolUse], answers: Answers) -> Vec<Block> {
-    uses.iter()
+    Ok(uses
+        .iter()
         .zip(answers)
         .map(|(call, r)| {
             let (result, _) =
                 r.unwrap_or_else(|| (ToolResult::error("internal error: no result"), None));
             Block::tool_result(&call.id, &result.content, result.is_error)
         })
-        .collect()
+        .collect())
 }
 
 /// Records every call as requested and admits it or answers it (refused, denied,

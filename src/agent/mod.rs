@@ -284,28 +284,6 @@ impl TaskRun<'_> {
         self.stop_unsaved(pending, error).await
     }
 
-    /// Starts the save the response's calls wait for (see `run_calls`), after
-    /// the one in flight, if any (this one holds all that one did). If it cannot
-    /// even start, the task stops as [`TaskRun::save_or_stop`] stops it.
-    async fn start_save_or_stop(&mut self, pending: &[ToolUse]) -> Result<SaveInFlight, Halt> {
-        let _ = self.settle_save().await;
-        let dir = self.loaded.paths.transcripts.clone();
-        let unsaved = &self.env.services.unsaved;
-        match unsaved.start_save(&self.transcript, dir) {
-            Ok(saving) => Ok(saving),
-            Err(e) => {
-                unsaved.keep(&self.transcript);
-                tracing::error!("cannot save transcript {}: {e}", self.spec.task_id);
-                self.hold = Hold::default();
-                let error = format!("cannot save the transcript: {e}");
-                match self.stop_unsaved(pending, error).await {
-                    Err(halt) => Err(halt),
-                    Ok(()) => Err(Halt::Stop(StopReason::Error, None)),
-                }
-            }
-        }
-    }
-
     /// Waits for the save in flight before anything of a new response happens:
     /// if it failed, the task stops with `error` as if the save had been waited
     /// for, `pending` (the response's calls) answered unexecuted. What the failed

@@ -68,62 +68,21 @@ impl TaskRun<'_> {
         }
         let last_turn = summary || self.turn >= max_turns;
         self.check_limits(&uses, limits, repeats, last_turn).await?;
-        self.run_calls(&loaded, &uses).await?;
+        // Saved before the tools run: a crash mid-tool leaves the model's request
+        // on disk, so a resume can answer it; no tool runs unsaved.
+        self.save_or_stop(&uses).await?;
+        let task_id = &self.spec.task_id;
+        let parent = self.as_parent();
+        let (ledger, at) = (&self.ledger, (&parent, &self.knowledge));
+        let blocks =
+            calls::execute_calls(self.env, task_id, loaded.clone(), &uses, ledger, at).await?;
+        self.push_user(blocks);
         self.absorb_children();
         self.save_soon().await?;
         // Children spend too: once they have used the budget up, the parent sends
         // nothing more.
         match self.budget_used_up(&loaded.config.loop_) {
             Some((reason, _)) => Err(Halt::stop(reason)),
-            None => Ok(()),
-        }
-    }
-
-    /// Runs the response's calls, their answers joining the history. Saved before
-    /// the tools run: a crash mid-tool leaves the model's request on disk, so a
-    /// resume can answer it; no tool runs unsaved. The save is written while the
-    /// calls are recorded and judged, and waited for before the first runs: if it
-    /// failed, none runs, each is answered unexecuted and the task stops with
-    /// `error`.
-    async fn run_calls(
-        &mut self,
-        loaded: &std::sync::Arc<Loaded>,
-        uses: &[ToolUse],
-    ) -> Result<(), Halt> {
-        let saving = self.start_save_or_stop(uses).await?;
-        // The response's share of the memory budget goes once it is saved.
-        let hold = std::mem::take(&mut self.hold);
-        let this = &*self;
-        let saved = async move {
-            let landed = saving.finished(&this.transcript).await;
-            drop(hold);
-            match landed {
-                Ok(()) => {
-                    this.env.services.unsaved.forget(&this.spec.task_id);
-                    Ok(())
-                }
-                Err(e) => {
-                    tracing::error!("cannot save transcript {}: {e}", this.spec.task_id);
-                    Err(format!("cannot save the transcript: {e}"))
-                }
-            }
-        };
-        let parent = this.as_parent();
-        let at = (&parent, &this.knowledge);
-        let task_id = &this.spec.task_id;
-        let executed = calls::execute_calls(
-            this.env,
-            task_id,
-            loaded.clone(),
-            uses,
-            &this.ledger,
-            at,
-            saved,
-        )
-        .await?;
-        self.push_user(executed.blocks);
-        match executed.unsaved {
-            Some(error) => Err(Halt::Stop(StopReason::Error, Some(error))),
             None => Ok(()),
         }
     }

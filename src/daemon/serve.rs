@@ -87,7 +87,7 @@ impl PreparedSocket {
         let path = resolve(&loaded.paths.root, &loaded.config.daemon.socket);
         let group = operators_gid(loaded.config.daemon.operators_group.as_deref())?;
         let (dir, _) = SocketDir::prepare(&path, group)?;
-        let lock = dir.lock()?;
+        let lock = dir.lock_at_start()?;
         Ok(PreparedSocket {
             dir,
             path,

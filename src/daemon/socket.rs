@@ -32,7 +32,7 @@ const SOCKET_MODE: u32 = 0o600;
 const SOCKET_MODE_GROUP: u32 = 0o660;
 
 /// How long a held root lock is tried again before another daemon is taken to
-/// hold it (see [`SocketDir::lock`]).
+/// hold it (see [`SocketDir::lock_at_start`]).
 const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Why the socket directory cannot be used.
@@ -157,6 +157,19 @@ impl SocketDir {
     /// daemon is refused; held while the returned value lives. Anything but a
     /// regular file there (a planted link) is removed first.
     pub fn lock(&self) -> Result<Flock<File>, SocketError> {
+        self.lock_within(std::time::Duration::ZERO)
+    }
+
+    /// [`SocketDir::lock`] at the daemon's start, where the lock is tried again
+    /// for [`LOCK_PATIENCE`] while another process holds it: a daemon killed a
+    /// moment ago can leave it held for a little while by a process it had just
+    /// forked, which holds its descriptors until its `exec` closes them. Blocks
+    /// the calling thread meanwhile (not for a runtime's worker).
+    pub fn lock_at_start(&self) -> Result<Flock<File>, SocketError> {
+        self.lock_within(LOCK_PATIENCE)
+    }
+
+    fn lock_within(&self, patience: std::time::Duration) -> Result<Flock<File>, SocketError> {
         let name = Path::new(&self.socket).with_extension("lock");
         let path = self.path.join(&name);
         match fstatat(self.dir.as_fd(), &name, AtFlags::AT_SYMLINK_NOFOLLOW) {
@@ -180,16 +193,14 @@ impl SocketDir {
         if st.st_uid != me.as_raw() {
             fchown(fd.as_fd(), Some(me), None).map_err(|e| io("cannot take back", &path, e))?;
         }
-        // A daemon killed a moment ago can leave the lock held for a little
-        // while by a process it had just forked, which holds its descriptors
-        // until its `exec` closes them: the lock is tried again for a short
-        // while before another daemon is taken to hold it.
-        let deadline = std::time::Instant::now() + LOCK_PATIENCE;
+        let deadline = std::time::Instant::now() + patience;
         let mut file = File::from(fd);
         loop {
             match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
                 Ok(lock) => return Ok(lock),
-                Err((back, _)) if std::time::Instant::now() < deadline => {
+                Err((back, nix::errno::Errno::EWOULDBLOCK))
+                    if std::time::Instant::now() < deadline =>
+                {
                     file = back;
                     std::thread::sleep(std::time::Duration::from_millis(20));
                 }

@@ -18,29 +18,34 @@ const IDLE_LIMIT: Duration = Duration::from_secs(30);
 /// Work for a reader thread.
 type Work = Box<dyn FnOnce() + Send + 'static>;
 
-/// Senders of the idle readers, each waiting for one piece of work.
-static IDLE: Mutex<Vec<Sender<Work>>> = Mutex::new(Vec::new());
+/// The idle readers, each waiting for one piece of work: an id and its sender.
+static IDLE: Mutex<Vec<(u64, Sender<Work>)>> = Mutex::new(Vec::new());
+
+/// Ids of idle registrations, so a reader can find its own again.
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Runs `work` on an idle reader thread, or a new one if none is idle.
 pub(super) fn run(work: Work) {
-    let mut work = work;
-    loop {
-        let idle = IDLE.lock().ok().and_then(|mut v| v.pop());
-        let Some(tx) = idle else { break };
-        // A reader that timed out between its registration and this send has
-        // dropped its receiver: the work comes back, and the next one is tried.
+    let idle = IDLE.lock().ok().and_then(|mut v| v.pop());
+    if let Some((_, tx)) = idle {
+        // A popped reader waits until it has this (see `serve`), so the send
+        // only fails if the reader thread is gone; the work then gets a new one.
         match tx.send(work) {
             Ok(()) => return,
-            Err(back) => work = back.0,
+            Err(back) => return spawn(back.0),
         }
     }
+    spawn(work);
+}
+
+fn spawn(work: Work) {
     let spawned = std::thread::Builder::new()
         .name("output-reader".into())
         .spawn(move || serve(work));
     if let Err(e) = spawned {
-        // Nothing else would read the pipe: say so, as a failed spawn of the
-        // old per-call thread did (it panicked).
-        tracing::error!("cannot start an output reader thread: {e}");
+        // As the per-call thread of before did: nothing would read the pipe, and
+        // the task's guard answers a panic for what it owed.
+        panic!("cannot start an output reader thread: {e}");
     }
 }
 
@@ -50,16 +55,33 @@ fn serve(first: Work) {
     first();
     loop {
         let (tx, rx): (Sender<Work>, Receiver<Work>) = channel();
+        let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         match IDLE.lock() {
-            Ok(mut idle) => idle.push(tx),
+            Ok(mut idle) => idle.push((id, tx)),
             Err(_) => return,
         }
-        match rx.recv_timeout(IDLE_LIMIT) {
-            Ok(work) => work(),
-            // Gone from the list when its sender is popped and fails; a
-            // timed-out reader leaves its dead sender there until then.
-            Err(_) => return,
-        }
+        let work = match rx.recv_timeout(IDLE_LIMIT) {
+            Ok(work) => work,
+            Err(_) => {
+                // Leave only if no caller took this registration: one that
+                // popped it is about to send, and its work must not be lost.
+                let Ok(mut idle) = IDLE.lock() else { return };
+                match idle.iter().position(|(i, _)| *i == id) {
+                    Some(at) => {
+                        idle.remove(at);
+                        return;
+                    }
+                    None => {
+                        drop(idle);
+                        match rx.recv() {
+                            Ok(work) => work,
+                            Err(_) => return,
+                        }
+                    }
+                }
+            }
+        };
+        work();
     }
 }
 
