@@ -180,6 +180,10 @@ fn direct_exec() {
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(5);
+    // BENCH_DIRECT_ROUNDS=0 skips the rounds (a profile of the plain task alone).
+    if rounds == 0 {
+        return;
+    }
     let ways = [
         ("cat hello.txt", "direct exec"),
         ("cat hello.txt;", "the same program through bash"),
