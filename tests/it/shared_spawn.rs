@@ -24,7 +24,7 @@ use nix::sys::socket::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::spawn_server::{pids_running, setup};
+use crate::spawn_server::{pids_running, setup, signal_the_server};
 
 fn executor() -> Executor {
     Executor::new(PathBuf::from(env!("CARGO_BIN_EXE_harnessd")))
@@ -357,13 +357,7 @@ fn a_call_whose_server_does_not_start_it_in_time_kills_the_server_and_the_next_r
             .text(),
         "one\n"
     );
-    let old = executor.spawn_server_pids();
-    assert_eq!(old.len(), 1);
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(old[0] as i32),
-        nix::sys::signal::Signal::SIGSTOP,
-    )
-    .unwrap();
+    let old = signal_the_server(&executor, nix::sys::signal::Signal::SIGSTOP);
     let never = CancellationToken::new();
     let started = Instant::now();
     let stuck = executor.run(&ExecRequest {
@@ -390,7 +384,7 @@ fn a_call_whose_server_does_not_start_it_in_time_kills_the_server_and_the_next_r
         other => panic!("the call should have failed to start: {other:?}"),
     }
     let start = Instant::now();
-    while crate::spawn_server::alive(old[0]) {
+    while crate::spawn_server::alive(old) {
         assert!(
             start.elapsed() < Duration::from_secs(5),
             "the stuck server lives on"
@@ -400,5 +394,5 @@ fn a_call_whose_server_does_not_start_it_in_time_kills_the_server_and_the_next_r
     assert!(!workspace.join("must-not-run").exists());
     let next = bash(&executor, &workspace, &confine, "echo two");
     assert_eq!(next.stdout.text(), "two\n", "{}", next.stderr.text());
-    assert_ne!(executor.spawn_server_pids(), old);
+    assert_ne!(executor.spawn_server_pids(), vec![old]);
 }

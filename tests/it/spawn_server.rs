@@ -54,6 +54,14 @@ fn run(executor: &Executor, workspace: &Path, confine: &Confinement, script: &st
     })
 }
 
+/// Sends `signal` to the executor's one spawn server; returns its pid.
+pub(crate) fn signal_the_server(executor: &Executor, signal: nix::sys::signal::Signal) -> u32 {
+    let servers = executor.spawn_server_pids();
+    assert_eq!(servers.len(), 1, "one spawn server: {servers:?}");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(servers[0] as i32), signal).unwrap();
+    servers[0]
+}
+
 /// Whether a process `pid` exists and is not a zombie.
 pub(crate) fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -154,20 +162,14 @@ fn a_killed_spawn_server_is_replaced_and_the_next_call_runs() {
     let executor = executor();
     let first = run(&executor, &workspace, &confine, "echo one");
     assert_eq!(first.stdout.text(), "one\n");
-    let old = executor.spawn_server_pids();
-    assert_eq!(old.len(), 1);
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(old[0] as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    wait_gone(old[0], "the killed spawn server");
+    let old = signal_the_server(&executor, nix::sys::signal::Signal::SIGKILL);
+    wait_gone(old, "the killed spawn server");
     let next = run(&executor, &workspace, &confine, "echo two");
     assert_eq!(next.ending, Ending::Exited(0), "{}", next.stderr.text());
     assert_eq!(next.stdout.text(), "two\n");
     let new = executor.spawn_server_pids();
     assert_eq!(new.len(), 1);
-    assert_ne!(new, old);
+    assert_ne!(new, vec![old]);
 }
 
 #[test]
@@ -192,14 +194,8 @@ fn a_call_whose_server_dies_ends_and_its_tree_with_it() {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        let server = executor.spawn_server_pids();
-        assert_eq!(server.len(), 1);
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(server[0] as i32),
-            nix::sys::signal::Signal::SIGKILL,
-        )
-        .unwrap();
-        (call.join().unwrap(), server[0])
+        let server = signal_the_server(&executor, nix::sys::signal::Signal::SIGKILL);
+        (call.join().unwrap(), server)
     });
     assert!(started.elapsed() < Duration::from_secs(20));
     match &outcome.ending {
