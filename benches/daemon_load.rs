@@ -310,7 +310,11 @@ fn latency_load(bin: &str, slots: usize, latency: Duration, turns: usize) {
         1000.0 * daemon_cpu / requests as f64,
         1000.0 * server_cpu / requests as f64,
     );
-    let _ = std::fs::remove_dir_all(&root);
+    if std::env::var("BENCH_KEEP").is_err() {
+        let _ = std::fs::remove_dir_all(&root);
+    } else {
+        println!("  kept {}", root.display());
+    }
 }
 
 fn main() {

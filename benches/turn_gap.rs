@@ -19,6 +19,8 @@
 //! telemetry exported to a local sink — and prints the median of each way's
 //! median gap, with the hook program's own run time for comparison.
 //!
+//! `BENCH_LATENCY_MS=N` makes the fake answer after N ms, as a model does.
+//!
 //! `BENCH_WRAP` runs harnessd under a profiler (`BENCH_WRAP="perf record -g -o
 //! /tmp/p.data --"`).
 //!
@@ -271,6 +273,16 @@ fn run_task(stream: bool, extra: Extra, command: &str, verbose: bool) -> Duratio
         })
         .collect();
     script.push(Reply::text("done"));
+    // BENCH_LATENCY_MS=N makes the fake wait N ms before each answer, as a real
+    // model does; the gap still runs from the answer to the next request, so what
+    // changes is what the wait hides (the save after the calls, written meanwhile).
+    let latency = std::env::var("BENCH_LATENCY_MS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .map_or(Duration::ZERO, Duration::from_millis);
+    for reply in &mut script {
+        reply.delay = latency;
+    }
     let api = FakeApi::start(script);
     // The whole stream in one write: what is measured is harnessd's side.
     api.stream_chunks_of(0);
@@ -318,7 +330,12 @@ fn run_task(stream: bool, extra: Extra, command: &str, verbose: bool) -> Duratio
         format!("run_bash({command:?})")
     };
     let mode = label(stream, extra);
-    println!("turn_gap: {turns} turns of {tool} against a zero-latency fake API, {mode}");
+    let fake = if latency.is_zero() {
+        "a zero-latency fake API".to_string()
+    } else {
+        format!("a fake API answering after {} ms", latency.as_millis())
+    };
+    println!("turn_gap: {turns} turns of {tool} against {fake}, {mode}");
     println!(
         "  gap response→next request: median {:.2} ms, p90 {:.2} ms, min {:.2} ms, max {:.2} ms",
         ms(med),

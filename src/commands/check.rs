@@ -88,6 +88,7 @@ impl Findings {
         boundary.extend(super::check_hooks::warnings(loaded));
         boundary.extend(super::skills::warnings(loaded));
         boundary.extend(listen_warning(loaded));
+        boundary.extend(crate::exec::slow_join_warning());
         Self {
             key_warning,
             enforcement,

@@ -15,6 +15,7 @@ mod acl;
 pub mod budget;
 pub mod capture;
 pub mod cgroup;
+mod cgroup_moves;
 mod confinement;
 mod hook;
 mod readers;
@@ -48,6 +49,7 @@ use capture::Sink;
 pub use cgroup::remove_pooled as remove_pooled_cgroups;
 /// `serve`'s own cgroup, limited to `daemon.memory_mb`.
 pub use cgroup::{confine_daemon, daemon_confinement, leave_daemon_cgroup};
+pub use cgroup_moves::{favours_moves, slow_join_warning};
 
 use crate::sandbox::{Confinement, HelperRequest, Job, Report, Require};
 

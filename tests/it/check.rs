@@ -634,3 +634,48 @@ fn check_warns_about_a_hook_tools_could_replace_or_that_cannot_start() {
         "python3 is found: {warned:#?}"
     );
 }
+
+/// Where tools get a cgroup each, `check` warns when nothing says the kernel
+/// favours cgroup moves (each join then waits for a grace period after an idle
+/// spell), and says nothing of it otherwise: judged from the same files the
+/// kernel's mode is read from here.
+#[test]
+fn check_warns_when_a_cgroup_join_may_wait_for_a_grace_period() {
+    let r = root();
+    let out = r.run(&["check", "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cgroups = report["enforced"]["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|l| l["name"] == "cgroup" && l["enforced"] == true);
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    let release = read("/proc/sys/kernel/osrelease");
+    let kconfig = std::fs::read_to_string(format!("/boot/config-{}", release.trim())).ok();
+    let favoured = harnessd::exec::favours_moves(
+        &read("/proc/cmdline"),
+        &read("/proc/self/mountinfo"),
+        kconfig.as_deref(),
+    );
+    let warned = report["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|w| w.as_str())
+        .any(|w| w.contains("cgroup_favordynmods=true") && w.contains("RCU grace period"));
+    assert_eq!(
+        warned,
+        cgroups && !favoured,
+        "cgroups {cgroups}, favoured {favoured}: {report}"
+    );
+    if warned {
+        let text = r.run(&["check"]);
+        assert!(
+            warnings(&text)
+                .iter()
+                .any(|w| w.contains("cgroup_favordynmods=true")),
+            "{}",
+            stderr(&text)
+        );
+    }
+}
