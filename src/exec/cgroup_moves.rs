@@ -5,7 +5,7 @@
 //! for a move waits for an RCU grace period whenever no move happened in the last
 //! few milliseconds: between a model's answers, every call waits. Measured on the
 //! development machine: a join costs 8–15 µs back to back, 4.4–13 ms after 50 ms
-//! without one, and 35–49 µs in any case once moves are favoured.
+//! without one, and 30–49 µs in any case once moves are favoured.
 //!
 //! harnessd does not change the kernel's mode itself: it is system-wide, and
 //! under cgroup v1 it outlives the mount that set it. `check` says so instead,
