@@ -8,7 +8,7 @@
 //! without one, and 30–49 µs in any case once moves are favoured.
 //!
 //! harnessd does not change the kernel's mode itself: it is system-wide, and
-//! under cgroup v1 it outlives the mount that set it. `check` says so instead,
+//! on the development machine (cgroup v1) it outlived the mount that set it. `check` says so instead,
 //! with what the operator can do.
 
 use std::path::Path;
@@ -44,15 +44,15 @@ pub fn slow_join_warning() -> Option<String> {
 /// line decides when it says either way (it overrides the build default);
 /// otherwise a cgroup mount with `favordynmods`, or the build default, says yes.
 pub fn favours_moves(cmdline: &str, mountinfo: &str, kconfig: Option<&str>) -> bool {
+    // Each occurrence is applied in turn, so the last valid one holds; one the
+    // kernel cannot read leaves the setting as it was.
     let asked = cmdline
         .split_whitespace()
         .filter_map(|w| w.strip_prefix("cgroup_favordynmods="))
+        .filter_map(kstrtobool)
         .next_back();
-    if let Some(value) = asked {
-        // The kernel reads it with kstrtobool: by its first letter (y, t, 1), or
-        // "on".
-        let v = value.to_ascii_lowercase();
-        return matches!(v.chars().next(), Some('y' | 't' | '1')) || v.starts_with("on");
+    if let Some(favoured) = asked {
+        return favoured;
     }
     let mounted = mountinfo.lines().any(|line| {
         // `… - FSTYPE SOURCE SUPER_OPTIONS`: the options after the separator are
@@ -70,6 +70,17 @@ pub fn favours_moves(cmdline: &str, mountinfo: &str, kconfig: Option<&str>) -> b
             c.lines()
                 .any(|l| l.trim() == "CONFIG_CGROUP_FAVOR_DYNMODS=y")
         })
+}
+
+/// The kernel's `kstrtobool`: `y`, `t`, `1` and `on` are true, `n`, `f`, `0` and
+/// `off` false, by their first letters; anything else is not a boolean.
+fn kstrtobool(value: &str) -> Option<bool> {
+    let mut chars = value.chars().map(|c| c.to_ascii_lowercase());
+    match (chars.next(), chars.next()) {
+        (Some('y' | 't' | '1'), _) | (Some('o'), Some('n')) => Some(true),
+        (Some('n' | 'f' | '0'), _) | (Some('o'), Some('f')) => Some(false),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -112,5 +123,18 @@ mod tests {
             PLAIN,
             Some("# CONFIG_CGROUP_FAVOR_DYNMODS is not set")
         ));
+        // A value the kernel cannot read changes nothing: the build default holds.
+        assert!(favours_moves("cgroup_favordynmods=", PLAIN, Some(built_in)));
+        assert!(favours_moves(
+            "cgroup_favordynmods=maybe",
+            PLAIN,
+            Some(built_in)
+        ));
+        assert!(!favours_moves(
+            "cgroup_favordynmods=off",
+            PLAIN,
+            Some(built_in)
+        ));
+        assert!(favours_moves("cgroup_favordynmods=On", PLAIN, None));
     }
 }

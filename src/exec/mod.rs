@@ -49,6 +49,8 @@ use capture::Sink;
 pub use cgroup::remove_pooled as remove_pooled_cgroups;
 /// `serve`'s own cgroup, limited to `daemon.memory_mb`.
 pub use cgroup::{confine_daemon, daemon_confinement, leave_daemon_cgroup};
+/// Whether joining a call cgroup waits for an RCU grace period here, and `check`'s
+/// warning when it may.
 pub use cgroup_moves::{favours_moves, slow_join_warning};
 
 use crate::sandbox::{Confinement, HelperRequest, Job, Report, Require};
