@@ -61,17 +61,46 @@ pub fn path_in(own: &str, controller: &str) -> Option<String> {
     })
 }
 
+/// One mount of `/proc/self/mountinfo`: its filesystem type, mount point and
+/// super options.
+pub(super) struct Mount<'a> {
+    /// `cgroup`, `cgroup2`, `ext4`…
+    pub fstype: &'a str,
+    /// Where it is mounted, as mountinfo escapes it.
+    pub point: &'a str,
+    /// The filesystem's own options, comma-separated.
+    pub options: &'a str,
+}
+
+impl Mount<'_> {
+    /// Whether its super options include `option`.
+    pub fn has(&self, option: &str) -> bool {
+        self.options.split(',').any(|o| o == option)
+    }
+}
+
+/// The mounts a mountinfo text lists (`… MOUNT_POINT … - FSTYPE SOURCE
+/// SUPER_OPTIONS`; spaces in names are escaped, so " - " is the separator).
+pub(super) fn mounts(text: &str) -> impl Iterator<Item = Mount<'_>> {
+    text.lines().filter_map(|l| {
+        let (pre, post) = l.split_once(" - ")?;
+        let mut post = post.split_whitespace();
+        let (fstype, _src, options) = (post.next()?, post.next()?, post.next().unwrap_or(""));
+        let point = pre.split_whitespace().nth(4)?;
+        Some(Mount {
+            fstype,
+            point,
+            options,
+        })
+    })
+}
+
 /// Mount points by filesystem type and super options, from mountinfo.
 fn mount_of(fstype: &str, option: Option<&str>) -> Option<PathBuf> {
     let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    text.lines().find_map(|l| {
-        let (pre, post) = l.split_once(" - ")?;
-        let mut post = post.split_whitespace();
-        let (fs, _src, opts) = (post.next()?, post.next()?, post.next().unwrap_or(""));
-        let mount_point = pre.split_whitespace().nth(4)?;
-        (fs == fstype && option.is_none_or(|o| opts.split(',').any(|x| x == o)))
-            .then(|| PathBuf::from(mount_point))
-    })
+    mounts(&text)
+        .find(|m| m.fstype == fstype && option.is_none_or(|o| m.has(o)))
+        .map(|m| PathBuf::from(m.point))
 }
 
 fn detect() -> Option<Layout> {

@@ -54,17 +54,8 @@ pub fn favours_moves(cmdline: &str, mountinfo: &str, kconfig: Option<&str>) -> b
     if let Some(favoured) = asked {
         return favoured;
     }
-    let mounted = mountinfo.lines().any(|line| {
-        // `… - FSTYPE SOURCE SUPER_OPTIONS`: the options after the separator are
-        // the filesystem's own.
-        let Some((_, fs)) = line.split_once(" - ") else {
-            return false;
-        };
-        let mut fields = fs.split_whitespace();
-        let fstype = fields.next().unwrap_or("");
-        let options = fields.nth(1).unwrap_or("");
-        matches!(fstype, "cgroup" | "cgroup2") && options.split(',').any(|o| o == "favordynmods")
-    });
+    let mounted = super::cgroup::mounts(mountinfo)
+        .any(|m| matches!(m.fstype, "cgroup" | "cgroup2") && m.has("favordynmods"));
     mounted
         || kconfig.is_some_and(|c| {
             c.lines()
